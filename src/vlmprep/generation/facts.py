@@ -1,0 +1,56 @@
+"""The facts a family states about how its images enter the language model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from transformers import PreTrainedConfig
+
+
+@dataclass(frozen=True)
+class VisionFacts:
+    """What the shared mixin needs to know about one VLM family. Behaviour lives in the mixin; families state facts.
+
+    Args:
+        placeholder_attr (`str`, *optional*, defaults to `"image_token_id"`):
+            config attribute holding the image placeholder token id.
+        tokens_per_image_attr (`str`, *optional*):
+            dotted config path of the fixed number of placeholder tokens per image (e.g. `"mm_tokens_per_image"`);
+            `None` when the family computes it (see `VisionPrepGenerationMixin.image_token_counts`).
+        bidirectional (`str`, *optional*):
+            `"image"` when each image's placeholder run attends to itself bidirectionally (Gemma3), `"prefix"` when
+            the whole `token_type_ids == 0` prefix does (PaliGemma), `None` for causal-only families.
+        token_type_key (`str`, *optional*, defaults to `"token_type_ids"`):
+            the input marking the bidirectional positions; derived from the placeholders when the caller omits it.
+        pixel_keys (`tuple[str, ...]`, *optional*, defaults to `("pixel_values",)`):
+            per-image pixel inputs, split along their first dimension.
+        per_image_keys (`tuple[str, ...]`, *optional*, defaults to `("image_sizes",)`):
+            other inputs with one entry per image that change its embedding (hashed with the pixels).
+        fixed_resolution (`bool`, *optional*, defaults to `True`):
+            whether every image must have the vision config's `num_channels x image_size x image_size` shape.
+        features_as_list (`bool`, *optional*, defaults to `False`):
+            whether the model reads `pooler_output` as a list of per-image tensors rather than one tensor.
+    """
+
+    placeholder_attr: str = "image_token_id"
+    tokens_per_image_attr: str | None = None
+    bidirectional: Literal["image", "prefix"] | None = None
+    token_type_key: str = "token_type_ids"
+    pixel_keys: tuple[str, ...] = ("pixel_values",)
+    per_image_keys: tuple[str, ...] = ("image_sizes",)
+    fixed_resolution: bool = True
+    features_as_list: bool = False
+
+    def placeholder_id(self, config: PreTrainedConfig) -> int:
+        """The image placeholder token id of a model config."""
+        return getattr(config, self.placeholder_attr)
+
+    def fixed_tokens_per_image(self, config: PreTrainedConfig) -> int | None:
+        """The fixed placeholder count per image read from the config, or `None` when the family has none."""
+        if self.tokens_per_image_attr is None:
+            return None
+        value = config
+        for name in self.tokens_per_image_attr.split("."):
+            value = getattr(value, name)
+        return int(value)

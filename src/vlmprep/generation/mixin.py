@@ -1,0 +1,392 @@
+"""`VisionPrepGenerationMixin`: the one place that overrides transformers' generation hooks.
+
+`generate` calls the hooks below in this order (numbers follow `GenerationMixin.generate`'s own steps):
+
+1. `_validate_model_kwargs`: vlmprep's own generate kwargs (`cache_salt`) are not model inputs.
+4. `_maybe_prepare_encoder_kwargs_for_generation`: the images are prepared here, from the image spans that lie
+   after the cache's length: inputs checked, the cache rolled back out of any bidirectional block it ends in, and
+   features computed once for exactly the images prefill needs (encoder-cache hits first, then one batched call).
+5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
+9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block) and each forward gets
+   exactly the feature rows of the placeholders in its slice.
+
+Decoding is left to transformers. No request state is kept on the model: everything lives in `model_kwargs`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from typing import Any
+
+import torch
+
+from ..cache.encoder_cache import EncoderCache
+from ..cache.hashing import hash_image_inputs
+from .facts import VisionFacts
+from .prepared import PreparedImages, split_per_image
+from .spans import (
+    ImageSpan,
+    blocks_from_prefix,
+    blocks_from_runs,
+    find_image_spans,
+    merge_blocks,
+    plan_prefill_chunks,
+    resolve_resume_point,
+    shift_spans,
+)
+from .validation import check_cache_matches_model, check_pixel_shapes, check_sequence_input
+
+# Keyword arguments of `generate` that belong to vlmprep and never reach the model.
+VLMPREP_GENERATE_KWARGS = ("cache_salt",)
+# Key under which the prepared images travel through `model_kwargs` from step 4 to prefill.
+PREPARED_IMAGES_KEY = "vlmprep_prepared_images"
+TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
+DEFAULT_ENCODER_CACHE_BYTES = 512 * 2**20
+_UNSET = object()
+
+
+class VisionPrepGenerationMixin:
+    """Generation mixin for VLMs: the vision encoder runs once, in input preparation, for the images prefill needs.
+
+    A drop-in class lists this mixin before the transformers class and states its `vision_facts`.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep.generation import VisionFacts, VisionPrepGenerationMixin
+    >>> class MyGemma3(VisionPrepGenerationMixin, transformers.Gemma3ForConditionalGeneration):
+    ...     vision_facts = VisionFacts(tokens_per_image_attr="mm_tokens_per_image", bidirectional="image")
+    ```
+    """
+
+    vision_facts: VisionFacts = VisionFacts()
+
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        # Upstream treats any class defined outside `transformers.` as custom modeling code and then skips the
+        # checkpoint key conversions (e.g. LLaVA's legacy `language_model.lm_head` layout) and weight-init rules.
+        # A drop-in runs transformers' own modeling code; only generation differs, so it loads exactly as upstream.
+        return False
+
+    # -- The encoder cache: per model, on by default -------------------------------------------------------------
+
+    @property
+    def encoder_cache(self) -> EncoderCache | None:
+        """The `EncoderCache` of per-image features (one of 512 MiB by default); set `None` to turn it off."""
+        cache = self.__dict__.get("_vlmprep_encoder_cache", _UNSET)
+        if cache is _UNSET:
+            cache = EncoderCache(max_bytes=DEFAULT_ENCODER_CACHE_BYTES)
+            self.__dict__["_vlmprep_encoder_cache"] = cache
+        return cache
+
+    @encoder_cache.setter
+    def encoder_cache(self, cache: EncoderCache | None) -> None:
+        if cache is not None and not isinstance(cache, EncoderCache):
+            raise TypeError(f"`encoder_cache` must be a vlmprep.EncoderCache or None, got {type(cache).__name__}.")
+        self.__dict__["_vlmprep_encoder_cache"] = cache
+
+    def _encoder_cache_identity(self) -> tuple:
+        # Entries of different models (or of one model in another dtype or on another device) must never mix.
+        uid = self.__dict__.setdefault("_vlmprep_uid", uuid.uuid4().hex)
+        return (uid, id(self), str(self.dtype), str(self.device))
+
+    # -- Family facts that are computed rather than stated --------------------------------------------------------
+
+    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int | list[int] | None:
+        """Placeholder tokens of each image (one count for all, a list per image, or `None`: one image per run).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (some families read image sizes from them).
+
+        Returns:
+            `int`, `list[int]` or `None`
+        """
+        return self.vision_facts.fixed_tokens_per_image(self.config)
+
+    # -- Step 1: `GenerationMixin._validate_model_kwargs` ---------------------------------------------------------
+
+    def _validate_model_kwargs(self, model_kwargs: dict[str, Any]):
+        # Replaces the upstream check only to let vlmprep's own kwargs through; they are popped in step 4.
+        own = {key: model_kwargs.pop(key) for key in VLMPREP_GENERATE_KWARGS if key in model_kwargs}
+        try:
+            return super()._validate_model_kwargs(model_kwargs)
+        finally:
+            model_kwargs.update(own)
+
+    # -- Step 4: `GenerationMixin._maybe_prepare_encoder_kwargs_for_generation` -----------------------------------
+
+    def _maybe_prepare_encoder_kwargs_for_generation(
+        self,
+        inputs_tensor: torch.Tensor,
+        model_kwargs: dict[str, Any],
+        model_input_name: str | None,
+        generation_config,
+    ) -> dict[str, Any]:
+        # Upstream encodes every image passed, whatever the cache already holds; here only the images whose spans
+        # end after the resume point are encoded, and the cache is checked and rolled back first.
+        salt = model_kwargs.pop("cache_salt", None)
+        if model_input_name != "input_ids" or self.config.is_encoder_decoder:
+            return super()._maybe_prepare_encoder_kwargs_for_generation(
+                inputs_tensor, model_kwargs, model_input_name, generation_config
+            )
+        prepared = self._prepare_images(inputs_tensor, model_kwargs, generation_config, salt)
+        if not generation_config.use_cache:
+            # Without a cache every step recomputes the whole prompt and needs all images: upstream does that.
+            return super()._maybe_prepare_encoder_kwargs_for_generation(
+                inputs_tensor, model_kwargs, model_input_name, generation_config
+            )
+        for key in (*self.vision_facts.pixel_keys, *self.vision_facts.per_image_keys, *self._encoder_kwarg_names()):
+            model_kwargs.pop(key, None)
+        model_kwargs[PREPARED_IMAGES_KEY] = prepared
+        return model_kwargs
+
+    def _prepare_images(
+        self, input_ids: torch.Tensor, model_kwargs: dict[str, Any], generation_config, salt: str | None
+    ) -> PreparedImages:
+        facts = self.vision_facts
+        batch_size, prompt_length = input_ids.shape
+
+        # 4.1 The cache: what it holds, and that it can belong to this model and this prompt.
+        cache = model_kwargs.get("cache")
+        past_length = cache.get_seq_length() if cache is not None else 0
+        if cache is not None:
+            check_cache_matches_model(cache, self.config, batch_size)
+        attention_mask = model_kwargs.get("attention_mask")
+        full_length = attention_mask.shape[-1] if attention_mask is not None else None
+        full_length = full_length or getattr(generation_config, "_mask_length", None) or prompt_length
+        # A caller may pass only the new tokens with a mask covering cache + new tokens (a transformers idiom).
+        offset = past_length if past_length and full_length == past_length + prompt_length else 0
+        check_sequence_input("attention_mask", attention_mask, batch_size, {prompt_length, offset + prompt_length})
+        if offset == 0 and past_length >= prompt_length:
+            raise ValueError(
+                f"The cache already holds {past_length} tokens but the prompt has {prompt_length}: at least the last "
+                "prompt token must be computed to get logits. Pass the cache of a shorter prefix of this prompt "
+                "(e.g. `cache.crop(...)`), or no cache."
+            )
+
+        # 4.2 Token types: derived from the placeholders when the family needs them and the caller left them out.
+        token_types = model_kwargs.get(facts.token_type_key)
+        check_sequence_input(facts.token_type_key, token_types, batch_size, {prompt_length, offset + prompt_length})
+        placeholder_id = facts.placeholder_id(self.config)
+        if facts.bidirectional is not None:
+            if token_types is None:
+                token_types = self._derive_token_types(input_ids)
+            if token_types.shape[-1] < offset + prompt_length:
+                token_types = torch.nn.functional.pad(token_types, (offset, 0))  # cached part: text
+            model_kwargs[facts.token_type_key] = token_types
+
+        # 4.3 Spans, and which images the prompt refers to.
+        spans = shift_spans(find_image_spans(input_ids, placeholder_id, self.image_token_counts(model_kwargs)), offset)
+        pixel_values = next((model_kwargs[k] for k in facts.pixel_keys if model_kwargs.get(k) is not None), None)
+        self._check_images_match_spans(spans, pixel_values, past_length)
+
+        # 4.4 Resume point: never strictly inside a bidirectional block.
+        intervals = merge_blocks(self._bidirectional_blocks(token_types, attention_mask))
+        resume_point = resolve_resume_point(past_length, intervals)
+        if resume_point < offset:
+            raise ValueError(
+                f"The cache ends at position {past_length}, inside a bidirectional block that starts at "
+                f"{resume_point}, and only the tokens after the cache were passed, so the block cannot be recomputed "
+                "whole. Pass the whole prompt as `input_ids` (with its attention mask)."
+            )
+        if resume_point < past_length:
+            resume_point = roll_back_cache(cache, past_length, resume_point)
+
+        # 4.5 Features of the images that prefill needs; images wholly inside the cache are not even hashed.
+        needed = sorted({span.image_index for span in spans if span.end > resume_point})
+        features = self._image_features(needed, spans, model_kwargs, salt) if needed else {}
+        return PreparedImages(
+            spans=spans,
+            features=features,
+            intervals=intervals,
+            resume_point=resume_point,
+            offset=offset,
+            as_list=facts.features_as_list,
+        )
+
+    def _derive_token_types(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # What the family's processor would have returned: 1 on image placeholders (Gemma3), or an all-0 prefix
+        # covering the whole prompt (PaliGemma without a suffix).
+        if self.vision_facts.bidirectional == "image":
+            return (input_ids == self.vision_facts.placeholder_id(self.config)).long()
+        return torch.zeros_like(input_ids)
+
+    def _bidirectional_blocks(self, token_types: torch.Tensor | None, attention_mask: torch.Tensor | None) -> list:
+        if self.vision_facts.bidirectional is None or token_types is None:
+            return []
+        if self.vision_facts.bidirectional == "image":
+            return blocks_from_runs(token_types == 1)
+        prefix = token_types == 0
+        if attention_mask is not None and attention_mask.shape == prefix.shape:
+            prefix = prefix & attention_mask.bool()  # padding is masked out, it belongs to no block
+        return blocks_from_prefix(prefix)
+
+    def _check_images_match_spans(
+        self, spans: list[ImageSpan], pixel_values: torch.Tensor | None, past_length: int
+    ) -> None:
+        if pixel_values is None:
+            uncached = [span for span in spans if span.end > past_length]
+            if uncached:
+                raise ValueError(
+                    f"The prompt has {len(uncached)} image placeholder run(s) after the {past_length} cached tokens "
+                    f"(first at row {uncached[0].row}, position {uncached[0].start}) but no pixel inputs were passed "
+                    "(transformers would run them as text). Pass `pixel_values` for every image of the prompt."
+                )
+            return
+        num_images = len(pixel_values) if isinstance(pixel_values, (list, tuple)) else pixel_values.shape[0]
+        if num_images != len(spans):
+            raise ValueError(
+                f"{num_images} image(s) were passed but the prompt has {len(spans)} image placeholder run(s). Pass "
+                "exactly one image per placeholder run, in prompt order (all images of the conversation, also those "
+                "already in the cache), or fix the prompt."
+            )
+        if self.vision_facts.fixed_resolution and isinstance(pixel_values, torch.Tensor):
+            check_pixel_shapes(pixel_values, getattr(self.config, "vision_config", None))
+
+    # -- Vision encoder: the encoder cache first, then one batched call for the misses ---------------------------
+
+    def _encoder_kwarg_names(self) -> list[str]:
+        parameters = inspect.signature(self.model.get_image_features).parameters
+        skip = {"kwargs", *self.vision_facts.pixel_keys, *self.vision_facts.per_image_keys}
+        return [name for name in parameters if name not in skip]
+
+    def _image_features(
+        self, needed: list[int], spans: list[ImageSpan], model_kwargs: dict[str, Any], salt: str | None
+    ) -> dict[int, torch.Tensor]:
+        facts = self.vision_facts
+        per_image = {
+            key: model_kwargs[key]
+            for key in (*facts.pixel_keys, *facts.per_image_keys)
+            if model_kwargs.get(key) is not None
+        }
+        shared = {k: model_kwargs[k] for k in self._encoder_kwarg_names() if model_kwargs.get(k) is not None}
+        span_of = {span.image_index: span for span in spans}
+
+        def inputs_of(indices: list[int]) -> dict[str, Any]:
+            return {key: select_images(value, indices) for key, value in per_image.items()}
+
+        cache = self.encoder_cache
+        use_cache = cache is not None and not self.training and not torch.is_grad_enabled()
+        features: dict[int, torch.Tensor] = {}
+        keys: dict[int, tuple] = {}
+        if use_cache:
+            identity = self._encoder_cache_identity()
+            for index in needed:
+                image_inputs = {**inputs_of([index]), **shared}
+                keys[index] = (*identity, hash_image_inputs(image_inputs, salt=salt))
+                hit = cache.get(keys[index])
+                if hit is not None:
+                    features[index] = hit
+        misses = [index for index in needed if index not in features]
+        if misses:
+            outputs = self.model.get_image_features(**inputs_of(misses), **shared, return_dict=True)
+            pooled = split_per_image(outputs.pooler_output, [span_of[i].length for i in misses])
+            for index, image_features in zip(misses, pooled):
+                features[index] = image_features
+                if use_cache:
+                    cache.put(keys[index], image_features)
+        for index in needed:
+            if features[index].shape[0] != span_of[index].length:
+                raise ValueError(
+                    f"Image {index} has {span_of[index].length} placeholder tokens but its vision features have "
+                    f"{features[index].shape[0]} rows. The prompt was built for another image size or model config; "
+                    "build it with this model's processor."
+                )
+        return features
+
+    # -- Step 5: `GenerationMixin._expand_inputs_for_generation` --------------------------------------------------
+
+    def _expand_inputs_for_generation(
+        self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None, **model_kwargs
+    ):
+        # Upstream repeats every tensor input; the prepared images repeat their spans and share the features.
+        prepared = model_kwargs.pop(PREPARED_IMAGES_KEY, None)
+        input_ids, model_kwargs = super()._expand_inputs_for_generation(
+            expand_size=expand_size, is_encoder_decoder=is_encoder_decoder, input_ids=input_ids, **model_kwargs
+        )
+        if prepared is not None:
+            model_kwargs[PREPARED_IMAGES_KEY] = prepared.expand(expand_size)
+        return input_ids, model_kwargs
+
+    # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
+
+    def _prefill(
+        self, input_ids: torch.LongTensor, generation_config, model_kwargs: dict, is_first_iteration: bool = True
+    ):
+        # Upstream slices pre-encoded features by counting every placeholder of the prompt and cuts chunks every
+        # `prefill_chunk_size` tokens; here only the spans after the cache count and chunks respect the blocks.
+        prepared: PreparedImages | None = model_kwargs.pop(PREPARED_IMAGES_KEY, None)
+        if prepared is None or not is_first_iteration:
+            return super()._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=is_first_iteration)
+
+        cache = model_kwargs.get("cache")
+        start = cache.get_seq_length() if cache is not None else 0
+        end = prepared.offset + input_ids.shape[1]
+        chunk_size = generation_config.prefill_chunk_size
+        if chunk_size is not None and cache is None:
+            raise ValueError("Chunked prefill needs a cache: pass `use_cache=True` or `prefill_chunk_size=None`.")
+        chunks = plan_prefill_chunks(start, end, chunk_size, prepared.intervals)
+        model_forward = (
+            self.get_compiled_call(generation_config.compile_config)
+            if self._valid_auto_compile_criteria(model_kwargs, generation_config)
+            else self.__call__
+        )
+
+        attention_mask = model_kwargs.pop("attention_mask", None)
+        position_ids = model_kwargs.pop("position_ids", None)
+        token_types = {key: model_kwargs.pop(key) for key in TOKEN_TYPE_KEYS if model_kwargs.get(key) is not None}
+        for chunk_start, chunk_end in chunks:
+            if attention_mask is not None:
+                model_kwargs["attention_mask"] = attention_mask[:, :chunk_end]
+            if position_ids is not None:
+                model_kwargs["position_ids"] = position_ids[..., chunk_start:chunk_end]
+            for key, token_type in token_types.items():
+                # Up to the chunk end: bidirectional masks read them by position over cache + chunk
+                model_kwargs[key] = token_type[..., :chunk_end]
+            chunk_ids = input_ids[:, chunk_start - prepared.offset : chunk_end - prepared.offset]
+            model_inputs = self.prepare_inputs_for_generation(chunk_ids, is_first_iteration=True, **model_kwargs)
+            encoder_outputs = prepared.encoder_outputs_between(chunk_start, chunk_end)
+            if encoder_outputs is not None:
+                model_inputs["mm_encoder_outputs"] = encoder_outputs
+            outputs = model_forward(**model_inputs, return_dict=True)
+            model_kwargs["cache"] = outputs.cache
+
+        model_kwargs["attention_mask"] = attention_mask
+        model_kwargs["position_ids"] = position_ids
+        model_kwargs.update(token_types)
+        return outputs
+
+
+def select_images(value: Any, indices: list[int]) -> Any:
+    """The entries of a per-image input (tensor or list) for the given image indices, in that order."""
+    if isinstance(value, torch.Tensor):
+        return value[indices]
+    return [value[index] for index in indices]
+
+
+def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
+    """Crop `cache` from `past_length` back to `resume_point` tokens.
+
+    A layer that can no longer crop that far (a sliding-window layer that already dropped the states it would
+    need) cannot be rolled back exactly; the cache is then emptied and prefill starts from 0, which is always exact.
+
+    Args:
+        cache (`Cache`): the cache to crop in place.
+        past_length (`int`): tokens it holds.
+        resume_point (`int`): tokens it should hold.
+
+    Returns:
+        `int`: the tokens it holds afterwards (`resume_point`, or 0 when it had to be emptied).
+    """
+    if resume_point > 0:
+        try:
+            cache.crop(resume_point - past_length)
+            if cache.get_seq_length() == resume_point:
+                return resume_point
+        except (RuntimeError, ValueError):
+            pass
+    # Emptied rather than cropped to 0: models such as PaliGemma treat an initialized cache as "not first forward"
+    cache.reset()
+    return 0

@@ -1,0 +1,90 @@
+"""Checks of a `generate` call's inputs, each failing with a message that names the problem and the fix.
+
+transformers answers most of these with a raw shape error deep in the forward, or not at all (a cache from another
+model is silently used, placeholders without pixels run as text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedConfig
+
+
+def check_sequence_input(name: str, value: torch.Tensor | None, batch_size: int, lengths: Sequence[int]) -> None:
+    """Raise when a per-token input (`attention_mask`, `token_type_ids`) does not line up with `input_ids`.
+
+    Args:
+        name (`str`): the argument's name, for the message.
+        value (`torch.Tensor`, *optional*): the input; `None` passes.
+        batch_size (`int`): rows of `input_ids`.
+        lengths (`Sequence[int]`): accepted sequence lengths (the prompt's, or cache + new tokens).
+    """
+    if value is None:
+        return
+    if value.ndim != 2 or value.shape[0] != batch_size or value.shape[1] not in lengths:
+        expected = " or ".join(f"({batch_size}, {length})" for length in sorted(set(lengths)))
+        raise ValueError(
+            f"`{name}` has shape {tuple(value.shape)} but `input_ids` needs {expected}. Pass the `{name}` the "
+            "processor returned together with these `input_ids` (same batch and padding)."
+        )
+
+
+def check_cache_matches_model(cache, config: PreTrainedConfig, batch_size: int) -> None:
+    """Raise when a KV cache cannot belong to this model or this batch.
+
+    Args:
+        cache (`Cache`): the caller's cache.
+        config (`PreTrainedConfig`): the model's config.
+        batch_size (`int`): rows of `input_ids`.
+    """
+    text_config = config.get_text_config(decoder=True)
+    layers = getattr(cache, "layers", None)
+    if not layers or cache.get_seq_length() == 0:
+        return
+    expected_layers = text_config.num_hidden_layers
+    if len(layers) != expected_layers:
+        raise ValueError(
+            f"The cache has {len(layers)} layers but this model's decoder has {expected_layers}: it was made by "
+            "another model. Pass a cache filled by this model, or none."
+        )
+    num_kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    for index, layer in enumerate(layers):
+        keys = getattr(layer, "keys", None)
+        if not isinstance(keys, torch.Tensor) or keys.ndim != 4 or keys.numel() == 0:
+            continue
+        if keys.shape[1] != num_kv_heads or keys.shape[-1] != head_dim:
+            raise ValueError(
+                f"Cache layer {index} holds keys of shape {tuple(keys.shape)} (heads={keys.shape[1]}, "
+                f"head_dim={keys.shape[-1]}) but this model expects heads={num_kv_heads}, head_dim={head_dim}: it "
+                "was made by another model. Pass a cache filled by this model, or none."
+            )
+        if keys.shape[0] != batch_size:
+            raise ValueError(
+                f"The cache holds {keys.shape[0]} rows but `input_ids` has {batch_size}. Pass the cache of this "
+                "very batch (or a cache per request)."
+            )
+
+
+def check_pixel_shapes(pixel_values: torch.Tensor, vision_config: PreTrainedConfig | None) -> None:
+    """Raise when fixed-resolution pixel inputs do not have the vision tower's channels and size.
+
+    Args:
+        pixel_values (`torch.Tensor`): `(num_images, channels, height, width)`.
+        vision_config (`PreTrainedConfig`, *optional*): the vision tower's config.
+    """
+    if vision_config is None:
+        return
+    channels = getattr(vision_config, "num_channels", 3)
+    size = getattr(vision_config, "image_size", None)
+    if isinstance(size, int):
+        size = (size, size)
+    expected = (channels, *size) if size is not None else None
+    if pixel_values.ndim != 4 or (expected is not None and tuple(pixel_values.shape[1:]) != expected):
+        want = f"(num_images, {', '.join(map(str, expected))})" if expected else "(num_images, channels, h, w)"
+        raise ValueError(
+            f"`pixel_values` has shape {tuple(pixel_values.shape)} but this model's vision tower takes {want}. "
+            "Preprocess the images with this model's image processor (it resizes and normalizes them)."
+        )

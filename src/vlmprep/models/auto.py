@@ -1,0 +1,91 @@
+"""`AutoModelForImageTextToText`: model type -> vlmprep drop-in class."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import transformers
+from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
+
+from .gemma3 import Gemma3ForConditionalGeneration
+from .llava import LlavaForConditionalGeneration
+from .paligemma import PaliGemmaForConditionalGeneration
+
+logger = logging.getLogger(__name__)
+
+# model_type -> drop-in class. A model type missing here loads as the transformers class, with a warning.
+DROP_IN_CLASSES: dict[str, type[PreTrainedModel]] = {
+    "gemma3": Gemma3ForConditionalGeneration,
+    "llava": LlavaForConditionalGeneration,
+    "paligemma": PaliGemmaForConditionalGeneration,
+}
+
+
+def _drop_in_class(config: PreTrainedConfig) -> type[PreTrainedModel] | None:
+    cls = DROP_IN_CLASSES.get(config.model_type)
+    if cls is None:
+        logger.warning(
+            "vlmprep has no drop-in class for model type %r; loading transformers' own class (images are encoded "
+            "as transformers does). Supported: %s",
+            config.model_type,
+            ", ".join(sorted(DROP_IN_CLASSES)),
+        )
+    return cls
+
+
+class AutoModelForImageTextToText:
+    """Loads the vlmprep drop-in class of a checkpoint's model type, like `transformers.AutoModelForImageTextToText`.
+
+    Example:
+
+    ```python
+    >>> from vlmprep import AutoModelForImageTextToText
+    >>> from vlmprep.testing import tiny_gemma3_config
+    >>> type(AutoModelForImageTextToText.from_config(tiny_gemma3_config())).__module__
+    'vlmprep.models.gemma3'
+    ```
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise OSError("Use `AutoModelForImageTextToText.from_pretrained(...)` or `.from_config(...)`.")
+
+    @classmethod
+    def from_config(cls, config: PreTrainedConfig, **kwargs) -> PreTrainedModel:
+        """Build a randomly initialized model of `config`'s type.
+
+        Args:
+            config (`PreTrainedConfig`): the model config.
+            kwargs: passed to the class's `_from_config` (e.g. `dtype`, `attn_implementation`).
+
+        Returns:
+            `PreTrainedModel`: the drop-in class, or transformers' class for unsupported types.
+        """
+        model_class = _drop_in_class(config)
+        if model_class is None:
+            return transformers.AutoModelForImageTextToText.from_config(config, **kwargs)
+        return model_class._from_config(config, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs) -> PreTrainedModel:
+        """Load a checkpoint (a local directory or hub id) into its drop-in class.
+
+        Args:
+            pretrained_model_name_or_path (`str` or `os.PathLike`): the checkpoint.
+            args, kwargs: everything `transformers.AutoModelForImageTextToText.from_pretrained` accepts.
+
+        Returns:
+            `PreTrainedModel`
+        """
+        config = kwargs.pop("config", None)
+        if not isinstance(config, PreTrainedConfig):
+            config_kwargs = {
+                k: kwargs[k] for k in ("revision", "token", "cache_dir", "trust_remote_code") if k in kwargs
+            }
+            config = AutoConfig.from_pretrained(pretrained_model_name_or_path, **config_kwargs)
+        model_class = _drop_in_class(config)
+        if model_class is None:
+            return transformers.AutoModelForImageTextToText.from_pretrained(
+                pretrained_model_name_or_path, *args, config=config, **kwargs
+            )
+        return model_class.from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
