@@ -283,7 +283,7 @@ class VisionPrepGenerationMixin:
         if misses:
             outputs = self.model.get_image_features(**inputs_of(misses), **shared, return_dict=True)
             pooled = split_per_image(outputs.pooler_output, [span_of[i].length for i in misses])
-            for index, image_features in zip(misses, pooled):
+            for index, image_features in zip(misses, pooled, strict=True):
                 features[index] = image_features
                 if use_cache:
                     cache.put(keys[index], image_features)

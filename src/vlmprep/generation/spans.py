@@ -61,7 +61,7 @@ def find_runs(mask: torch.Tensor) -> list[tuple[int, int, int]]:
     for row in range(mask.shape[0]):
         starts = (edges[row] == 1).nonzero().flatten().tolist()
         ends = (edges[row] == -1).nonzero().flatten().tolist()
-        runs.extend((row, start, end) for start, end in zip(starts, ends))
+        runs.extend((row, start, end) for start, end in zip(starts, ends, strict=True))
     return runs
 
 
