@@ -7,6 +7,7 @@ hidden size 32, 16x16 images). Token ids above 100 are reserved for special toke
 
 from __future__ import annotations
 
+import torch
 from transformers import Gemma3Config, LlavaConfig, PaliGemmaConfig, PreTrainedConfig
 
 # Special token ids shared by every tiny config.
@@ -135,3 +136,118 @@ def tiny_config(model_type: str) -> PreTrainedConfig:
     if model_type not in TINY_CONFIG_BUILDERS:
         raise ValueError(f"No tiny config for model type {model_type!r}; known: {sorted(TINY_CONFIG_BUILDERS)}")
     return TINY_CONFIG_BUILDERS[model_type]()
+
+
+# -- Prompts and images for tests and demos --------------------------------------------------------------------------
+
+IMAGE = "<image>"  # marks where an image goes in a prompt built by `build_prompt`
+
+
+def tokens_per_image(config: PreTrainedConfig) -> int:
+    """Placeholder tokens of one image for a tiny config of a fixed-resolution family.
+
+    Args:
+        config (`PreTrainedConfig`): a config from this module.
+
+    Returns:
+        `int`
+    """
+    if config.model_type == "gemma3":
+        return config.mm_tokens_per_image
+    vision = config.vision_config
+    patches = (vision.image_size // vision.patch_size) ** 2
+    if config.model_type == "llava" and config.vision_feature_select_strategy == "full":
+        patches += 1
+    return patches
+
+
+def build_prompt(config: PreTrainedConfig, segments: list) -> tuple[list[int], list[int] | None]:
+    """Token ids (and the token types the family's processor would return) for text pieces and images.
+
+    Args:
+        config (`PreTrainedConfig`): a config from this module.
+        segments (`list`): items are lists of text token ids, or `IMAGE`.
+
+    Returns:
+        `tuple[list[int], list[int] | None]`: the ids, and token types for Gemma3/PaliGemma (`None` otherwise).
+
+    Example:
+
+    ```python
+    >>> ids, types = build_prompt(tiny_gemma3_config(), [[5, 6], IMAGE, [7]])
+    >>> ids
+    [5, 6, 120, 122, 122, 122, 122, 121, 7]
+
+    ```
+    """
+    ids: list[int] = []
+    image_run = [config.image_token_id] * tokens_per_image(config)
+    for segment in segments:
+        if segment is IMAGE:
+            if config.model_type == "gemma3":
+                ids += [TINY_BOI_TOKEN_ID, *image_run, TINY_EOI_TOKEN_ID]
+            else:
+                ids += image_run
+        else:
+            ids += list(segment)
+    if config.model_type == "gemma3":
+        return ids, [int(token == config.image_token_id) for token in ids]
+    if config.model_type == "paligemma":
+        return ids, [0] * len(ids)
+    return ids, None
+
+
+def random_pixels(num_images: int, seed: int = 0, size: int = TINY_IMAGE_SIZE) -> torch.Tensor:
+    """Deterministic random `(num_images, 3, size, size)` pixel values.
+
+    Args:
+        num_images (`int`): how many images.
+        seed (`int`, *optional*, defaults to 0): images with different seeds differ.
+        size (`int`, *optional*, defaults to 16): height and width.
+
+    Returns:
+        `torch.Tensor`
+    """
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(num_images, 3, size, size, generator=generator)
+
+
+class VisionRunCounter:
+    """Counts forward calls of a vision tower (and the images each call saw) with a forward hook.
+
+    Example:
+
+    ```python
+    >>> from vlmprep import Gemma3ForConditionalGeneration
+    >>> model = Gemma3ForConditionalGeneration(tiny_gemma3_config()).eval()
+    >>> with VisionRunCounter(model) as runs:
+    ...     _ = model.model.get_image_features(random_pixels(2))
+    >>> runs.calls, runs.images
+    (1, 2)
+
+    ```
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.tower = model.model.vision_tower
+        self.batch_sizes: list[int] = []
+        self._handle = None
+
+    def _hook(self, module, args, kwargs, output):
+        pixels = kwargs.get("pixel_values", args[0] if args else None)
+        self.batch_sizes.append(int(pixels.shape[0]) if pixels is not None else 0)
+
+    def __enter__(self) -> VisionRunCounter:
+        self._handle = self.tower.register_forward_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+    @property
+    def calls(self) -> int:
+        return len(self.batch_sizes)
+
+    @property
+    def images(self) -> int:
+        return sum(self.batch_sizes)

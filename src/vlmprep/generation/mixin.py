@@ -58,6 +58,7 @@ class VisionPrepGenerationMixin:
     >>> from vlmprep.generation import VisionFacts, VisionPrepGenerationMixin
     >>> class MyGemma3(VisionPrepGenerationMixin, transformers.Gemma3ForConditionalGeneration):
     ...     vision_facts = VisionFacts(tokens_per_image_attr="mm_tokens_per_image", bidirectional="image")
+
     ```
     """
 
@@ -158,7 +159,11 @@ class VisionPrepGenerationMixin:
         full_length = full_length or getattr(generation_config, "_mask_length", None) or prompt_length
         # A caller may pass only the new tokens with a mask covering cache + new tokens (a transformers idiom).
         offset = past_length if past_length and full_length == past_length + prompt_length else 0
+        if attention_mask is None and full_length not in (prompt_length, offset + prompt_length):
+            # generate() drops an all-ones mask before this hook and keeps only its length
+            attention_mask = torch.ones(batch_size, full_length, dtype=torch.long)
         check_sequence_input("attention_mask", attention_mask, batch_size, {prompt_length, offset + prompt_length})
+        attention_mask = model_kwargs.get("attention_mask")
         if offset == 0 and past_length >= prompt_length:
             raise ValueError(
                 f"The cache already holds {past_length} tokens but the prompt has {prompt_length}: at least the last "
@@ -369,8 +374,8 @@ def select_images(value: Any, indices: list[int]) -> Any:
 def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
     """Crop `cache` from `past_length` back to `resume_point` tokens.
 
-    A layer that can no longer crop that far (a sliding-window layer that already dropped the states it would
-    need) cannot be rolled back exactly; the cache is then emptied and prefill starts from 0, which is always exact.
+    A layer that can no longer crop that far (a sliding-window layer that already dropped the states the window
+    would need) cannot be rolled back exactly; the cache is then emptied and prefill starts from 0, always exact.
 
     Args:
         cache (`Cache`): the cache to crop in place.
@@ -380,13 +385,24 @@ def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
     Returns:
         `int`: the tokens it holds afterwards (`resume_point`, or 0 when it had to be emptied).
     """
-    if resume_point > 0:
+    if resume_point > 0 and all(_layer_can_roll_back(layer, past_length, resume_point) for layer in cache.layers):
         try:
             cache.crop(resume_point - past_length)
-            if cache.get_seq_length() == resume_point:
-                return resume_point
         except (RuntimeError, ValueError):
             pass
+        else:
+            if cache.get_seq_length() == resume_point:
+                return resume_point
     # Emptied rather than cropped to 0: models such as PaliGemma treat an initialized cache as "not first forward"
     cache.reset()
     return 0
+
+
+def _layer_can_roll_back(layer, past_length: int, resume_point: int) -> bool:
+    keys = getattr(layer, "keys", None)
+    if not isinstance(keys, torch.Tensor) or keys.ndim != 4:
+        return not getattr(layer, "is_initialized", False)
+    window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
+    first_held = past_length - keys.shape[-2]  # position of the oldest state the layer still holds
+    first_needed = max(0, resume_point - (window - 1)) if window else 0
+    return first_held <= first_needed

@@ -209,6 +209,7 @@ def plan_prefill_chunks(
     ```python
     >>> plan_prefill_chunks(0, 10, 4, intervals=[(3, 7)])
     [(0, 3), (3, 7), (7, 10)]
+
     ```
     """
     if start >= end:

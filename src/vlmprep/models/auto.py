@@ -44,6 +44,7 @@ class AutoModelForImageTextToText:
     >>> from vlmprep.testing import tiny_gemma3_config
     >>> type(AutoModelForImageTextToText.from_config(tiny_gemma3_config())).__module__
     'vlmprep.models.gemma3'
+
     ```
     """
 

@@ -14,6 +14,7 @@ class Gemma3ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Gem
     >>> from vlmprep import Gemma3ForConditionalGeneration
     >>> from vlmprep.testing import tiny_gemma3_config
     >>> model = Gemma3ForConditionalGeneration(tiny_gemma3_config()).eval()
+
     ```
     """
 

@@ -16,6 +16,7 @@ class LlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers.Llav
     >>> from vlmprep import LlavaForConditionalGeneration
     >>> from vlmprep.testing import tiny_llava_config
     >>> model = LlavaForConditionalGeneration(tiny_llava_config()).eval()
+
     ```
     """
 

@@ -14,6 +14,7 @@ class PaliGemmaForConditionalGeneration(VisionPrepGenerationMixin, transformers.
     >>> from vlmprep import PaliGemmaForConditionalGeneration
     >>> from vlmprep.testing import tiny_paligemma_config
     >>> model = PaliGemmaForConditionalGeneration(tiny_paligemma_config()).eval()
+
     ```
     """
 

@@ -1,0 +1,104 @@
+"""Bad input raises a `ValueError` that names the problem and the fix; the model still generates exactly after."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import FOUNDATION_FAMILIES, model_pair
+from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from vlmprep.testing import IMAGE, random_pixels
+
+SYSTEM = [2, 10, 11, 12, 13]
+
+
+def _filled_cache(num_layers: int, heads: int, head_dim: int, length: int, batch: int = 1) -> DynamicCache:
+    cache = DynamicCache()
+    for layer in range(num_layers):
+        states = torch.zeros(batch, heads, length, head_dim)
+        cache.update(states, states.clone(), layer)
+    return cache
+
+
+def _text_config(model):
+    return model.config.get_text_config(decoder=True)
+
+
+def _case_too_many_images(model, prompt):
+    inputs = prompt.inputs()
+    inputs["pixel_values"] = torch.cat([prompt.pixel_values, random_pixels(1, 9)])
+    return inputs, "2 image(s) were passed but the prompt has 1 image placeholder run"
+
+
+def _case_too_few_images(model, prompt):
+    two = Prompt(model.config, [SYSTEM, IMAGE, [30], IMAGE, [31]])
+    inputs = two.inputs()
+    inputs["pixel_values"] = two.pixel_values[:1]
+    return inputs, "1 image(s) were passed but the prompt has 2"
+
+
+def _case_wrong_run_length(model, prompt):
+    inputs = prompt.inputs()
+    ids = inputs["input_ids"].clone()
+    first = int((ids[0] == model.config.image_token_id).nonzero()[0])
+    ids[0, first] = 33  # one placeholder fewer
+    inputs["input_ids"] = ids
+    if "token_type_ids" in inputs and model.config.model_type == "gemma3":
+        inputs["token_type_ids"] = (ids == model.config.image_token_id).long()
+    return inputs, "does not match the images' token counts"
+
+
+def _case_placeholders_without_pixels(model, prompt):
+    return prompt.inputs(with_pixels=False), "no pixel inputs were passed"
+
+
+def _case_cache_longer_than_prompt(model, prompt):
+    config = _text_config(model)
+    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads, config.head_dim, prompt.length + 2)
+    return {**prompt.inputs(), "cache": cache}, "the cache already holds"
+
+
+def _case_cache_from_other_layer_count(model, prompt):
+    config = _text_config(model)
+    cache = _filled_cache(config.num_hidden_layers + 1, config.num_key_value_heads, config.head_dim, 3)
+    return {**prompt.inputs(), "cache": cache}, "made by another model"
+
+
+def _case_cache_from_other_head_shape(model, prompt):
+    config = _text_config(model)
+    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads + 1, config.head_dim * 2, 3)
+    return {**prompt.inputs(), "cache": cache}, "made by another model"
+
+
+def _case_attention_mask_mismatch(model, prompt):
+    return {**prompt.inputs(), "attention_mask": torch.ones(1, prompt.length - 2, dtype=torch.long)}, "attention_mask"
+
+
+def _case_token_type_ids_mismatch(model, prompt):
+    return {**prompt.inputs(), "token_type_ids": torch.zeros(1, prompt.length + 1, dtype=torch.long)}, "token_type_ids"
+
+
+def _case_wrong_resolution(model, prompt):
+    return {**prompt.inputs(), "pixel_values": random_pixels(1, 0, size=24)}, "vision tower takes"
+
+
+def _case_wrong_channels(model, prompt):
+    return {**prompt.inputs(), "pixel_values": torch.randn(1, 1, 16, 16)}, "vision tower takes"
+
+
+BAD_INPUTS = {name.removeprefix("_case_"): case for name, case in dict(globals()).items() if name.startswith("_case_")}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+def test_bad_input_raises_clear_error_then_model_still_exact(family, case):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]])
+    inputs, message = BAD_INPUTS[case](ours, prompt)
+    with pytest.raises(ValueError, match="(?i)" + re.escape(message)):
+        ours.generate(**inputs, max_new_tokens=2, do_sample=False)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
