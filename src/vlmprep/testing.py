@@ -29,14 +29,15 @@ _SIGLIP_VISION = {
 }
 
 
-def tiny_gemma3_config(sliding_window: int = 6, mm_tokens_per_image: int = 4) -> Gemma3Config:
+def tiny_gemma3_config(sliding_window: int = 6, mm_tokens_per_image: int = 16) -> Gemma3Config:
     """A tiny Gemma3 config: one sliding and one full attention layer, `mm_tokens_per_image` tokens per image.
 
     Args:
         sliding_window (`int`, *optional*, defaults to 6):
             Window of the sliding-attention layer; keep it shorter than prompts so the sliding path is exercised.
-        mm_tokens_per_image (`int`, *optional*, defaults to 4):
-            Placeholder tokens per image (a square number no larger than the 16 patches of a 16x16 image).
+        mm_tokens_per_image (`int`, *optional*, defaults to 16):
+            Placeholder tokens per image: 16 or 4 (a square dividing the 4x4 patch grid of a 16x16 image); 16
+            makes an image span longer than the default sliding window.
 
     Returns:
         `Gemma3Config`
@@ -174,9 +175,11 @@ def build_prompt(config: PreTrainedConfig, segments: list) -> tuple[list[int], l
     Example:
 
     ```python
-    >>> ids, types = build_prompt(tiny_gemma3_config(), [[5, 6], IMAGE, [7]])
+    >>> ids, types = build_prompt(tiny_gemma3_config(mm_tokens_per_image=4), [[5, 6], IMAGE, [7]])
     >>> ids
     [5, 6, 120, 122, 122, 122, 122, 121, 7]
+    >>> types
+    [0, 0, 0, 1, 1, 1, 1, 0, 0]
 
     ```
     """
