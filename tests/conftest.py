@@ -6,18 +6,12 @@ import tempfile
 
 import pytest
 import torch
-import transformers
 
 import vlmprep
-from vlmprep.testing import tiny_config
+from family_registry import FAMILY_CASES
 
 FOUNDATION_FAMILIES = ["gemma3", "paligemma", "llava"]
-
-UPSTREAM_CLASSES = {
-    "gemma3": transformers.Gemma3ForConditionalGeneration,
-    "paligemma": transformers.PaliGemmaForConditionalGeneration,
-    "llava": transformers.LlavaForConditionalGeneration,
-}
+ALL_FAMILIES = sorted(FAMILY_CASES)
 
 _PAIRS: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
 
@@ -27,8 +21,9 @@ def model_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     if family not in _PAIRS:
         torch.manual_seed(0)
         directory = tempfile.mkdtemp(prefix=f"vlmprep-{family}-")
-        UPSTREAM_CLASSES[family](tiny_config(family)).save_pretrained(directory)
-        upstream = UPSTREAM_CLASSES[family].from_pretrained(directory).eval()
+        case = FAMILY_CASES[family]
+        case.upstream_class(case.make_config()).save_pretrained(directory)
+        upstream = case.upstream_class.from_pretrained(directory).eval()
         ours = vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
         _PAIRS[family] = (upstream, ours)
     return _PAIRS[family]

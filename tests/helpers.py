@@ -4,30 +4,35 @@ from __future__ import annotations
 
 import torch
 
-from vlmprep.testing import build_prompt, random_pixels
+from family_registry import FAMILY_CASES
 
 ATOL = 1e-5
 
 
 class Prompt:
-    """A tiny prompt: ids, token types and pixels, as the family's processor would return them."""
+    """A tiny prompt as the family's processor would return it: ids, per-token inputs and pixel inputs."""
 
     def __init__(self, config, segments: list, seed: int = 0, image_seeds: list[int] | None = None):
-        ids, types = build_prompt(config, segments)
-        self.input_ids = torch.tensor([ids])
-        self.token_type_ids = torch.tensor([types]) if types is not None else None
+        self.case = FAMILY_CASES[config.model_type]
         num_images = sum(1 for segment in segments if not isinstance(segment, list))
         seeds = image_seeds if image_seeds is not None else [seed + i for i in range(num_images)]
-        self.pixel_values = torch.cat([random_pixels(1, s) for s in seeds]) if seeds else None
+        self.full_inputs = self.case.build_inputs(config, segments, seeds)
+        self.input_ids = self.full_inputs["input_ids"]
+        self.token_type_ids = self.full_inputs.get("token_type_ids")
+        self.pixel_values = self.full_inputs.get("pixel_values")
 
     def inputs(self, length: int | None = None, with_pixels: bool = True) -> dict:
         """Model inputs, optionally truncated to the first `length` tokens."""
-        end = length if length is not None else self.input_ids.shape[1]
-        inputs = {"input_ids": self.input_ids[:, :end]}
-        if self.token_type_ids is not None:
-            inputs["token_type_ids"] = self.token_type_ids[:, :end]
-        if with_pixels and self.pixel_values is not None:
-            inputs["pixel_values"] = self.pixel_values
+        end = length if length is not None else self.length
+        inputs = {}
+        for key, value in self.full_inputs.items():
+            if key in self.case.pixel_keys:
+                if with_pixels:
+                    inputs[key] = value
+            elif key == "input_ids" or key in self.case.per_token_keys:
+                inputs[key] = value[..., :end]
+            else:
+                inputs[key] = value
         return inputs
 
     @property

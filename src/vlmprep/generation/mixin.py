@@ -106,6 +106,52 @@ class VisionPrepGenerationMixin:
         """
         return self.vision_facts.fixed_tokens_per_image(self.config)
 
+    def count_images(self, model_kwargs: dict[str, Any]) -> int | None:
+        """How many images the call's pixel inputs hold (`None` when there are none).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+
+        Returns:
+            `int` or `None`
+        """
+        pixel_values = next(
+            (model_kwargs[k] for k in self.vision_facts.pixel_keys if model_kwargs.get(k) is not None), None
+        )
+        if pixel_values is None:
+            return None
+        return len(pixel_values) if isinstance(pixel_values, (list, tuple)) else pixel_values.shape[0]
+
+    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The per-image inputs (pixels and per-image extras) of the given images, in that order.
+
+        Families whose pixel inputs are not one entry per image (e.g. flattened patches) override this.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): image indices.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments for the family's `get_image_features`.
+        """
+        keys = (*self.vision_facts.pixel_keys, *self.vision_facts.per_image_keys)
+        return {key: select_images(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
+
+    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
+        """Position ids of the whole prompt for families with multimodal rope, from the prompt alone.
+
+        The default `None` keeps transformers' 1D positions. A family returning a tensor gets it sliced per prefill
+        chunk (last dimension) and extended by one per decoded token.
+
+        Args:
+            input_ids (`torch.Tensor`): the whole prompt.
+            model_kwargs (`dict[str, Any]`): the call's inputs (pixel inputs still present).
+
+        Returns:
+            `torch.Tensor` or `None`
+        """
+        return None
+
     # -- Step 1: `GenerationMixin._validate_model_kwargs` ---------------------------------------------------------
 
     def _validate_model_kwargs(self, model_kwargs: dict[str, Any]):
@@ -184,8 +230,10 @@ class VisionPrepGenerationMixin:
 
         # 4.3 Spans, and which images the prompt refers to.
         spans = shift_spans(find_image_spans(input_ids, placeholder_id, self.image_token_counts(model_kwargs)), offset)
-        pixel_values = next((model_kwargs[k] for k in facts.pixel_keys if model_kwargs.get(k) is not None), None)
-        self._check_images_match_spans(spans, pixel_values, past_length)
+        self._check_images_match_spans(spans, model_kwargs, past_length)
+        position_ids = self.vision_position_ids(input_ids, model_kwargs)
+        if position_ids is not None:
+            model_kwargs["position_ids"] = position_ids
 
         # 4.4 Resume point: never strictly inside a bidirectional block.
         intervals = merge_blocks(self._bidirectional_blocks(token_types, attention_mask))
@@ -229,9 +277,10 @@ class VisionPrepGenerationMixin:
         return blocks_from_prefix(prefix)
 
     def _check_images_match_spans(
-        self, spans: list[ImageSpan], pixel_values: torch.Tensor | None, past_length: int
+        self, spans: list[ImageSpan], model_kwargs: dict[str, Any], past_length: int
     ) -> None:
-        if pixel_values is None:
+        num_images = self.count_images(model_kwargs)
+        if num_images is None:
             uncached = [span for span in spans if span.end > past_length]
             if uncached:
                 raise ValueError(
@@ -240,13 +289,13 @@ class VisionPrepGenerationMixin:
                     "(transformers would run them as text). Pass `pixel_values` for every image of the prompt."
                 )
             return
-        num_images = len(pixel_values) if isinstance(pixel_values, (list, tuple)) else pixel_values.shape[0]
         if num_images != len(spans):
             raise ValueError(
                 f"{num_images} image(s) were passed but the prompt has {len(spans)} image placeholder run(s). Pass "
                 "exactly one image per placeholder run, in prompt order (all images of the conversation, also those "
                 "already in the cache), or fix the prompt."
             )
+        pixel_values = model_kwargs.get(self.vision_facts.pixel_keys[0])
         if self.vision_facts.fixed_resolution and isinstance(pixel_values, torch.Tensor):
             check_pixel_shapes(pixel_values, getattr(self.config, "vision_config", None))
 
@@ -260,17 +309,11 @@ class VisionPrepGenerationMixin:
     def _image_features(
         self, needed: list[int], spans: list[ImageSpan], model_kwargs: dict[str, Any], salt: str | None
     ) -> dict[int, torch.Tensor]:
-        facts = self.vision_facts
-        per_image = {
-            key: model_kwargs[key]
-            for key in (*facts.pixel_keys, *facts.per_image_keys)
-            if model_kwargs.get(key) is not None
-        }
         shared = {k: model_kwargs[k] for k in self._encoder_kwarg_names() if model_kwargs.get(k) is not None}
         span_of = {span.image_index: span for span in spans}
 
         def inputs_of(indices: list[int]) -> dict[str, Any]:
-            return {key: select_images(value, indices) for key, value in per_image.items()}
+            return self.select_image_inputs(model_kwargs, indices)
 
         cache = self.encoder_cache
         use_cache = cache is not None and not self.training and not torch.is_grad_enabled()

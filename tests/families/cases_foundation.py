@@ -1,0 +1,35 @@
+"""Gemma3, PaliGemma and LLaVA: fixed-resolution families whose prompts `vlmprep.testing.build_prompt` builds."""
+
+import torch
+import transformers
+
+from family_registry import FamilyCase, register
+from vlmprep.testing import build_prompt, random_pixels, tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
+
+
+def build_fixed_resolution_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    ids, types = build_prompt(config, segments)
+    inputs = {"input_ids": torch.tensor([ids])}
+    if types is not None:
+        inputs["token_type_ids"] = torch.tensor([types])
+    if image_seeds:
+        inputs["pixel_values"] = torch.cat([random_pixels(1, seed) for seed in image_seeds])
+    return inputs
+
+
+register(
+    FamilyCase(
+        "gemma3", transformers.Gemma3ForConditionalGeneration, tiny_gemma3_config, build_fixed_resolution_inputs
+    )
+)
+register(
+    FamilyCase(
+        "paligemma",
+        transformers.PaliGemmaForConditionalGeneration,
+        tiny_paligemma_config,
+        build_fixed_resolution_inputs,
+    )
+)
+register(
+    FamilyCase("llava", transformers.LlavaForConditionalGeneration, tiny_llava_config, build_fixed_resolution_inputs)
+)

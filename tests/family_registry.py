@@ -1,0 +1,57 @@
+"""The conformance suite's family registry: each family states how to build its tiny model and its prompts.
+
+A family is registered by a `tests/families/cases_*.py` module calling `register(FamilyCase(...))`; every
+scenario test is parameterized over `FAMILY_CASES`, so a new family runs the whole suite by adding one case.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedConfig, PreTrainedModel
+
+
+@dataclass
+class FamilyCase:
+    """How the conformance suite builds one family's tiny model and prompts.
+
+    Args:
+        name: the model type (a key of vlmprep's drop-in registry).
+        upstream_class: the transformers class the drop-in replaces.
+        make_config: a tiny config in memory.
+        build_inputs: `(config, segments, image_seeds) -> dict` with `input_ids`, the per-token inputs and the
+            pixel inputs the family's processor would return; segments are lists of text ids or `IMAGE`.
+        per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
+        pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
+        skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
+    """
+
+    name: str
+    upstream_class: type[PreTrainedModel]
+    make_config: Callable[[], PreTrainedConfig]
+    build_inputs: Callable[[PreTrainedConfig, list, list[int]], dict[str, torch.Tensor]]
+    per_token_keys: tuple[str, ...] = ("token_type_ids",)
+    pixel_keys: tuple[str, ...] = ("pixel_values",)
+    skip: dict[str, str] = field(default_factory=dict)
+
+
+FAMILY_CASES: dict[str, FamilyCase] = {}
+
+
+def register(case: FamilyCase) -> FamilyCase:
+    FAMILY_CASES[case.name] = case
+    return case
+
+
+def _load_case_modules() -> None:
+    for path in sorted((pathlib.Path(__file__).parent / "families").glob("cases_*.py")):
+        spec = importlib.util.spec_from_file_location(f"family_cases_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_load_case_modules()
