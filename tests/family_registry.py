@@ -28,6 +28,7 @@ class FamilyCase:
         per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
         pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
         skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
+        collate: `(prompts, pad_token_id) -> dict`, for families whose batches are not left-pad + concatenate.
     """
 
     name: str
@@ -37,6 +38,7 @@ class FamilyCase:
     per_token_keys: tuple[str, ...] = ("token_type_ids",)
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     skip: dict[str, str] = field(default_factory=dict)
+    collate: Callable | None = None
 
 
 FAMILY_CASES: dict[str, FamilyCase] = {}
@@ -55,3 +57,15 @@ def _load_case_modules() -> None:
 
 
 _load_case_modules()
+
+
+def families_for(scenario: str, families: list[str] | None = None) -> list:
+    """`pytest.param`s of the families that run `scenario`, the others marked skip with their stated reason."""
+    import pytest
+
+    params = []
+    for name in families if families is not None else sorted(FAMILY_CASES):
+        reason = FAMILY_CASES[name].skip.get(scenario)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        params.append(pytest.param(name, id=name, marks=marks))
+    return params

@@ -40,6 +40,29 @@ class Prompt:
         return self.input_ids.shape[1]
 
 
+def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
+    """A left-padded batch of prompts, as a processor with `padding_side="left"` returns it."""
+    case = prompts[0].case
+    if case.collate is not None:
+        return case.collate(prompts, pad_token_id)
+    width = max(prompt.length for prompt in prompts)
+
+    def left_pad(value: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.nn.functional.pad(value, (width - value.shape[-1], 0), value=fill)
+
+    batch = {
+        "input_ids": torch.cat([left_pad(p.input_ids, pad_token_id) for p in prompts]),
+        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), 0) for p in prompts]),
+    }
+    for key in prompts[0].full_inputs:
+        if key in case.per_token_keys:
+            values = [left_pad(prompt.full_inputs[key], 0) for prompt in prompts]
+            batch[key] = torch.cat(values, dim=1 if values[0].ndim == 3 else 0)  # 3D: (3, batch, seq) positions
+        elif key in case.pixel_keys:
+            batch[key] = torch.cat([p.full_inputs[key] for p in prompts])
+    return batch
+
+
 def reference_next_logits(upstream, prompt: Prompt) -> torch.Tensor:
     """Last-position logits of one uncached forward of the whole prompt: the exactness reference."""
     with torch.no_grad():

@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from conftest import FOUNDATION_FAMILIES, model_pair
-from helpers import Prompt, assert_close, generate_logits
+from conftest import model_pair
+from family_registry import families_for
+from helpers import Prompt, assert_close, collate, generate_logits
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 TWO_IMAGE_SEGMENTS = [[2, 10, 11, 12], IMAGE, [13, 14, 15], IMAGE, [16, 17]]
@@ -26,7 +27,7 @@ def _assert_same(actual, expected) -> None:
         assert_close(step_actual, step_expected)
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("every_chunk_size_is_exact"))
 def test_every_chunk_size_is_exact(family):
     upstream, ours = model_pair(family)
     saved_cache, ours.encoder_cache = ours.encoder_cache, None  # count real encoder runs
@@ -66,7 +67,7 @@ def _cropped_cache(upstream, prompt: Prompt, length: int) -> DynamicCache:
     return cache
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("cached_prefix_of_every_length_with_chunks"))
 def test_cached_prefix_of_every_length_with_chunks(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
@@ -80,29 +81,12 @@ def test_cached_prefix_of_every_length_with_chunks(family):
             _assert_same(actual, expected)
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("chunked_batch_matches_unchunked_batch"))
 def test_chunked_batch_matches_unchunked_batch(family):
     _, ours = model_pair(family)
     one = Prompt(ours.config, [[2, 10], IMAGE, [11]], image_seeds=[1])
     two = Prompt(ours.config, TWO_IMAGE_SEGMENTS, image_seeds=[2, 3])
-    width = two.length
-    pad = ours.generation_config.pad_token_id
-    batch = {
-        "input_ids": torch.cat(
-            [torch.nn.functional.pad(one.input_ids, (width - one.length, 0), value=pad), two.input_ids]
-        ),
-        "attention_mask": torch.cat(
-            [
-                torch.nn.functional.pad(torch.ones_like(one.input_ids), (width - one.length, 0)),
-                torch.ones_like(two.input_ids),
-            ]
-        ),
-        "pixel_values": torch.cat([one.pixel_values, two.pixel_values]),
-    }
-    if one.token_type_ids is not None:
-        batch["token_type_ids"] = torch.cat(
-            [torch.nn.functional.pad(one.token_type_ids, (width - one.length, 0)), two.token_type_ids]
-        )
+    batch = collate([one, two], ours.generation_config.pad_token_id)
     expected = generate_logits(ours, batch, max_new_tokens=2)
     for chunk_size in (1, 4, 9):
         _assert_same(generate_logits(ours, batch, max_new_tokens=2, prefill_chunk_size=chunk_size), expected)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from conftest import FOUNDATION_FAMILIES, model_pair
+from conftest import ALL_FAMILIES, model_pair
+from family_registry import FAMILY_CASES
 from helpers import Prompt, assert_close, generate_logits, reference_next_logits
 from vlmprep.testing import IMAGE, random_pixels
 
@@ -92,8 +93,17 @@ def _case_wrong_channels(model, prompt):
 BAD_INPUTS = {name.removeprefix("_case_"): case for name, case in dict(globals()).items() if name.startswith("_case_")}
 
 
-@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+def _family_case_params() -> list:
+    params = []
+    for family in ALL_FAMILIES:
+        for case in sorted(BAD_INPUTS):
+            reason = FAMILY_CASES[family].skip.get(f"bad_input_{case}")
+            marks = [pytest.mark.skip(reason=reason)] if reason else []
+            params.append(pytest.param(family, case, id=f"{family}-{case}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("family", "case"), _family_case_params())
 def test_bad_input_raises_clear_error_then_model_still_exact(family, case):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]])

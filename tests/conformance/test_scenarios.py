@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from transformers import DynamicCache
-from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from conftest import FOUNDATION_FAMILIES, model_pair
-from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from conftest import model_pair
+from family_registry import families_for
+from helpers import Prompt, assert_close, collate, generate_logits, reference_next_logits
+from vlmprep.generation.prepared import PreparedImages, split_per_image
+from vlmprep.generation.spans import find_image_spans
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
@@ -39,7 +39,7 @@ GENERATION_MODES = {
 
 
 @pytest.mark.parametrize("mode", list(GENERATION_MODES))
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("generate_matches_transformers"))
 def test_generate_matches_transformers(family, mode):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]])
@@ -58,7 +58,7 @@ def test_generate_matches_transformers(family, mode):
 # -- 2. Cached text prefix (the seed's case) ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("cached_text_prefix_then_image_turn"))
 def test_cached_text_prefix_then_image_turn(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, USER, IMAGE, [31, 32]])
@@ -92,7 +92,7 @@ def test_paligemma_prefix_cache_is_rolled_back_to_block_start():
 # -- 3. Image already in the cache: a chat app re-sending the conversation --------------------------------------
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("image_already_in_cache_is_not_encoded"))
 def test_image_already_in_cache_is_not_encoded(family):
     upstream, ours = model_pair(family)
     turn_1 = [SYSTEM, IMAGE, USER]
@@ -103,13 +103,13 @@ def test_image_already_in_cache_is_not_encoded(family):
         _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
     # PaliGemma's prompt is one bidirectional prefix: turn 1's KV never saw turn 2, so the prefix is recomputed
     # (its image comes from the encoder cache when the model encoded it before, see test_encoder_cache_models).
-    assert runs.calls == (1 if family == "paligemma" else 0)
+    assert runs.calls == (1 if ours.vision_facts.bidirectional == "prefix" else 0)
     _, expected_logits = generate_logits(upstream, conversation.inputs())
     for step_actual, step_expected in zip(logits, expected_logits, strict=True):
         assert_close(step_actual, step_expected)
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("new_image_next_to_cached_image_encodes_only_the_new_one"))
 def test_new_image_next_to_cached_image_encodes_only_the_new_one(family):
     upstream, ours = model_pair(family)
     turn_1 = [SYSTEM, IMAGE, USER]
@@ -118,7 +118,7 @@ def test_new_image_next_to_cached_image_encodes_only_the_new_one(family):
     cache = cache_of(upstream, turn_1_prompt.inputs())
     with VisionRunCounter(ours) as runs:
         _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
-    assert runs.batch_sizes == ([2] if family == "paligemma" else [1])
+    assert runs.batch_sizes == ([2] if ours.vision_facts.bidirectional == "prefix" else [1])
     _, expected_logits = generate_logits(upstream, conversation.inputs())
     for step_actual, step_expected in zip(logits, expected_logits, strict=True):
         assert_close(step_actual, step_expected)
@@ -132,7 +132,7 @@ def _mid_image(prompt: Prompt, placeholder_id: int) -> int:
     return int(positions[len(positions) // 2])
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("cache_cropped_inside_image"))
 def test_cache_cropped_inside_image(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
@@ -147,19 +147,20 @@ def test_cache_cropped_inside_image(family):
         assert_close(step_actual, step_expected)
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("cache_from_prompt_truncated_inside_image"))
 def test_cache_from_prompt_truncated_inside_image(family):
     """A cache computed over a prompt cut mid-image never saw the rest of the image: only a roll-back is exact."""
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
     cut = _mid_image(prompt, ours.config.image_token_id)
+    inputs = prompt.inputs()
     with torch.no_grad():
-        features = upstream.model.get_image_features(prompt.pixel_values).pooler_output
-        features = torch.cat(list(features)).reshape(-1, features[0].shape[-1])
-        rows = int((prompt.input_ids[0, :cut] == ours.config.image_token_id).sum())
-        partial = {"image": BaseModelOutputWithPooling(pooler_output=[features[:rows]])}
-        if family != "llava":
-            partial["image"].pooler_output = features[:rows].unsqueeze(0)
+        spans = find_image_spans(prompt.input_ids, ours.config.image_token_id, ours.image_token_counts(inputs))
+        image_inputs = ours.select_image_inputs(inputs, [span.image_index for span in spans])
+        pooled = ours.model.get_image_features(**image_inputs, return_dict=True).pooler_output
+        features = dict(enumerate(split_per_image(pooled, [span.length for span in spans])))
+        prepared = PreparedImages(spans=spans, features=features, as_list=ours.vision_facts.features_as_list)
+        partial = prepared.encoder_outputs_between(0, cut)
         cache = upstream(**prompt.inputs(length=cut, with_pixels=False), mm_encoder_outputs=partial).cache
     _, logits = generate_logits(ours, prompt.inputs(), cache=cache)
     _, expected_logits = generate_logits(upstream, prompt.inputs())
@@ -170,25 +171,12 @@ def test_cache_from_prompt_truncated_inside_image(family):
 # -- 5. Batch with different image counts, left-padded ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+@pytest.mark.parametrize("family", families_for("left_padded_batch_matches_solo_runs"))
 def test_left_padded_batch_matches_solo_runs(family):
     upstream, ours = model_pair(family)
     one = Prompt(ours.config, [SYSTEM, IMAGE, USER], image_seeds=[3])
     two = Prompt(ours.config, [[2, 50], IMAGE, [51], IMAGE, [52, 53]], image_seeds=[4, 5])
-    width = max(one.length, two.length)
-    pad = ours.generation_config.pad_token_id
-
-    def padded(prompt: Prompt, key: str, fill: int) -> torch.Tensor:
-        value = getattr(prompt, key)
-        return torch.nn.functional.pad(value, (width - value.shape[1], 0), value=fill)
-
-    batch = {
-        "input_ids": torch.cat([padded(one, "input_ids", pad), padded(two, "input_ids", pad)]),
-        "attention_mask": torch.cat([_mask(p.length, width) for p in (one, two)]),
-        "pixel_values": torch.cat([one.pixel_values, two.pixel_values]),
-    }
-    if one.token_type_ids is not None:
-        batch["token_type_ids"] = torch.cat([padded(one, "token_type_ids", 0), padded(two, "token_type_ids", 0)])
+    batch = collate([one, two], ours.generation_config.pad_token_id)
     with VisionRunCounter(ours) as runs:
         _, batch_logits = generate_logits(ours, batch, max_new_tokens=2)
     assert runs.calls == 1 and runs.images == 3
@@ -196,10 +184,6 @@ def test_left_padded_batch_matches_solo_runs(family):
         _, solo_logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2)
         for step_batch, step_solo in zip(batch_logits, solo_logits, strict=True):
             assert_close(step_batch[row], step_solo[0], atol=1e-4)
-
-
-def _mask(length: int, width: int) -> torch.Tensor:
-    return torch.cat([torch.zeros(1, width - length, dtype=torch.long), torch.ones(1, length, dtype=torch.long)], 1)
 
 
 # -- 7. Gemma3 without token_type_ids --------------------------------------------------------------------------------
@@ -216,11 +200,19 @@ def test_gemma3_derives_token_type_ids():
     assert not torch.allclose(upstream_logits[0], logits[0], atol=1e-4), "upstream drops the bidirectional mask"
 
 
-def test_interleaved_requests_share_no_state():
-    upstream, ours = model_pair("gemma3")
-    first = Prompt(ours.config, [SYSTEM, IMAGE, USER], image_seeds=[11])
-    second = Prompt(ours.config, [[2, 60], IMAGE, [61, 62]], image_seeds=[12])
-    cache = cache_of(upstream, first.inputs(length=6, with_pixels=False))
-    generate_logits(ours, second.inputs())
-    _, logits = generate_logits(ours, first.inputs(), cache=copy.deepcopy(cache))
-    assert_close(logits[0], reference_next_logits(upstream, first))
+@pytest.mark.parametrize("family", families_for("interleaved_requests_share_no_state"))
+def test_interleaved_requests_share_no_state(family):
+    """A turn 1, B turn 1, then A turn 2 from A's cache: positions and features come from A's prompt and cache."""
+    upstream, ours = model_pair(family)
+    turn_1 = [SYSTEM, IMAGE, USER]
+    a_turn_1 = Prompt(ours.config, turn_1, image_seeds=[11])
+    a_turn_2 = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[11, 13])
+    b_turn_1 = Prompt(ours.config, [[2, 60], IMAGE, [61, 62], IMAGE, [63]], image_seeds=[12, 14])
+    a_cache = DynamicCache(config=ours.config)
+    generate_logits(ours, a_turn_1.inputs(), cache=a_cache, max_new_tokens=1)
+    assert a_cache.get_seq_length() == a_turn_1.length  # one new token: prefill only, the cache holds the prompt
+    generate_logits(ours, b_turn_1.inputs())
+    _, logits = generate_logits(ours, a_turn_2.inputs(), cache=a_cache)
+    _, expected_logits = generate_logits(upstream, a_turn_2.inputs())
+    for step_actual, step_expected in zip(logits, expected_logits, strict=True):
+        assert_close(step_actual, step_expected)
