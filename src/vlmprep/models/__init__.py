@@ -1,4 +1,4 @@
-"""Drop-in model classes, one thin file per family."""
+"""Drop-in model classes, one thin file per family; `DROP_IN_CLASSES` maps model types to them."""
 
 from .auto import DROP_IN_CLASSES, AutoModelForImageTextToText
 from .gemma3 import Gemma3ForConditionalGeneration

@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import pathlib
+import pkgutil
 
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-from .gemma3 import Gemma3ForConditionalGeneration
-from .llava import LlavaForConditionalGeneration
-from .paligemma import PaliGemmaForConditionalGeneration
-
 logger = logging.getLogger(__name__)
 
+
+def _discover_drop_in_classes() -> dict[str, type[PreTrainedModel]]:
+    """model_type -> drop-in class, for every family module in `vlmprep.models` (one thin file per family)."""
+    from ..generation import VisionPrepGenerationMixin
+
+    classes = {}
+    for module_info in pkgutil.iter_modules([str(pathlib.Path(__file__).parent)]):
+        if module_info.name in ("auto", "__init__"):
+            continue
+        module = importlib.import_module(f"{__package__}.{module_info.name}")
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, VisionPrepGenerationMixin)
+                and value.__module__ == module.__name__
+                and getattr(value, "config_class", None) is not None
+            ):
+                classes[value.config_class.model_type] = value
+    return dict(sorted(classes.items()))
+
+
 # model_type -> drop-in class. A model type missing here loads as the transformers class, with a warning.
-DROP_IN_CLASSES: dict[str, type[PreTrainedModel]] = {
-    "gemma3": Gemma3ForConditionalGeneration,
-    "llava": LlavaForConditionalGeneration,
-    "paligemma": PaliGemmaForConditionalGeneration,
-}
+DROP_IN_CLASSES: dict[str, type[PreTrainedModel]] = _discover_drop_in_classes()
 
 
 def _drop_in_class(config: PreTrainedConfig) -> type[PreTrainedModel] | None:
