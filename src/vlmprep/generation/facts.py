@@ -9,6 +9,31 @@ from transformers import PreTrainedConfig
 
 
 @dataclass(frozen=True)
+class ModalityFacts:
+    """How the items of one modality (images, videos, ...) enter the language model.
+
+    The mixin treats every modality alike: spans are the runs of its placeholder, features come from the model's
+    `get_<name>_features`, and a forward receives them as `mm_encoder_outputs[name]`.
+
+    Args:
+        name (`str`): `"image"`, `"video"`, ...: the key of `mm_encoder_outputs` and of `get_<name>_features`.
+        placeholder_attr (`str`): config attribute holding the placeholder token id.
+        pixel_keys (`tuple[str, ...]`): the pixel inputs of the modality.
+        per_item_keys (`tuple[str, ...]`, *optional*, defaults to `()`):
+            other inputs with one entry per item that change its embedding (hashed with the pixels).
+    """
+
+    name: str
+    placeholder_attr: str
+    pixel_keys: tuple[str, ...]
+    per_item_keys: tuple[str, ...] = ()
+
+    def placeholder_id(self, config: PreTrainedConfig) -> int:
+        """The placeholder token id of a model config."""
+        return getattr(config, self.placeholder_attr)
+
+
+@dataclass(frozen=True)
 class VisionFacts:
     """What the shared mixin needs to know about one VLM family. Behaviour lives in the mixin; families state facts.
 
@@ -31,6 +56,8 @@ class VisionFacts:
             whether every image must have the vision config's `num_channels x image_size x image_size` shape.
         features_as_list (`bool`, *optional*, defaults to `False`):
             whether the model reads `pooler_output` as a list of per-image tensors rather than one tensor.
+        other_modalities (`tuple[ModalityFacts, ...]`, *optional*, defaults to `()`):
+            modalities besides images (e.g. videos), each with its own placeholder and pixel inputs.
     """
 
     placeholder_attr: str = "image_token_id"
@@ -41,6 +68,13 @@ class VisionFacts:
     per_image_keys: tuple[str, ...] = ("image_sizes",)
     fixed_resolution: bool = True
     features_as_list: bool = False
+    other_modalities: tuple[ModalityFacts, ...] = ()
+
+    @property
+    def modalities(self) -> tuple[ModalityFacts, ...]:
+        """Every modality of the family, images first (in that order the mixin numbers their items)."""
+        image = ModalityFacts("image", self.placeholder_attr, self.pixel_keys, self.per_image_keys)
+        return (image, *self.other_modalities)
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The image placeholder token id of a model config."""

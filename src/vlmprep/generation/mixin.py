@@ -20,10 +20,13 @@ import uuid
 from typing import Any
 
 import torch
+from transformers import GenerationMixin
 
 from ..cache.encoder_cache import EncoderCache
 from ..cache.hashing import hash_image_inputs
-from .facts import VisionFacts
+from ..cache.prefix_cache import PrefixCache
+from .facts import ModalityFacts, VisionFacts
+from .prefix import PrefixRequest
 from .prepared import PreparedImages, split_per_image
 from .spans import (
     ImageSpan,
@@ -38,7 +41,7 @@ from .spans import (
 from .validation import check_cache_matches_model, check_pixel_shapes, check_sequence_input
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
-VLMPREP_GENERATE_KWARGS = ("cache_salt",)
+VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request")
 # Key under which the prepared images travel through `model_kwargs` from step 4 to prefill.
 PREPARED_IMAGES_KEY = "vlmprep_prepared_images"
 TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
@@ -93,48 +96,92 @@ class VisionPrepGenerationMixin:
         uid = self.__dict__.setdefault("_vlmprep_uid", uuid.uuid4().hex)
         return (uid, id(self), str(self.dtype), str(self.device))
 
+    @property
+    def prefix_cache(self) -> PrefixCache | None:
+        """The `PrefixCache` every `generate` call uses unless it passes `prefix_cache=` (`None`: off, the default)."""
+        return self.__dict__.get("_vlmprep_prefix_cache")
+
+    @prefix_cache.setter
+    def prefix_cache(self, store: PrefixCache | None) -> None:
+        if store is not None and not isinstance(store, PrefixCache):
+            raise TypeError(f"`prefix_cache` must be a vlmprep.PrefixCache or None, got {type(store).__name__}.")
+        self.__dict__["_vlmprep_prefix_cache"] = store
+
+    def generate(self, *args, prefix_cache: PrefixCache | None = None, **kwargs):
+        """`transformers.GenerationMixin.generate`, plus vlmprep's opt-in `prefix_cache`.
+
+        Args:
+            prefix_cache (`PrefixCache`, *optional*):
+                resume from the longest stored prefix of the prompt, and store the prompt and answer afterwards;
+                defaults to `model.prefix_cache`. Not used when a `cache` is passed, with beams, or with
+                `num_return_sequences > 1`.
+            cache_salt (`str`, *optional*):
+                isolates encoder- and prefix-cache entries: entries made under one salt are invisible under another.
+            args, kwargs: everything transformers' `generate` takes.
+
+        Returns:
+            What transformers' `generate` returns.
+        """
+        store = prefix_cache if prefix_cache is not None else self.prefix_cache
+        if store is None:
+            return super().generate(*args, **kwargs)
+        request = PrefixRequest(store)
+        output = super().generate(*args, vlmprep_prefix_request=request, **kwargs)
+        request.finish(output if isinstance(output, torch.Tensor) else output.sequences)
+        return output
+
     # -- Family facts that are computed rather than stated --------------------------------------------------------
 
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int | list[int] | None:
+    # Families with one modality override these with the `(model_kwargs, ...)` signature; families with several
+    # (`VisionFacts.other_modalities`) accept `modality`, which the mixin passes only for the modalities after images.
+
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
         """Placeholder tokens of each image (one count for all, a list per image, or `None`: one image per run).
+
+        An item whose placeholders come in several runs (a video with one run per frame) has a list of its pieces.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs (some families read image sizes from them).
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count tokens of.
 
         Returns:
-            `int`, `list[int]` or `None`
+            `int`, `list[int | list[int]]` or `None`
         """
-        return self.vision_facts.fixed_tokens_per_image(self.config)
+        return self.vision_facts.fixed_tokens_per_image(self.config) if modality == "image" else None
 
-    def count_images(self, model_kwargs: dict[str, Any]) -> int | None:
-        """How many images the call's pixel inputs hold (`None` when there are none).
+    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """How many images (items of `modality`) the call's pixel inputs hold (`None` when there are none).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
 
         Returns:
             `int` or `None`
         """
-        pixel_values = next(
-            (model_kwargs[k] for k in self.vision_facts.pixel_keys if model_kwargs.get(k) is not None), None
-        )
+        pixel_keys = self._modality_facts(modality).pixel_keys
+        pixel_values = next((model_kwargs[k] for k in pixel_keys if model_kwargs.get(k) is not None), None)
         if pixel_values is None:
             return None
         return len(pixel_values) if isinstance(pixel_values, (list, tuple)) else pixel_values.shape[0]
 
-    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+    def select_image_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
         """The per-image inputs (pixels and per-image extras) of the given images, in that order.
 
         Families whose pixel inputs are not one entry per image (e.g. flattened patches) override this.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): image indices.
+            indices (`list[int]`): image indices (indices among the items of `modality`).
+            modality (`str`, *optional*, defaults to `"image"`): whose items.
 
         Returns:
-            `dict[str, Any]`: keyword arguments for the family's `get_image_features`.
+            `dict[str, Any]`: keyword arguments for the family's `get_image_features` (`get_<modality>_features`).
         """
-        keys = (*self.vision_facts.pixel_keys, *self.vision_facts.per_image_keys)
+        facts = self._modality_facts(modality)
+        keys = (*facts.pixel_keys, *facts.per_item_keys)
         return {key: select_images(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
@@ -162,6 +209,18 @@ class VisionPrepGenerationMixin:
         finally:
             model_kwargs.update(own)
 
+    # -- Step 4: `GenerationMixin._prepare_position_ids_for_generation` -------------------------------------------
+
+    def _prepare_position_ids_for_generation(self, inputs_tensor: torch.Tensor, model_kwargs: dict[str, Any]):
+        # Families with multimodal rope override this upstream to build positions from `rope_deltas` that an earlier
+        # call left on the model: a request in between makes them silently wrong (or unbroadcastable). A family
+        # that computes its positions from the prompt alone (`vision_position_ids`, called a few lines later in
+        # `_maybe_prepare_encoder_kwargs_for_generation`) gets only transformers' generic positions here.
+        computes_own = type(self).vision_position_ids is not VisionPrepGenerationMixin.vision_position_ids
+        if computes_own and inputs_tensor.ndim == 2 and not inputs_tensor.is_floating_point():
+            return GenerationMixin._prepare_position_ids_for_generation(self, inputs_tensor, model_kwargs)
+        return super()._prepare_position_ids_for_generation(inputs_tensor, model_kwargs)
+
     # -- Step 4: `GenerationMixin._maybe_prepare_encoder_kwargs_for_generation` -----------------------------------
 
     def _maybe_prepare_encoder_kwargs_for_generation(
@@ -174,23 +233,30 @@ class VisionPrepGenerationMixin:
         # Upstream encodes every image passed, whatever the cache already holds; here only the images whose spans
         # end after the resume point are encoded, and the cache is checked and rolled back first.
         salt = model_kwargs.pop("cache_salt", None)
+        request = model_kwargs.pop("vlmprep_prefix_request", None)
         if model_input_name != "input_ids" or self.config.is_encoder_decoder:
             return super()._maybe_prepare_encoder_kwargs_for_generation(
                 inputs_tensor, model_kwargs, model_input_name, generation_config
             )
-        prepared = self._prepare_images(inputs_tensor, model_kwargs, generation_config, salt)
+        prepared = self._prepare_images(inputs_tensor, model_kwargs, generation_config, salt, request)
         if not generation_config.use_cache:
             # Without a cache every step recomputes the whole prompt and needs all images: upstream does that.
             return super()._maybe_prepare_encoder_kwargs_for_generation(
                 inputs_tensor, model_kwargs, model_input_name, generation_config
             )
-        for key in (*self.vision_facts.pixel_keys, *self.vision_facts.per_image_keys, *self._encoder_kwarg_names()):
-            model_kwargs.pop(key, None)
+        for modality in self.vision_facts.modalities:
+            for key in (*modality.pixel_keys, *modality.per_item_keys, *self._encoder_kwarg_names(modality.name)):
+                model_kwargs.pop(key, None)
         model_kwargs[PREPARED_IMAGES_KEY] = prepared
         return model_kwargs
 
     def _prepare_images(
-        self, input_ids: torch.Tensor, model_kwargs: dict[str, Any], generation_config, salt: str | None
+        self,
+        input_ids: torch.Tensor,
+        model_kwargs: dict[str, Any],
+        generation_config,
+        salt: str | None,
+        request: PrefixRequest | None = None,
     ) -> PreparedImages:
         facts = self.vision_facts
         batch_size, prompt_length = input_ids.shape
@@ -228,16 +294,34 @@ class VisionPrepGenerationMixin:
                 token_types = torch.nn.functional.pad(token_types, (offset, 0))  # cached part: text
             model_kwargs[facts.token_type_key] = token_types
 
-        # 4.3 Spans, and which images the prompt refers to.
-        spans = shift_spans(find_image_spans(input_ids, placeholder_id, self.image_token_counts(model_kwargs)), offset)
+        # 4.3 Spans, and which images (and items of other modalities) the prompt refers to.
+        spans = shift_spans(self._find_spans(input_ids, model_kwargs), offset)
         self._check_images_match_spans(spans, model_kwargs, past_length)
         position_ids = self.vision_position_ids(input_ids, model_kwargs)
         if position_ids is not None:
+            if position_ids.shape[-1] != offset + prompt_length:
+                raise ValueError(
+                    f"This model's multimodal positions are computed from the whole prompt, but only the "
+                    f"{prompt_length} tokens after the {offset} cached ones were passed. Pass the whole conversation as "
+                    "`input_ids` (with its pixel inputs and token types) together with the cache."
+                )
             model_kwargs["position_ids"] = position_ids
 
-        # 4.4 Resume point: never strictly inside a bidirectional block.
-        intervals = merge_blocks(self._bidirectional_blocks(token_types, attention_mask))
-        resume_point = resolve_resume_point(past_length, intervals)
+        # 4.4 A prefix-cache hit becomes the cache, when the caller passed none.
+        blocks = self._bidirectional_blocks(token_types, attention_mask)
+        intervals = merge_blocks(blocks)
+        image_hashes: dict[int, str] = {}
+        trusted = False
+        if request is not None and cache is None and request.applies(generation_config, batch_size):
+            image_hashes = self._image_hashes(sorted({s.image_index for s in spans}), spans, model_kwargs, salt)
+            namespace = (*self._encoder_cache_identity(), str(salt))
+            cache, past_length, trusted = request.restore(
+                self, input_ids, attention_mask, spans, image_hashes, blocks, intervals, placeholder_id, namespace
+            )
+            model_kwargs["cache"] = cache
+
+        # 4.5 Resume point: never strictly inside a bidirectional block, unless the prefix cache's KV saw it whole.
+        resume_point = past_length if trusted else resolve_resume_point(past_length, intervals)
         if resume_point < offset:
             raise ValueError(
                 f"The cache ends at position {past_length}, inside a bidirectional block that starts at "
@@ -247,9 +331,11 @@ class VisionPrepGenerationMixin:
         if resume_point < past_length:
             resume_point = roll_back_cache(cache, past_length, resume_point)
 
-        # 4.5 Features of the images that prefill needs; images wholly inside the cache are not even hashed.
+        # 4.6 Features of the images that prefill needs; images wholly inside the cache are not even hashed.
         needed = sorted({span.image_index for span in spans if span.end > resume_point})
-        features = self._image_features(needed, spans, model_kwargs, salt) if needed else {}
+        features, deepstack = (
+            self._image_features(needed, spans, model_kwargs, salt, image_hashes) if needed else ({}, {})
+        )
         return PreparedImages(
             spans=spans,
             features=features,
@@ -257,6 +343,7 @@ class VisionPrepGenerationMixin:
             resume_point=resume_point,
             offset=offset,
             as_list=facts.features_as_list,
+            deepstack=deepstack,
         )
 
     def _derive_token_types(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -276,73 +363,141 @@ class VisionPrepGenerationMixin:
             prefix = prefix & attention_mask.bool()  # padding is masked out, it belongs to no block
         return blocks_from_prefix(prefix)
 
+    def _find_spans(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> list[ImageSpan]:
+        # Items of every modality are numbered together, images first, so features and hashes key on one index.
+        spans: list[ImageSpan] = []
+        for modality in self.vision_facts.modalities:
+            counts = self._modality_hook(self.image_token_counts, modality.name, model_kwargs)
+            first_index = len({span.image_index for span in spans})
+            placeholder_id = modality.placeholder_id(self.config)
+            spans += find_image_spans(input_ids, placeholder_id, counts, modality.name, first_index)
+        return sorted(spans, key=lambda span: (span.row, span.start))
+
     def _check_images_match_spans(
         self, spans: list[ImageSpan], model_kwargs: dict[str, Any], past_length: int
     ) -> None:
-        num_images = self.count_images(model_kwargs)
-        if num_images is None:
-            uncached = [span for span in spans if span.end > past_length]
-            if uncached:
+        for modality in self.vision_facts.modalities:
+            name = modality.name
+            modality_spans = [span for span in spans if span.modality == name]
+            num_items = self._modality_hook(self.count_images, name, model_kwargs)
+            if num_items is None:
+                uncached = [span for span in modality_spans if span.end > past_length]
+                if uncached:
+                    raise ValueError(
+                        f"The prompt has {len(uncached)} {name} placeholder run(s) after the {past_length} cached "
+                        f"tokens (first at row {uncached[0].row}, position {uncached[0].start}) but no pixel inputs "
+                        f"were passed (transformers would run them as text). Pass `{modality.pixel_keys[0]}` for "
+                        f"every {name} of the prompt."
+                    )
+                continue
+            num_runs = len({span.image_index for span in modality_spans})
+            if num_items != num_runs:
                 raise ValueError(
-                    f"The prompt has {len(uncached)} image placeholder run(s) after the {past_length} cached tokens "
-                    f"(first at row {uncached[0].row}, position {uncached[0].start}) but no pixel inputs were passed "
-                    "(transformers would run them as text). Pass `pixel_values` for every image of the prompt."
+                    f"{num_items} {name}(s) were passed but the prompt has {num_runs} {name} placeholder run(s). "
+                    f"Pass exactly one {name} per placeholder run, in prompt order (all {name}s of the conversation, "
+                    "also those already in the cache), or fix the prompt."
                 )
-            return
-        if num_images != len(spans):
-            raise ValueError(
-                f"{num_images} image(s) were passed but the prompt has {len(spans)} image placeholder run(s). Pass "
-                "exactly one image per placeholder run, in prompt order (all images of the conversation, also those "
-                "already in the cache), or fix the prompt."
-            )
         pixel_values = model_kwargs.get(self.vision_facts.pixel_keys[0])
         if self.vision_facts.fixed_resolution and isinstance(pixel_values, torch.Tensor):
             check_pixel_shapes(pixel_values, getattr(self.config, "vision_config", None))
 
     # -- Vision encoder: the encoder cache first, then one batched call for the misses ---------------------------
 
-    def _encoder_kwarg_names(self) -> list[str]:
-        parameters = inspect.signature(self.model.get_image_features).parameters
-        skip = {"kwargs", *self.vision_facts.pixel_keys, *self.vision_facts.per_image_keys}
+    def _modality_facts(self, name: str) -> ModalityFacts:
+        return next(modality for modality in self.vision_facts.modalities if modality.name == name)
+
+    @staticmethod
+    def _modality_hook(hook, name: str, *args):
+        # Single-modality families override the hooks without `modality`: images are asked as they always were.
+        return hook(*args) if name == "image" else hook(*args, modality=name)
+
+    def _encoder_kwarg_names(self, modality: str = "image") -> list[str]:
+        parameters = inspect.signature(getattr(self.model, f"get_{modality}_features")).parameters
+        facts = self._modality_facts(modality)
+        skip = {"kwargs", *facts.pixel_keys, *facts.per_item_keys}
         return [name for name in parameters if name not in skip]
 
-    def _image_features(
-        self, needed: list[int], spans: list[ImageSpan], model_kwargs: dict[str, Any], salt: str | None
-    ) -> dict[int, torch.Tensor]:
-        shared = {k: model_kwargs[k] for k in self._encoder_kwarg_names() if model_kwargs.get(k) is not None}
-        span_of = {span.image_index: span for span in spans}
+    def _shared_encoder_kwargs(self, modality: str, model_kwargs: dict[str, Any]) -> dict[str, Any]:
+        names = self._encoder_kwarg_names(modality)
+        return {name: model_kwargs[name] for name in names if model_kwargs.get(name) is not None}
 
-        def inputs_of(indices: list[int]) -> dict[str, Any]:
-            return self.select_image_inputs(model_kwargs, indices)
+    def _item_inputs(self, span: ImageSpan, indices: list[int], model_kwargs: dict[str, Any]) -> dict[str, Any]:
+        # Pixel inputs of the items at `indices` (indices among the items of `span.modality`).
+        return self._modality_hook(self.select_image_inputs, span.modality, model_kwargs, indices)
+
+    def _image_hashes(
+        self, indices: list[int], spans: list[ImageSpan], model_kwargs: dict[str, Any], salt: str | None
+    ) -> dict[int, str]:
+        # The content hash of each item: its pixel inputs and per-item extras, plus every encoder argument.
+        span_of = {span.image_index: span for span in spans}
+        hashes = {}
+        for index in indices:
+            span = span_of[index]
+            inputs = self._item_inputs(span, [span.input_index], model_kwargs)
+            shared = self._shared_encoder_kwargs(span.modality, model_kwargs)
+            hashes[index] = hash_image_inputs({**inputs, **shared}, salt=salt)
+        return hashes
+
+    def _image_features(
+        self,
+        needed: list[int],
+        spans: list[ImageSpan],
+        model_kwargs: dict[str, Any],
+        salt: str | None,
+        image_hashes: dict[int, str] | None = None,
+    ) -> tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]:
+        # Features (and per-layer deepstack features, when the encoder returns them) of every needed item.
+        span_of = {span.image_index: span for span in spans}
+        lengths: dict[int, int] = {}  # placeholder tokens of each item, over all of its pieces
+        for span in spans:
+            lengths[span.image_index] = lengths.get(span.image_index, 0) + span.length
 
         cache = self.encoder_cache
         use_cache = cache is not None and not self.training and not torch.is_grad_enabled()
         features: dict[int, torch.Tensor] = {}
+        deepstack: dict[int, tuple[torch.Tensor, ...]] = {}
         keys: dict[int, tuple] = {}
         if use_cache:
             identity = self._encoder_cache_identity()
+            known = image_hashes or {}
+            missing_hashes = [index for index in needed if index not in known]
+            hashes = {**known, **self._image_hashes(missing_hashes, spans, model_kwargs, salt)}
             for index in needed:
-                image_inputs = {**inputs_of([index]), **shared}
-                keys[index] = (*identity, hash_image_inputs(image_inputs, salt=salt))
+                keys[index] = (*identity, hashes[index])
                 hit = cache.get(keys[index])
-                if hit is not None:
+                if isinstance(hit, dict):  # stored with its deepstack features
+                    features[index], deepstack[index] = hit["features"], hit["deepstack"]
+                elif hit is not None:
                     features[index] = hit
         misses = [index for index in needed if index not in features]
-        if misses:
-            outputs = self.model.get_image_features(**inputs_of(misses), **shared, return_dict=True)
-            pooled = split_per_image(outputs.pooler_output, [span_of[i].length for i in misses])
-            for index, image_features in zip(misses, pooled, strict=True):
-                features[index] = image_features
+        for modality in self.vision_facts.modalities:
+            group = [index for index in misses if span_of[index].modality == modality.name]
+            if not group:
+                continue
+            inputs = self._item_inputs(span_of[group[0]], [span_of[i].input_index for i in group], model_kwargs)
+            shared = self._shared_encoder_kwargs(modality.name, model_kwargs)
+            outputs = getattr(self.model, f"get_{modality.name}_features")(**inputs, **shared, return_dict=True)
+            counts = [lengths[index] for index in group]
+            pooled = split_per_image(outputs.pooler_output, counts)
+            layers = deepstack_layers(outputs)
+            per_layer = [split_per_image(layer, counts) for layer in layers] if layers is not None else None
+            for position, index in enumerate(group):
+                features[index] = pooled[position]
+                entry = features[index]
+                if per_layer is not None:
+                    deepstack[index] = tuple(layer[position] for layer in per_layer)
+                    entry = {"features": features[index], "deepstack": deepstack[index]}
                 if use_cache:
-                    cache.put(keys[index], image_features)
+                    cache.put(keys[index], entry)
         for index in needed:
-            if features[index].shape[0] != span_of[index].length:
+            if features[index].shape[0] != lengths[index]:
+                name = span_of[index].modality.capitalize()
                 raise ValueError(
-                    f"Image {index} has {span_of[index].length} placeholder tokens but its vision features have "
-                    f"{features[index].shape[0]} rows. The prompt was built for another image size or model config; "
-                    "build it with this model's processor."
+                    f"{name} {span_of[index].input_index} has {lengths[index]} placeholder tokens but its vision "
+                    f"features have {features[index].shape[0]} rows. The prompt was built for another "
+                    f"{span_of[index].modality} size or model config; build it with this model's processor."
                 )
-        return features
+        return features, deepstack
 
     # -- Step 5: `GenerationMixin._expand_inputs_for_generation` --------------------------------------------------
 
@@ -412,6 +567,21 @@ def select_images(value: Any, indices: list[int]) -> Any:
     if isinstance(value, torch.Tensor):
         return value[indices]
     return [value[index] for index in indices]
+
+
+def deepstack_layers(outputs) -> list | None:
+    """The per-layer extra features of a vision encoder output (Qwen3-VL's deepstack), or `None` when it has none.
+
+    Only the layout upstream generation carries is read: one entry per layer, each a tensor or per-item tensors.
+    """
+    layers = getattr(outputs, "deepstack_features", None)
+    if layers is None or not all(isinstance(layer, torch.Tensor) or _all_tensors(layer) for layer in layers):
+        return None
+    return list(layers)
+
+
+def _all_tensors(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(item, torch.Tensor) for item in value)
 
 
 def roll_back_cache(cache, past_length: int, resume_point: int) -> int:

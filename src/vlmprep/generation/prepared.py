@@ -12,18 +12,36 @@ from .spans import ImageSpan
 
 
 @dataclass
+class EncoderRows(BaseModelOutputWithPooling):
+    """The feature rows one forward reads for one modality, as `mm_encoder_outputs[modality]`.
+
+    Args:
+        pooler_output (`torch.Tensor` or `list[torch.Tensor]`): `(1, rows, dim)`, or `[(rows, dim)]`.
+        deepstack_features (`list`, *optional*):
+            per extra layer (Qwen3-VL's deepstack), the same rows in the same container; `None` when the vision
+            encoder returns no such features.
+    """
+
+    deepstack_features: list | None = None
+
+
+@dataclass
 class PreparedImages:
     """Spans of the prompt and the features of every image a prefill from `resume_point` needs.
 
     Features are kept once per distinct image, so expanding rows for beams or `num_return_sequences` shares them.
+    Items of every modality (images, videos) live here together, keyed by their `image_index`.
 
     Args:
-        spans (`list[ImageSpan]`): all image spans of the prompt, in sequence coordinates.
-        features (`dict[int, torch.Tensor]`): `(tokens, dim)` features of each needed image, by image index.
+        spans (`list[ImageSpan]`): all spans of the prompt, every modality, in sequence coordinates.
+        features (`dict[int, torch.Tensor]`): `(tokens, dim)` features of each needed item, by image index.
         intervals (`list[tuple[int, int]]`): merged bidirectional blocks, where no chunk may end.
         resume_point (`int`): the cache length prefill starts from.
         offset (`int`): sequence position of `input_ids[:, 0]` (non-zero when the caller passes only new tokens).
         as_list (`bool`): whether the model reads `pooler_output` as a list of tensors rather than one tensor.
+        deepstack (`dict[int, tuple[torch.Tensor, ...]]`):
+            per needed item whose encoder returns per-layer extra features (Qwen3-VL's deepstack), one
+            `(tokens, dim)` tensor per layer; fed to the same placeholders as `features`.
     """
 
     spans: list[ImageSpan]
@@ -32,6 +50,7 @@ class PreparedImages:
     resume_point: int = 0
     offset: int = 0
     as_list: bool = False
+    deepstack: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
 
     def expand(self, expand_size: int) -> PreparedImages:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -43,11 +62,19 @@ class PreparedImages:
         spans.sort(key=lambda span: (span.row, span.start))
         return replace(self, spans=spans)
 
-    def rows_between(self, start: int, end: int) -> torch.Tensor | None:
+    def rows_between(
+        self, start: int, end: int, modality: str = "image", layer: int | None = None
+    ) -> torch.Tensor | None:
         """Feature rows of the placeholders in positions `[start, end)`, in the order the model fills them.
 
         Models scatter features into placeholders in row-major order over `(batch, position)`, so rows are taken
         row by row, span by span, clipped to the slice: an image cut by `start` contributes only its later rows.
+
+        Args:
+            start (`int`): first position of the slice.
+            end (`int`): one past its last position.
+            modality (`str`, *optional*, defaults to `"image"`): whose placeholders.
+            layer (`int`, *optional*): a deepstack layer's rows instead of the features.
 
         Returns:
             `torch.Tensor` of shape `(num_placeholders, dim)`, or `None` when the slice has no placeholder.
@@ -55,19 +82,33 @@ class PreparedImages:
         pieces = []
         for span in self.spans:
             lo, hi = max(span.start, start), min(span.end, end)
-            if lo < hi:
-                pieces.append(self.features[span.image_index][lo - span.start : hi - span.start])
+            if span.modality == modality and lo < hi:
+                item = self.features[span.image_index] if layer is None else self.deepstack[span.image_index][layer]
+                first = span.feature_start + lo - span.start  # the item's row of the placeholder at `lo`
+                pieces.append(item[first : first + hi - lo])
         if not pieces:
             return None
         return torch.cat(pieces, dim=0)
 
-    def encoder_outputs_between(self, start: int, end: int) -> dict[str, BaseModelOutputWithPooling] | None:
+    def encoder_outputs_between(self, start: int, end: int) -> dict[str, EncoderRows] | None:
         """`mm_encoder_outputs` for a forward over positions `[start, end)`, in the container the model reads."""
-        rows = self.rows_between(start, end)
-        if rows is None:
-            return None
-        pooled = [rows] if self.as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
-        return {"image": BaseModelOutputWithPooling(pooler_output=pooled)}
+        outputs = {}
+        for modality in dict.fromkeys(span.modality for span in self.spans):
+            rows = self.rows_between(start, end, modality)
+            if rows is None:
+                continue
+            output = EncoderRows(pooler_output=self._container(rows))
+            items = [span.image_index for span in self.spans if span.modality == modality]
+            layers = next((len(self.deepstack[item]) for item in items if item in self.deepstack), None)
+            if layers is not None:
+                output.deepstack_features = [
+                    self._container(self.rows_between(start, end, modality, layer)) for layer in range(layers)
+                ]
+            outputs[modality] = output
+        return outputs or None
+
+    def _container(self, rows: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        return [rows] if self.as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
 
 
 def split_per_image(pooler_output: torch.Tensor | Sequence[torch.Tensor], token_counts: Sequence[int]) -> list:

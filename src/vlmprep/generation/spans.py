@@ -14,23 +14,39 @@ import torch
 
 @dataclass(frozen=True)
 class ImageSpan:
-    """One image's run of placeholder tokens in one batch row.
+    """One image's run of placeholder tokens in one batch row (or one piece of a video's, for any modality).
 
     Args:
         row (`int`): batch row of the prompt.
         start (`int`): first placeholder position.
         end (`int`): one past the last placeholder position.
-        image_index (`int`): index of the image in the pixel inputs (placeholder order over rows, then positions).
+        image_index (`int`):
+            the item's index, unique across modalities: images are numbered first, in the order of the pixel inputs
+            (placeholder order over rows, then positions), then the items of each other modality.
+        modality (`str`, *optional*, defaults to `"image"`): the modality of the item (`"image"`, `"video"`, ...).
+        modality_index (`int`, *optional*):
+            index of the item in its own modality's inputs; `None` when it equals `image_index` (images).
+        feature_start (`int`, *optional*, defaults to 0):
+            the item's first feature row this span holds; non-zero for the later pieces of an item whose
+            placeholders are split into several runs (e.g. one run per video frame between timestamps).
     """
 
     row: int
     start: int
     end: int
     image_index: int
+    modality: str = "image"
+    modality_index: int | None = None
+    feature_start: int = 0
 
     @property
     def length(self) -> int:
         return self.end - self.start
+
+    @property
+    def input_index(self) -> int:
+        """Index of the item in its own modality's inputs."""
+        return self.image_index if self.modality_index is None else self.modality_index
 
 
 @dataclass(frozen=True)
@@ -66,18 +82,27 @@ def find_runs(mask: torch.Tensor) -> list[tuple[int, int, int]]:
 
 
 def find_image_spans(
-    input_ids: torch.Tensor, placeholder_id: int, tokens_per_image: Sequence[int] | int | None
+    input_ids: torch.Tensor,
+    placeholder_id: int,
+    tokens_per_image: Sequence[int | Sequence[int]] | int | None,
+    modality: str = "image",
+    first_index: int = 0,
 ) -> list[ImageSpan]:
-    """The image spans of a prompt.
+    """The image spans of a prompt (or the spans of another modality's items).
 
     A run of placeholders may hold several images back to back; it is split by the images' token counts, taken in
-    placeholder order.
+    placeholder order. An item whose placeholders are split into several runs (a video with one run per frame)
+    states its count as the sequence of its pieces, and gets one span per piece.
 
     Args:
         input_ids (`torch.Tensor` of shape `(batch_size, seq_len)`): the prompt.
         placeholder_id (`int`): the image placeholder token id.
-        tokens_per_image (`Sequence[int]` or `int`, *optional*):
-            placeholder tokens of each image, or one count for every image; `None` makes every run one image.
+        tokens_per_image (`Sequence[int | Sequence[int]]` or `int`, *optional*):
+            placeholder tokens of each image (or of each piece of it), or one count for every image; `None` makes
+            every run one image.
+        modality (`str`, *optional*, defaults to `"image"`): the modality of the items, stored on the spans.
+        first_index (`int`, *optional*, defaults to 0): `image_index` of the first item (items of other modalities
+            numbered before these).
 
     Returns:
         `list[ImageSpan]` in placeholder order.
@@ -85,30 +110,49 @@ def find_image_spans(
     Raises:
         `ValueError`: when a run's length does not fit the images' token counts.
     """
+    pieces = None  # (item, first feature row, tokens) of every piece, in placeholder order
+    if tokens_per_image is not None and not isinstance(tokens_per_image, int):
+        pieces = []
+        for item, count in enumerate(tokens_per_image):
+            feature_start = 0
+            for length in [count] if isinstance(count, int) else count:
+                pieces.append((item, feature_start, int(length)))
+                feature_start += int(length)
     spans: list[ImageSpan] = []
     for row, start, end in find_runs(input_ids == placeholder_id):
         position = start
         while position < end:
+            item, feature_start = len(spans), 0
             if tokens_per_image is None:
                 length = end - position
             elif isinstance(tokens_per_image, int):
                 length = tokens_per_image
-            elif len(spans) < len(tokens_per_image):
-                length = tokens_per_image[len(spans)]
+            elif len(spans) < len(pieces):
+                item, feature_start, length = pieces[len(spans)]
             else:
                 raise ValueError(
-                    f"The prompt has more image placeholder tokens than the {len(tokens_per_image)} images passed "
-                    f"need (row {row}, positions {position}..{end - 1} have no image). Pass one image per "
-                    "placeholder run, or remove the extra placeholders."
+                    f"The prompt has more {modality} placeholder tokens than the {len(tokens_per_image)} "
+                    f"{modality}s passed need (row {row}, positions {position}..{end - 1} have no {modality}). Pass "
+                    f"one {modality} per placeholder run, or remove the extra placeholders."
                 )
             if position + length > end:
                 raise ValueError(
-                    f"Image placeholder run of length {end - start} at row {row}, positions {start}..{end - 1} does "
-                    f"not match the images' token counts (image {len(spans)} needs {length} tokens, "
-                    f"{end - position} left). Build the prompt with the model's processor, which inserts exactly "
-                    "the number of placeholders each image needs."
+                    f"{modality.capitalize()} placeholder run of length {end - start} at row {row}, positions "
+                    f"{start}..{end - 1} does not match the {modality}s' token counts ({modality} {item} needs {length} "
+                    f"tokens, {end - position} left). Build the prompt with the model's processor, which inserts "
+                    f"exactly the number of placeholders each {modality} needs."
                 )
-            spans.append(ImageSpan(row=row, start=position, end=position + length, image_index=len(spans)))
+            spans.append(
+                ImageSpan(
+                    row=row,
+                    start=position,
+                    end=position + length,
+                    image_index=first_index + item,
+                    modality=modality,
+                    modality_index=None if modality == "image" and first_index == 0 else item,
+                    feature_start=feature_start,
+                )
+            )
             position += length
     return spans
 

@@ -1,0 +1,138 @@
+"""The encoder cache inside drop-in models: an image is encoded once across calls, and never wrongly reused."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from conftest import FOUNDATION_FAMILIES, model_pair
+from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from vlmprep import EncoderCache
+from vlmprep.testing import IMAGE, VisionRunCounter
+
+SYSTEM = [2, 10, 11, 12]
+
+
+@pytest.fixture
+def fresh_cache():
+    """A fresh cache on every foundation model, restored to the default afterwards."""
+    saved = {family: model_pair(family)[1].encoder_cache for family in FOUNDATION_FAMILIES}
+    for family in FOUNDATION_FAMILIES:
+        model_pair(family)[1].encoder_cache = EncoderCache(max_bytes=2**24)
+    yield
+    for family, cache in saved.items():
+        model_pair(family)[1].encoder_cache = cache
+
+
+@pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
+def test_second_call_with_the_same_image_runs_no_encoder(family, fresh_cache):
+    upstream, ours = model_pair(family)
+    first = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1])
+    same_image_other_question = Prompt(ours.config, [[2, 40, 41], IMAGE, [42, 43]], image_seeds=[1])
+    with VisionRunCounter(ours) as runs:
+        generate_logits(ours, first.inputs(), max_new_tokens=1)
+        _, logits_again = generate_logits(ours, first.inputs(), max_new_tokens=1)
+        _, logits_other = generate_logits(ours, same_image_other_question.inputs(), max_new_tokens=1)
+    assert runs.batch_sizes == [1]
+    assert_close(logits_again[0], reference_next_logits(upstream, first))
+    assert_close(logits_other[0], reference_next_logits(upstream, same_image_other_question))
+    assert ours.encoder_cache.stats.hits == 2
+
+
+def test_misses_of_one_call_are_encoded_in_one_batch(fresh_cache):
+    _, ours = model_pair("gemma3")
+    generate_logits(ours, Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1]).inputs(), max_new_tokens=1)
+    three = Prompt(ours.config, [SYSTEM, IMAGE, [30], IMAGE, [31], IMAGE, [32]], image_seeds=[1, 2, 3])
+    with VisionRunCounter(ours) as runs:
+        generate_logits(ours, three.inputs(), max_new_tokens=1)
+    assert runs.batch_sizes == [2]  # image 1 hit; images 2 and 3 in one call
+
+
+def test_different_images_with_identical_shapes_never_hit(fresh_cache):
+    upstream, ours = model_pair("llava")
+    for seed in range(4):
+        prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[seed])
+        with VisionRunCounter(ours) as runs:
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+        assert runs.calls == 1
+        assert_close(logits[0], reference_next_logits(upstream, prompt))
+    assert ours.encoder_cache.stats.hits == 0
+
+
+def test_same_pixels_with_other_encoder_arguments_do_not_hit(fresh_cache):
+    _, ours = model_pair("llava")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1])
+    with VisionRunCounter(ours) as runs:
+        _, last_layer = generate_logits(ours, prompt.inputs(), max_new_tokens=1, vision_feature_layer=-1)
+        _, other_layer = generate_logits(ours, prompt.inputs(), max_new_tokens=1, vision_feature_layer=-2)
+    assert runs.calls == 2
+    assert not torch.allclose(last_layer[0], other_layer[0])
+
+
+def test_salt_isolates_tenants(fresh_cache):
+    _, ours = model_pair("gemma3")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1])
+    with VisionRunCounter(ours) as runs:
+        generate_logits(ours, prompt.inputs(), max_new_tokens=1, cache_salt="tenant-a")
+        generate_logits(ours, prompt.inputs(), max_new_tokens=1, cache_salt="tenant-b")
+        generate_logits(ours, prompt.inputs(), max_new_tokens=1, cache_salt="tenant-a")
+    assert runs.calls == 2
+
+
+def test_training_mode_bypasses_the_cache(fresh_cache):
+    _, ours = model_pair("gemma3")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1])
+    ours.train()
+    try:
+        with VisionRunCounter(ours) as runs:
+            generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+            generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    finally:
+        ours.eval()
+    assert runs.calls == 2 and len(ours.encoder_cache) == 0
+
+
+def test_turning_the_cache_off_and_type_check(fresh_cache):
+    _, ours = model_pair("gemma3")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1])
+    ours.encoder_cache = None
+    with VisionRunCounter(ours) as runs:
+        generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+        generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert runs.calls == 2
+    with pytest.raises(TypeError, match="EncoderCache"):
+        ours.encoder_cache = {}
+
+
+def test_one_cache_shared_by_threads_and_models(fresh_cache):
+    """Two models share one cache from several threads: entries never mix, every answer stays exact."""
+    shared = EncoderCache(max_bytes=2**24)
+    pairs = [model_pair("gemma3"), model_pair("paligemma")]
+    for _, ours in pairs:
+        ours.encoder_cache = shared
+    expected = {}
+    for index, (upstream, ours) in enumerate(pairs):
+        for seed in range(3):
+            prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[seed])
+            expected[index, seed] = (prompt, reference_next_logits(upstream, prompt))
+    errors = []
+
+    def work(index):
+        try:
+            _, ours = pairs[index % 2]
+            for seed in [0, 1, 2, 1, 0]:
+                prompt, reference = expected[index % 2, seed]
+                _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+                assert_close(logits[0], reference)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert shared.stats.entries == 6  # 3 images x 2 models, never shared across models
