@@ -25,6 +25,7 @@ quality:
 
 repo-consistency:
 	$(PYTHON) utils/check_upstream_hooks.py
+	$(PYTHON) utils/families_table.py --check
 
 bench:
 	$(PYTHON) -m vlmprep.cli bench

@@ -1,0 +1,268 @@
+"""Write `docs/families.md`: every image-text-to-text model type of transformers and what vlmprep does with it.
+
+For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table states the transformers class, the vlmprep
+drop-in class (`vlmprep.models.DROP_IN_CLASSES`) or why there is none (`vlmprep.models.families.NOT_ADAPTED_REASONS`),
+the conformance scenarios the drop-in runs and those it skips with their reasons (`tests/family_registry.py`), and
+whether `vlmprep.loading.text_only` loads its text decoder alone.
+
+Usage:
+    python utils/families_table.py          # rewrite docs/families.md
+    python utils/families_table.py --check  # exit 1 when docs/families.md is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import difflib
+import pathlib
+import sys
+
+import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES
+from vlmprep.models import DROP_IN_CLASSES
+from vlmprep.models.families import NOT_ADAPTED_REASONS
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+TESTS_DIR = REPO_ROOT / "tests"
+CONFORMANCE_DIR = TESTS_DIR / "conformance"
+DOC_PATH = REPO_ROOT / "docs" / "families.md"
+NOT_ADAPTED = "transformers class (not adapted)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """One conformance scenario: the name a `FamilyCase.skip` key uses, and the families it is limited to."""
+
+    name: str
+    source: str  # test file it comes from
+    families: tuple[str, ...] | None = None  # None: every registered family
+
+
+def load_family_cases() -> dict:
+    """`FAMILY_CASES` of `tests/family_registry.py`, imported by path the way pytest's rootdir import does it."""
+    if str(TESTS_DIR) not in sys.path:
+        sys.path.insert(0, str(TESTS_DIR))
+    import family_registry
+
+    return dict(family_registry.FAMILY_CASES)
+
+
+def _literal(node: ast.AST):
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None
+
+
+def collect_scenarios(conformance_dir: pathlib.Path = CONFORMANCE_DIR) -> list[Scenario]:
+    """The scenario names of the conformance suite, read from its test files without importing them.
+
+    A scenario is a `families_for("<name>")` call (optionally limited by a literal `families=[...]` list), or, in a
+    file that parameterizes bad-input cases, `bad_input_<case>` for each module-level `_case_<case>` function.
+
+    Args:
+        conformance_dir (`pathlib.Path`): the folder of the conformance test files.
+
+    Returns:
+        `list[Scenario]`, sorted by name.
+    """
+    scenarios: dict[str, Scenario] = {}
+    for path in sorted(conformance_dir.glob("test_*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        source = path.relative_to(REPO_ROOT).as_posix()
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "families_for" and node.args):
+                continue
+            name = _literal(node.args[0])
+            if not isinstance(name, str):
+                continue
+            limited = node.args[1] if len(node.args) > 1 else None
+            limited = next((k.value for k in node.keywords if k.arg == "families"), limited)
+            families = _literal(limited) if limited is not None else None
+            scenarios[name] = Scenario(name, source, tuple(families) if isinstance(families, (list, tuple)) else None)
+        if "bad_input_" in path.read_text():
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef) and node.name.startswith("_case_"):
+                    name = "bad_input_" + node.name.removeprefix("_case_")
+                    scenarios[name] = Scenario(name, source)
+    return sorted(scenarios.values(), key=lambda scenario: scenario.name)
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _class_path(cls: type) -> str:
+    return f"`{cls.__module__}.{cls.__qualname__}`"
+
+
+def build_table(
+    mapping: dict[str, str],
+    drop_ins: dict[str, type],
+    reasons: dict[str, str],
+    cases: dict,
+    scenarios: list[Scenario],
+    text_only: set[str],
+) -> tuple[str, list[str], list[str]]:
+    """The markdown of `docs/families.md`, with the problems that make it wrong and the warnings that do not.
+
+    Args:
+        mapping (`dict[str, str]`): model type -> transformers class name (the image-text-to-text mapping).
+        drop_ins (`dict[str, type]`): model type -> vlmprep drop-in class.
+        reasons (`dict[str, str]`): model type -> why it has no drop-in.
+        cases (`dict`): model type -> `FamilyCase` of the conformance suite.
+        scenarios (`list[Scenario]`): the conformance scenarios.
+        text_only (`set[str]`): model types whose text decoder loads alone.
+
+    Returns:
+        `tuple[str, list[str], list[str]]`: the document, errors (the table cannot be right), warnings.
+    """
+    errors, warnings = [], []
+    missing = sorted(set(mapping) - set(drop_ins) - set(reasons))
+    if missing:
+        errors.append(
+            "no drop-in and no reason for: "
+            + ", ".join(missing)
+            + ". Add a one-line reason to NOT_ADAPTED_REASONS in src/vlmprep/models/families.py."
+        )
+    stale = sorted(set(reasons) & set(drop_ins))
+    if stale:
+        warnings.append(
+            "these model types have a drop-in now; remove them from NOT_ADAPTED_REASONS: " + ", ".join(stale)
+        )
+    unknown = sorted(set(reasons) - set(mapping))
+    if unknown:
+        warnings.append("NOT_ADAPTED_REASONS names model types outside the mapping: " + ", ".join(unknown))
+    orphans = sorted(set(cases) - set(drop_ins))
+    if orphans:
+        warnings.append("FamilyCase registered for model types without a drop-in class: " + ", ".join(orphans))
+    known_scenarios = {scenario.name for scenario in scenarios}
+    for name, case in sorted(cases.items()):
+        for key in sorted(set(case.skip) - known_scenarios):
+            warnings.append(f"FamilyCase {name!r} skips {key!r}, which is no conformance scenario")
+
+    def applies(scenario: Scenario, family: str) -> bool:
+        return scenario.families is None or family in scenario.families
+
+    lines = [
+        "# Families",
+        "",
+        "<!-- Generated by `python utils/families_table.py`; do not edit by hand. -->",
+        "",
+        f"Every model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` in transformers {transformers.__version__} "
+        "and what vlmprep does with it. A model type with a drop-in class loads as that class through "
+        "`vlmprep.AutoModelForImageTextToText`; any other loads as transformers' own class (with a warning), so "
+        "its images are encoded as transformers does. *Conformance* counts the scenarios of `tests/conformance/` "
+        "the drop-in runs (see [Conformance scenarios per drop-in](#conformance-scenarios-per-drop-in)); "
+        "*text-only* says whether `vlmprep.loading.text_only` loads the text decoder alone, without reading "
+        "vision weights.",
+        "",
+    ]
+    adapted = sorted(set(mapping) & set(drop_ins))
+    lines += [
+        f"{len(adapted)} of {len(mapping)} model types have a drop-in class; "
+        f"{len(set(mapping) & text_only)} load text-only.",
+        "",
+        "| model type | transformers class | vlmprep | conformance | text-only | why not adapted |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model_type in sorted(mapping):
+        text = "yes" if model_type in text_only else "—"
+        if model_type in drop_ins:
+            case = cases.get(model_type)
+            if case is None:
+                conformance = "no FamilyCase registered"
+            else:
+                ran = [s for s in scenarios if applies(s, model_type) and s.name not in case.skip]
+                skipped = [s for s in scenarios if applies(s, model_type) and s.name in case.skip]
+                conformance = f"{len(ran)} run, {len(skipped)} skipped"
+            status, reason = _class_path(drop_ins[model_type]), ""
+        else:
+            conformance, status = "—", NOT_ADAPTED
+            reason = _escape(reasons.get(model_type, "**missing reason**"))
+        lines.append(f"| `{model_type}` | `{mapping[model_type]}` | {status} | {conformance} | {text} | {reason} |")
+
+    outside = sorted(set(drop_ins) - set(mapping))
+    if outside:
+        lines += ["", "Drop-in classes for model types outside the image-text-to-text mapping:", ""]
+        lines += [f"- `{model_type}`: {_class_path(drop_ins[model_type])}" for model_type in outside]
+
+    lines += ["", "## Conformance scenarios per drop-in", ""]
+    for model_type in sorted(drop_ins):
+        lines += [f"### `{model_type}`", ""]
+        case = cases.get(model_type)
+        if case is None:
+            lines += ["No `FamilyCase` is registered in `tests/families/`: the conformance suite does not run it.", ""]
+            continue
+        ran = [s.name for s in scenarios if applies(s, model_type) and s.name not in case.skip]
+        skipped = [(s.name, case.skip[s.name]) for s in scenarios if applies(s, model_type) and s.name in case.skip]
+        lines.append(f"Runs ({len(ran)}): " + (", ".join(f"`{name}`" for name in ran) or "none") + ".")
+        lines.append("")
+        if skipped:
+            lines.append(f"Skipped ({len(skipped)}):")
+            lines.append("")
+            lines += [f"- `{name}`: {_escape(reason)}" for name, reason in skipped]
+        else:
+            lines.append("Skipped: none.")
+        lines.append("")
+
+    lines += ["## Scenarios", "", "| scenario | test file |", "|---|---|"]
+    for scenario in scenarios:
+        limited = f" (only {', '.join(scenario.families)})" if scenario.families is not None else ""
+        lines.append(f"| `{scenario.name}`{limited} | `{scenario.source}` |")
+    lines.append("")
+    return "\n".join(lines), errors, warnings
+
+
+def render() -> tuple[str, list[str], list[str]]:
+    """The document for the installed transformers and the repository as it is now."""
+    return build_table(
+        mapping=dict(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES),
+        drop_ins=dict(DROP_IN_CLASSES),
+        reasons=dict(NOT_ADAPTED_REASONS),
+        cases=load_family_cases(),
+        scenarios=collect_scenarios(),
+        text_only=set(TEXT_ONLY_FAMILIES),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/families.md is stale")
+    args = parser.parse_args(argv)
+
+    document, errors, warnings = render()
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if errors:
+        for error in errors:
+            print(f"error: {error}", file=sys.stderr)
+        return 1
+    current = DOC_PATH.read_text() if DOC_PATH.exists() else ""
+    if args.check:
+        if current != document:
+            diff = difflib.unified_diff(
+                current.splitlines(), document.splitlines(), "docs/families.md", "generated", lineterm="", n=0
+            )
+            print("\n".join(list(diff)[:40]))
+            print(
+                f"docs/families.md is stale (transformers {transformers.__version__}): run "
+                "`python utils/families_table.py` to regenerate it."
+            )
+            return 1
+        print(f"docs/families.md is up to date ({len(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)} model types).")
+        return 0
+    if current != document:
+        DOC_PATH.write_text(document)
+        print(f"wrote {DOC_PATH}")
+    else:
+        print("docs/families.md is up to date.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
