@@ -334,7 +334,8 @@ class AutoModelForCausalLM:
 
     ```python
     >>> from vlmprep.loading.text_only import AutoModelForCausalLM
-    >>> model = AutoModelForCausalLM.from_pretrained("google/gemma-3-4b-it", dtype="auto")
+    >>> from vlmprep.testing import tiny_gemma3_config
+    >>> model = AutoModelForCausalLM.from_config(tiny_gemma3_config())  # or .from_pretrained(path, dtype="auto")
     >>> type(model).__name__
     'Gemma3ForCausalLM'
 

@@ -1,0 +1,64 @@
+"""Check the documentation: every public object is documented, and every documentation example still runs.
+
+- each name in `vlmprep.__all__` has a docstring and is named in docs/reference.md;
+- every `>>>` example in docs/*.md and in the docstrings of `vlmprep`'s modules runs as a doctest.
+
+Usage: python utils/check_docs.py
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pathlib
+import pkgutil
+import sys
+
+import vlmprep
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+def undocumented_objects() -> list[str]:
+    reference = (DOCS / "reference.md").read_text()
+    problems = []
+    for name in vlmprep.__all__:
+        if name.startswith("__"):
+            continue
+        obj = getattr(vlmprep, name)
+        if not (getattr(obj, "__doc__", None) or "").strip():
+            problems.append(f"vlmprep.{name} has no docstring")
+        if f"`{name}`" not in reference:
+            problems.append(f"vlmprep.{name} is not named in docs/reference.md")
+    return problems
+
+
+def failing_doc_examples() -> list[str]:
+    problems = []
+    for path in sorted(DOCS.glob("*.md")):
+        result = doctest.testfile(str(path), module_relative=False, optionflags=FLAGS, verbose=False)
+        if result.failed:
+            problems.append(f"{path.relative_to(ROOT)}: {result.failed} failing example(s)")
+    for module_info in pkgutil.walk_packages(vlmprep.__path__, prefix="vlmprep."):
+        if module_info.name in ("vlmprep.cli", "vlmprep.bench", "vlmprep.demo"):
+            continue  # their examples are commands, run by tests/test_cli.py and tests/test_bench.py
+        module = importlib.import_module(module_info.name)
+        result = doctest.testmod(module, optionflags=FLAGS, verbose=False)
+        if result.failed:
+            problems.append(f"{module_info.name}: {result.failed} failing docstring example(s)")
+    return problems
+
+
+def main() -> int:
+    problems = undocumented_objects() + failing_doc_examples()
+    for problem in problems:
+        print(f"docs-check: {problem}")
+    if not problems:
+        print("docs-check: every public object documented, every example runs.")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
