@@ -1,0 +1,448 @@
+"""`vlmprep demo`: a tiny random-weight Gemma3 checkpoint, built offline, and a scripted chat run through it twice.
+
+The checkpoint is a real one as far as loading goes: a Gemma3 config, a `tokenizers` word-level tokenizer with Gemma3's
+special tokens, a `Gemma3ImageProcessor` sized to the tiny vision tower and a `Gemma3Processor` with a Gemma-style chat
+template, all written with `save_pretrained` and read back with `from_pretrained`. It is built once into the user
+cache directory (`$VLMPREP_CACHE/demo-gemma3`, by default `~/.cache/vlmprep/demo-gemma3`).
+
+The chat re-sends the whole conversation every turn, as chat apps do. vlmprep (with a `PrefixCache` and its default
+encoder cache) and transformers (a fresh, uncached call each turn) get the very same prompts; the demo counts the
+images each one encodes and the tokens each one prefills.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+DEMO_CHECKPOINT_NAME = "demo-gemma3"
+# Bumped whenever the checkpoint layout changes, so an old cached build is rebuilt rather than misread.
+DEMO_CHECKPOINT_VERSION = "1"
+_VERSION_FILE = "vlmprep_demo_version.txt"
+
+SPECIAL_TOKENS = [
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<unk>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<start_of_image>",
+    "<end_of_image>",
+    "<image_soft_token>",
+]
+# A small fixed vocabulary: every word of the scripted chat, plus enough others that random weights "speak" words.
+_WORDS = """
+a an the this that these those it its is are was be do does you i we they me my your what which how why where when
+here there and or but not no yes so because than as of in on at with from to for by about like more most less very
+quite only also just then first second one two three both same different another other picture pictures image images
+photo color colors see look looks show shows describe compare think tell red blue green yellow orange purple black
+white gray dark light bright soft sky sea sun moon cloud tree grass house road car cat dog bird flower left right top
+bottom middle center corner edge small large big round square line lines circle circles stripe stripes pattern
+gradient shape shapes noise smooth sharp warm cool nice good
+"""
+DEMO_WORDS = ["\n", *".,?!':", *_WORDS.split()]
+
+# Gemma-style chat template: one `<start_of_turn>role\n...<end_of_turn>\n` per message; each image is a single
+# `<start_of_image>` that Gemma3Processor expands to the full image sequence.
+DEMO_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{%- if message['content'] is string -%}"
+    "{{ message['content'] | trim }}"
+    "{%- else -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'image' -%}{{ '<start_of_image>' }}"
+    "{%- elif item['type'] == 'text' -%}{{ item['text'] | trim }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+# The scripted chat: (user text, indices into `demo_images()` attached before the text).
+DEMO_TURNS: list[tuple[str, list[int]]] = [
+    ("Describe this picture.", [0]),
+    ("What colors do you see in it?", []),
+    ("Here is another picture. How is it different from the first one?", [1]),
+    ("Which of the two pictures do you like more, and why?", []),
+]
+
+
+def demo_cache_dir() -> Path:
+    """The directory the demo checkpoint lives in: `$VLMPREP_CACHE/demo-gemma3`, else `~/.cache/vlmprep/demo-gemma3`.
+
+    Returns:
+        `Path`
+    """
+    root = os.environ.get("VLMPREP_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "vlmprep")
+    return Path(root) / DEMO_CHECKPOINT_NAME
+
+
+def build_demo_tokenizer():
+    """A word-level fast tokenizer over `DEMO_WORDS` with Gemma3's special tokens and the attributes its processor reads.
+
+    Returns:
+        `transformers.PreTrainedTokenizerFast`: with `boi_token`, `eoi_token`, `image_token` (and their `_id`s).
+    """
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *dict.fromkeys(DEMO_WORDS)])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.normalizer = normalizers.Lowercase()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[^\S\n]+"), behavior="removed"),  # spaces go, newlines stay tokens
+            pre_tokenizers.Split("\n", behavior="isolated"),
+            pre_tokenizers.Punctuation(behavior="isolated"),
+        ]
+    )
+    backend.add_special_tokens(SPECIAL_TOKENS)  # never split, dropped by `skip_special_tokens`
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_special_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+    )
+
+
+def build_demo_config(tokenizer, mm_tokens_per_image: int = 16):
+    """`vlmprep.testing.tiny_gemma3_config` with the vocabulary and special token ids of `tokenizer`.
+
+    Args:
+        tokenizer (`PreTrainedTokenizerFast`): from `build_demo_tokenizer`.
+        mm_tokens_per_image (`int`, *optional*, defaults to 16): placeholder tokens per image.
+
+    Returns:
+        `Gemma3Config`
+    """
+    from .testing import tiny_gemma3_config
+
+    # A sliding window shorter than the later turns' prompts, as Gemma3's 1024 is shorter than long chats.
+    config = tiny_gemma3_config(sliding_window=32, mm_tokens_per_image=mm_tokens_per_image)
+    text = config.text_config
+    text.vocab_size = len(tokenizer)
+    text.pad_token_id, text.bos_token_id, text.eos_token_id = (
+        tokenizer.pad_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+    )
+    # `*_token_id` map to Gemma3Config's `*_token_index` fields
+    config.boi_token_id = tokenizer.boi_token_id
+    config.eoi_token_id = tokenizer.eoi_token_id
+    config.image_token_id = tokenizer.image_token_id
+    return config
+
+
+def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
+    """Write a tiny random-weight Gemma3 checkpoint (model, tokenizer, image processor, processor) to `directory`.
+
+    Args:
+        directory (`str` or `os.PathLike`): where to write; created (with parents) when missing.
+        seed (`int`, *optional*, defaults to 0): seed of the random weights.
+
+    Returns:
+        `Path`: `directory`.
+    """
+    import transformers
+    from transformers import Gemma3ImageProcessor, Gemma3Processor
+
+    directory = Path(directory)
+    tokenizer = build_demo_tokenizer()
+    config = build_demo_config(tokenizer)
+    vision_size = config.vision_config.image_size
+    image_processor = Gemma3ImageProcessor(size={"height": vision_size, "width": vision_size})
+    processor = Gemma3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        chat_template=DEMO_CHAT_TEMPLATE,
+        image_seq_length=config.mm_tokens_per_image,
+    )
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+        torch.manual_seed(seed)
+        model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    processor.save_pretrained(directory)
+    (directory / _VERSION_FILE).write_text(DEMO_CHECKPOINT_VERSION + "\n")
+    return directory
+
+
+def ensure_demo_checkpoint(directory: str | os.PathLike | None = None) -> tuple[Path, bool]:
+    """The demo checkpoint, built first when missing (written to a temporary directory, then moved into place).
+
+    Args:
+        directory (`str` or `os.PathLike`, *optional*): defaults to `demo_cache_dir()`.
+
+    Returns:
+        `tuple[Path, bool]`: the checkpoint directory, and whether it was built by this call.
+    """
+    directory = Path(directory) if directory is not None else demo_cache_dir()
+    version_file = directory / _VERSION_FILE
+    if version_file.is_file() and version_file.read_text().strip() == DEMO_CHECKPOINT_VERSION:
+        return directory, False
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    try:
+        build_demo_checkpoint(staging)
+        if directory.exists():
+            shutil.rmtree(directory)  # an older or half-written build
+        try:
+            staging.rename(directory)
+        except OSError:
+            if not version_file.is_file():  # not a concurrent `vlmprep demo` that finished first
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory, True
+
+
+def demo_images(size: int = 64) -> list[Image.Image]:
+    """Two synthetic RGB images: a sunset-like gradient and a checkerboard with a circle.
+
+    Args:
+        size (`int`, *optional*, defaults to 64): height and width in pixels.
+
+    Returns:
+        `list[PIL.Image.Image]`
+    """
+    y, x = np.mgrid[0:size, 0:size] / (size - 1)
+    gradient = np.stack([0.9 - 0.4 * y, 0.3 + 0.4 * y * x, 0.8 * (1 - y)], axis=-1)
+    checker = ((np.floor(x * 8) + np.floor(y * 8)) % 2)[..., None] * np.array([0.2, 0.6, 0.3])
+    circle = ((x - 0.5) ** 2 + (y - 0.5) ** 2 < 0.08)[..., None] * np.array([0.9, 0.8, 0.1])
+    pictures = [gradient, np.clip(checker + circle, 0, 1)]
+    return [Image.fromarray((picture * 255).astype(np.uint8), mode="RGB") for picture in pictures]
+
+
+class PrefillCounter:
+    """Counts the tokens a model's language model prefills, with a forward pre-hook on `model.model.language_model`.
+
+    Every forward's sequence length is recorded; a `generate` call that produced `n` tokens ran `n - 1` one-token
+    decode steps after its prefill, so its prefilled tokens are the recorded total minus `n - 1` (whatever the
+    number of prefill chunks).
+
+    Args:
+        model (`torch.nn.Module`): a VLM with a `model.language_model` submodule.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.module = model.model.language_model
+        self.lengths: list[int] = []
+        self._handle = None
+
+    def _hook(self, module, args, kwargs) -> None:
+        embeds = kwargs.get("inputs_embeds")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        tensor = embeds if embeds is not None else ids
+        self.lengths.append(int(tensor.shape[1]) if tensor is not None else 0)
+
+    def __enter__(self) -> PrefillCounter:
+        self._handle = self.module.register_forward_pre_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+    def prefilled(self, new_tokens: int) -> int:
+        """Tokens prefilled by the one `generate` call run inside the `with` block that produced `new_tokens` tokens.
+
+        Args:
+            new_tokens (`int`): tokens the call generated.
+
+        Returns:
+            `int`
+        """
+        return sum(self.lengths) - max(0, new_tokens - 1)
+
+
+@dataclass
+class GenerateStats:
+    """What one `generate` call cost.
+
+    Args:
+        answer (`str`): the decoded answer.
+        new_tokens (`int`): tokens generated.
+        images_encoded (`int`): images the vision tower ran on.
+        tokens_prefilled (`int`): prompt tokens the language model computed.
+        seconds (`float`): wall-clock time of the call.
+        token_ids (`list[int]`): the generated ids.
+    """
+
+    answer: str
+    new_tokens: int
+    images_encoded: int
+    tokens_prefilled: int
+    seconds: float
+    token_ids: list[int] = field(default_factory=list)
+
+
+def measured_generate(model, processor, inputs: dict, **generate_kwargs) -> GenerateStats:
+    """Run `model.generate(**inputs, **generate_kwargs)` once, counting images encoded, tokens prefilled and time.
+
+    Args:
+        model (`PreTrainedModel`): a VLM with `model.vision_tower` and `model.language_model`.
+        processor (`ProcessorMixin`): decodes the answer.
+        inputs (`dict`): the processor's outputs for one prompt (batch of one).
+        generate_kwargs: passed to `generate`.
+
+    Returns:
+        `GenerateStats`
+    """
+    from .testing import VisionRunCounter
+
+    prompt_length = inputs["input_ids"].shape[1]
+    with torch.inference_mode(), VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
+        start = time.perf_counter()
+        sequences = model.generate(**inputs, **generate_kwargs)
+        seconds = time.perf_counter() - start
+    new_ids = sequences[0, prompt_length:].tolist()
+    answer = processor.decode(new_ids, skip_special_tokens=True).strip()
+    return GenerateStats(
+        answer=answer,
+        new_tokens=len(new_ids),
+        images_encoded=vision.images,
+        tokens_prefilled=prefill.prefilled(len(new_ids)),
+        seconds=seconds,
+        token_ids=new_ids,
+    )
+
+
+@dataclass
+class DemoTurn:
+    """One turn of the scripted chat, run by both libraries on the same prompt.
+
+    Args:
+        user (`str`): the user's text.
+        images_in_prompt (`int`): images in the whole re-sent conversation.
+        prompt_tokens (`int`): tokens of the whole re-sent conversation.
+        vlmprep (`GenerateStats`): the vlmprep run.
+        transformers (`GenerateStats`): the transformers run.
+    """
+
+    user: str
+    images_in_prompt: int
+    prompt_tokens: int
+    vlmprep: GenerateStats
+    transformers: GenerateStats
+
+
+def run_demo_conversation(
+    checkpoint: str | os.PathLike, max_new_tokens: int = 8, on_turn: Callable[[DemoTurn], None] | None = None
+) -> list[DemoTurn]:
+    """Run `DEMO_TURNS` through vlmprep and transformers, re-sending the whole conversation each turn.
+
+    Both get the same prompt each turn (the conversation so far, with vlmprep's earlier answers). vlmprep runs with a
+    `PrefixCache` and its default encoder cache; transformers gets a fresh call without any cache, exactly as a user
+    would make it.
+
+    Args:
+        checkpoint (`str` or `os.PathLike`): a directory from `build_demo_checkpoint`.
+        max_new_tokens (`int`, *optional*, defaults to 8): answer length (greedy decoding).
+        on_turn (`Callable[[DemoTurn], None]`, *optional*): called after each turn, e.g. to print it.
+
+    Returns:
+        `list[DemoTurn]`
+    """
+    import transformers
+    from transformers import AutoProcessor
+
+    from . import AutoModelForImageTextToText, PrefixCache
+
+    processor = AutoProcessor.from_pretrained(checkpoint)
+    ours = AutoModelForImageTextToText.from_pretrained(checkpoint).eval()
+    theirs = transformers.Gemma3ForConditionalGeneration.from_pretrained(checkpoint).eval()
+    generate_kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False}
+
+    images = demo_images()
+    # One untimed call each first: the first forward of a fresh model pays one-off setup costs that are no part of
+    # either library's per-turn work. The caches are emptied afterwards so the chat starts cold.
+    warm_up_content = [{"type": "image", "image": images[0].rotate(90)}, {"type": "text", "text": "look"}]
+    warm_up = [{"role": "user", "content": warm_up_content}]
+    warm_up_inputs = processor.apply_chat_template(
+        warm_up, tokenize=True, return_dict=True, return_tensors="pt", add_generation_prompt=True
+    )
+    for model in (ours, theirs):
+        measured_generate(model, processor, dict(warm_up_inputs), **generate_kwargs)
+    ours.encoder_cache.clear()
+    ours.prefix_cache = PrefixCache()
+
+    messages: list[dict] = []
+    turns: list[DemoTurn] = []
+    for user_text, image_indices in DEMO_TURNS:
+        content = [{"type": "image", "image": images[index]} for index in image_indices]
+        messages.append({"role": "user", "content": [*content, {"type": "text", "text": user_text}]})
+        inputs = processor.apply_chat_template(
+            messages, tokenize=True, return_dict=True, return_tensors="pt", add_generation_prompt=True
+        )
+        ours_stats = measured_generate(ours, processor, inputs, **generate_kwargs)
+        # transformers: a new call with the whole conversation and no cache of any kind, as a user would make it.
+        theirs_stats = measured_generate(theirs, processor, dict(inputs), **generate_kwargs)
+        pixel_values = inputs.get("pixel_values")
+        turn = DemoTurn(
+            user=user_text,
+            images_in_prompt=0 if pixel_values is None else int(pixel_values.shape[0]),
+            prompt_tokens=int(inputs["input_ids"].shape[1]),
+            vlmprep=ours_stats,
+            transformers=theirs_stats,
+        )
+        turns.append(turn)
+        if on_turn is not None:
+            on_turn(turn)
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": ours_stats.answer}]})
+    return turns
+
+
+def format_demo_table(turns: list[DemoTurn]) -> str:
+    """The side-by-side table of a demo run: per turn and in total, images encoded, tokens prefilled and time.
+
+    Args:
+        turns (`list[DemoTurn]`): from `run_demo_conversation`.
+
+    Returns:
+        `str`
+    """
+    groups = ("images encoded", "tokens prefilled", "time (ms)")
+    width = 12  # one column per library in each group
+    header = (f"{'':4}  {'prompt':^15}" + "".join(f"  {group:^{2 * width + 1}}" for group in groups)).rstrip()
+    names = f"{'turn':4}  {'images':>6} {'tokens':>8}" + f"  {'vlmprep':>{width}} {'transformers':>{width}}" * 3
+    rule = "-" * len(names)
+
+    def row(label: str, images: str, tokens: str, ours: list[GenerateStats], theirs: list[GenerateStats]) -> str:
+        cells = []
+        for name, scale, spec in (("images_encoded", 1, "d"), ("tokens_prefilled", 1, "d"), ("seconds", 1000, ".1f")):
+            for stats in (ours, theirs):
+                cells.append(format(scale * sum(getattr(s, name) for s in stats), f">{width}{spec}"))
+        pairs = [f"  {cells[i]} {cells[i + 1]}" for i in range(0, len(cells), 2)]
+        return f"{label:4}  {images:>6} {tokens:>8}" + "".join(pairs)
+
+    lines = [header, names, rule]
+    for index, turn in enumerate(turns, start=1):
+        lines.append(
+            row(str(index), str(turn.images_in_prompt), str(turn.prompt_tokens), [turn.vlmprep], [turn.transformers])
+        )
+    lines += [rule, row("all", "", "", [t.vlmprep for t in turns], [t.transformers for t in turns])]
+    return "\n".join(lines)
