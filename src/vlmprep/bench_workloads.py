@@ -1,0 +1,468 @@
+"""The workloads of `vlmprep.bench`: one pair of models (vlmprep's and transformers' Gemma3, same weights), the
+hooks that count their work, and one method per workload.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+import torch
+import transformers
+
+from . import Gemma3ForConditionalGeneration, PrefixCache
+from .cache.hashing import hash_image_inputs
+from .testing import IMAGE, TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID, build_prompt, random_pixels
+
+__all__ = ["BenchRunner", "LanguageModelCalls", "VisionImages", "peak_tensor_bytes"]
+
+if TYPE_CHECKING:
+    from .bench import BenchSettings
+
+FIRST_TEXT_TOKEN = 200  # random text ids are drawn from 200..vocab-1, clear of the special ids below 128
+
+
+# -- Measuring helpers ------------------------------------------------------------------------------------------------
+
+
+class LanguageModelCalls:
+    """Records the start time and token count of every language-model forward (prefill chunks and decode steps)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.module = model.model.language_model
+        self.lengths: list[int] = []
+        self.times: list[float] = []
+        self.call_starts: list[int] = []  # index of the first forward of each `generate` call
+
+    def _hook(self, module, args, kwargs):
+        self.times.append(time.perf_counter())
+        self.lengths.append(int(kwargs["inputs_embeds"].shape[1]))
+
+    def new_call(self) -> None:
+        self.call_starts.append(len(self.lengths))
+
+    @property
+    def prefilled(self) -> int:
+        """Tokens prefilled over all calls (each unchunked prefill is the first forward of its call)."""
+        return sum(self.lengths[start] for start in self.call_starts)
+
+    def __enter__(self) -> LanguageModelCalls:
+        self._handle = self.module.register_forward_pre_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+
+class VisionImages:
+    """Counts the images the vision tower encodes (a forward hook on `model.model.vision_tower`)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.tower = model.model.vision_tower
+        self.images = 0
+
+    def _hook(self, module, args, kwargs, output):
+        self.images += int(kwargs.get("pixel_values", args[0] if args else None).shape[0])
+
+    def __enter__(self) -> VisionImages:
+        self._handle = self.tower.register_forward_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+
+def peak_tensor_bytes(fn: Callable[[], Any]) -> int | None:
+    """Peak bytes of CPU tensors allocated and still alive at once while `fn` runs, from torch.profiler's memory events.
+
+    This is the activation memory of the call (weights and anything allocated before it are not counted); Python
+    objects and allocator slack are not counted either.
+
+    Args:
+        fn (`Callable[[], Any]`): the call to measure.
+
+    Returns:
+        `int` or `None` (the profiler could not record memory on this build).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    saved_stderr = os.dup(2)  # kineto writes start/stop lines straight to fd 2
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                fn()
+        events = prof.profiler.kineto_results.events()
+        allocations = sorted((event.start_ns(), event.nbytes()) for event in events if event.name() == "[memory]")
+    except (AttributeError, RuntimeError):
+        return None
+    finally:
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
+    live = peak = 0
+    for _, nbytes in allocations:  # positive: an allocation, negative: a free
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def _median_ms(fn: Callable[[], Any], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def _paired(ours: list[dict], theirs: list[dict], key: str = "time_s") -> dict:
+    """Median times of both sides and the median of the per-repetition ratios (robust to drifting machine load)."""
+    ratios = [mine[key] / other[key] for mine, other in zip(ours, theirs, strict=True)]
+    return {
+        f"vlmprep_{key}": round(statistics.median(run[key] for run in ours), 4),
+        f"transformers_{key}": round(statistics.median(run[key] for run in theirs), 4),
+        f"{key.removesuffix('_s')}_ratio": round(statistics.median(ratios), 3),
+        "vlmprep_runs_s": [round(run[key], 4) for run in ours],
+        "transformers_runs_s": [round(run[key], 4) for run in theirs],
+    }
+
+
+class BenchRunner:
+    """Runs the workloads on one pair of models loaded from the same checkpoint.
+
+    Args:
+        checkpoint (`str`): a saved Gemma3 checkpoint.
+        settings (`BenchSettings`): the mode's sizes.
+        tick (`Callable[[str], None]`): called after every measured run with the workload's name.
+    """
+
+    def __init__(self, checkpoint: str, settings: BenchSettings, tick: Callable[[str], None]):
+        self.settings = settings
+        self.tick = tick
+        self.ours = Gemma3ForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+        self.theirs = transformers.Gemma3ForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32)
+        self.theirs.eval()
+        self.config = self.ours.config
+        self.image_size = self.config.vision_config.image_size
+        self.rng = random.Random(0)
+
+    # -- prompts and generation ------------------------------------------------------------------------------------
+
+    def text(self, length: int) -> list[int]:
+        return [self.rng.randrange(FIRST_TEXT_TOKEN, self.config.text_config.vocab_size) for _ in range(length)]
+
+    def inputs(self, segments: list, image_seeds: list[int]) -> dict:
+        ids, types = build_prompt(self.config, segments)
+        inputs = {"input_ids": torch.tensor([ids]), "token_type_ids": torch.tensor([types])}
+        if image_seeds:
+            pixels = [random_pixels(1, seed, size=self.image_size) for seed in image_seeds]
+            inputs["pixel_values"] = torch.cat(pixels)  # (num_images, 3, size, size)
+        return inputs
+
+    def generate(self, model, inputs: dict, new_tokens: int, **kwargs):
+        # A fixed answer length (no early EOS) and no image special tokens in answers, which become later prompts.
+        suppress = [self.config.image_token_id, TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID]
+        return model.generate(
+            **inputs,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            suppress_tokens=suppress,
+            return_dict_in_generate=True,
+            output_logits=True,
+            **kwargs,
+        )
+
+    def interleaved(self, name: str, runs: dict[str, Callable[[], dict]]) -> dict[str, list[dict]]:
+        """`settings.repeats` rounds of every run, the order alternating between rounds."""
+        results: dict[str, list[dict]] = {key: [] for key in runs}
+        for repeat in range(self.settings.repeats):
+            for key in list(runs) if repeat % 2 == 0 else list(runs)[::-1]:
+                results[key].append(runs[key]())
+                self.tick(name)
+        return results
+
+    def warm_up(self) -> None:
+        inputs = self.inputs([self.text(8), IMAGE, self.text(4)], [999])
+        for model in (self.ours, self.theirs):
+            self.generate(model, inputs, 2)
+        self.ours.encoder_cache.clear()
+
+    # -- 1. multi-turn chat ----------------------------------------------------------------------------------------
+
+    def multi_turn_chat(self) -> dict:
+        settings = self.settings
+        user_turns = [
+            [self.text(32), IMAGE, self.text(12)],
+            [self.text(12)],
+            [self.text(8), IMAGE, self.text(8)],
+            [self.text(12)],
+            [self.text(12)],
+        ]
+
+        def converse(model, use_vlmprep: bool) -> dict:
+            store = PrefixCache(block_size=16) if use_vlmprep else None
+            if use_vlmprep:
+                model.encoder_cache.clear()
+            extra = {"prefix_cache": store} if use_vlmprep else {}
+            segments, seeds, answers, elapsed = [], [], [], 0.0
+            with VisionImages(model) as vision, LanguageModelCalls(model) as calls:
+                for turn, user in enumerate(user_turns):
+                    segments += user
+                    seeds += [100 + turn] * sum(1 for segment in user if segment is IMAGE)
+                    inputs = self.inputs(segments, seeds)  # the whole conversation, every image
+                    calls.new_call()
+                    start = time.perf_counter()
+                    output = self.generate(model, inputs, settings.chat_answer_tokens, **extra)
+                    elapsed += time.perf_counter() - start
+                    answer = output.sequences[0, inputs["input_ids"].shape[1] :].tolist()
+                    segments.append(answer)
+                    answers.append(answer)
+            tokens = len(build_prompt(self.config, segments)[0])
+            return {
+                "time_s": elapsed,
+                "images": vision.images,
+                "prefilled": calls.prefilled,
+                "answers": answers,
+                "tokens": tokens,
+            }
+
+        runs = self.interleaved(
+            "multi-turn chat",
+            {"vlmprep": lambda: converse(self.ours, True), "transformers": lambda: converse(self.theirs, False)},
+        )
+        ours, theirs = runs["vlmprep"], runs["transformers"]
+        return {
+            "turns": len(user_turns),
+            "images_in_conversation": 2,
+            "answer_tokens_per_turn": settings.chat_answer_tokens,
+            "conversation_tokens": ours[0]["tokens"],
+            "vlmprep_images_encoded": ours[0]["images"],
+            "transformers_images_encoded": theirs[0]["images"],
+            "vlmprep_tokens_prefilled": ours[0]["prefilled"],
+            "transformers_tokens_prefilled": theirs[0]["prefilled"],
+            **_paired(ours, theirs),
+            "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
+        }
+
+    # -- 2. N questions about one image, and the cost of hashing -------------------------------------------------
+
+    def questions_one_image(self) -> dict:
+        settings = self.settings
+        context = self.text(16)
+        prompts = [self.inputs([context, IMAGE, self.text(10)], [7]) for _ in range(settings.questions)]
+
+        def ask(model, use_vlmprep: bool) -> dict:
+            if use_vlmprep:
+                model.encoder_cache.clear()  # each repetition starts cold: the first question encodes the image
+            answers, elapsed = [], 0.0
+            with VisionImages(model) as vision:
+                for inputs in prompts:
+                    start = time.perf_counter()
+                    output = self.generate(model, inputs, settings.question_answer_tokens)
+                    elapsed += time.perf_counter() - start
+                    answers.append(output.sequences[0].tolist())
+            return {"time_s": elapsed, "images": vision.images, "answers": answers}
+
+        runs = self.interleaved(
+            "questions about one image",
+            {"vlmprep": lambda: ask(self.ours, True), "transformers": lambda: ask(self.theirs, False)},
+        )
+        ours, theirs = runs["vlmprep"], runs["transformers"]
+        result = {
+            "questions": settings.questions,
+            "vlmprep_vision_runs": ours[0]["images"],
+            "transformers_vision_runs": theirs[0]["images"],
+            **_paired(ours, theirs),
+            "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
+        }
+        result["hashing"] = self.hashing_cost()
+        self.tick("questions about one image")
+        return result
+
+    def hashing_cost(self) -> dict:
+        """Milliseconds to hash one image's float32 pixels (what every call pays) vs one vision-encoder run."""
+        runs = max(5, self.settings.repeats)
+        pixels = random_pixels(1, 0, size=self.image_size)
+        with torch.no_grad():
+            vision_ms = _median_ms(lambda: self.ours.model.get_image_features(pixel_values=pixels), runs)
+        result = {
+            "compared": (
+                f"sha256 of one float32 (3, side, side) pixel tensor (`hash_image_inputs`) vs one call of the bench "
+                f"model's vision tower + projector (`get_image_features`) on one {self.image_size}x{self.image_size} "
+                "image"
+            ),
+            "vision_forward_ms": round(vision_ms, 2),
+        }
+        for side in sorted({self.image_size, *self.settings.hash_sizes}):
+            image = {"pixel_values": random_pixels(1, 0, size=side)[0]}
+            hash_ms = _median_ms(lambda image=image: hash_image_inputs(image), runs)
+            result[f"hash_{side}px_ms"] = round(hash_ms, 3)
+            result[f"hash_{side}px_over_vision_forward"] = round(hash_ms / vision_ms, 4)
+        return result
+
+    # -- 3. shared system prompt, different images ---------------------------------------------------------------
+
+    def shared_system_prompt(self) -> dict:
+        settings = self.settings
+        system = self.text(settings.system_tokens)
+        prompts = [
+            self.inputs([system, IMAGE, self.text(8)], [200 + request]) for request in range(settings.shared_requests)
+        ]
+
+        def serve(model, use_vlmprep: bool) -> dict:
+            store = PrefixCache(block_size=16) if use_vlmprep else None
+            if use_vlmprep:
+                model.encoder_cache.clear()
+            extra = {"prefix_cache": store} if use_vlmprep else {}
+            answers, elapsed = [], 0.0
+            with VisionImages(model) as vision, LanguageModelCalls(model) as calls:
+                for inputs in prompts:
+                    calls.new_call()
+                    start = time.perf_counter()
+                    output = self.generate(model, inputs, settings.question_answer_tokens, **extra)
+                    elapsed += time.perf_counter() - start
+                    answers.append(output.sequences[0].tolist())
+            reused = store.stats.tokens_reused if store is not None else 0
+            return {
+                "time_s": elapsed,
+                "images": vision.images,
+                "prefilled": calls.prefilled,
+                "reused": reused,
+                "answers": answers,
+            }
+
+        runs = self.interleaved(
+            "shared system prompt",
+            {"vlmprep": lambda: serve(self.ours, True), "transformers": lambda: serve(self.theirs, False)},
+        )
+        ours, theirs = runs["vlmprep"], runs["transformers"]
+        return {
+            "requests": settings.shared_requests,
+            "system_prompt_tokens": settings.system_tokens,
+            "prompt_tokens": sum(inputs["input_ids"].shape[1] for inputs in prompts),
+            "vlmprep_tokens_reused": ours[0]["reused"],
+            "vlmprep_tokens_prefilled": ours[0]["prefilled"],
+            "transformers_tokens_prefilled": theirs[0]["prefilled"],
+            "vlmprep_images_encoded": ours[0]["images"],
+            "transformers_images_encoded": theirs[0]["images"],
+            **_paired(ours, theirs),
+            "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
+        }
+
+    # -- 4. decode speed -------------------------------------------------------------------------------------------
+
+    def decode_speed(self) -> dict:
+        settings = self.settings
+        inputs = self.inputs([self.text(32), IMAGE, self.text(16)], [300])
+
+        def decode(model, use_vlmprep: bool) -> dict:
+            if use_vlmprep:
+                model.encoder_cache.clear()
+            with LanguageModelCalls(model) as calls:
+                output = self.generate(model, inputs, settings.decode_tokens)
+            # Intervals between consecutive decode forwards: each is one whole decode step (forward, logits processors,
+            # token selection and the generation loop's bookkeeping); prefill is excluded. The median step is
+            # reported: on a shared CPU a few steps stall for many milliseconds whenever a thread is descheduled.
+            steps = [after - before for before, after in pairwise(calls.times[1:])]
+            step_s = statistics.median(steps)
+            return {"time_s": step_s, "tokens_per_s": 1 / step_s, "answer": output.sequences.tolist()}
+
+        runs = self.interleaved(
+            "decode speed",
+            {"vlmprep": lambda: decode(self.ours, True), "transformers": lambda: decode(self.theirs, False)},
+        )
+        ours, theirs = runs["vlmprep"], runs["transformers"]
+        paired = _paired(ours, theirs)
+        return {
+            "new_tokens": settings.decode_tokens,
+            "prompt_tokens": inputs["input_ids"].shape[1],
+            "vlmprep_tokens_per_s": round(statistics.median(run["tokens_per_s"] for run in ours), 2),
+            "transformers_tokens_per_s": round(statistics.median(run["tokens_per_s"] for run in theirs), 2),
+            "vlmprep_ms_per_token": round(1000 * paired["vlmprep_time_s"], 3),
+            "transformers_ms_per_token": round(1000 * paired["transformers_time_s"], 3),
+            "time_per_token_ratio": paired["time_ratio"],
+            "tokens_identical": all(a["answer"] == b["answer"] for a, b in zip(ours, theirs, strict=True)),
+        }
+
+    # -- 5. chunked vs unchunked prefill ---------------------------------------------------------------------------
+
+    def chunked_prefill(self) -> dict:
+        settings = self.settings
+        # Text-heavy, so that prefill (not the vision encoder) holds the peak memory, as in long real prompts.
+        segments = [self.text(settings.long_text_tokens)]
+        for _ in range(settings.long_images):
+            segments += [IMAGE, self.text(settings.long_text_tokens)]
+        inputs = self.inputs(segments, [400 + image for image in range(settings.long_images)])
+        new_tokens = 2
+        configs = {
+            "vlmprep_unchunked": (self.ours, None),
+            "vlmprep_chunked": (self.ours, settings.chunk_size),
+            "transformers_unchunked": (self.theirs, None),
+            "transformers_chunked": (self.theirs, settings.chunk_size),
+        }
+
+        def prefill(model, chunk_size: int | None) -> dict:
+            if model is self.ours:
+                model.encoder_cache.clear()  # every run encodes its images: only chunking differs
+            with VisionImages(model) as vision, LanguageModelCalls(model) as calls:
+                start = time.perf_counter()
+                output = self.generate(model, inputs, new_tokens, prefill_chunk_size=chunk_size)
+                elapsed = time.perf_counter() - start
+            return {
+                "time_s": elapsed,
+                "images": vision.images,
+                "prefill_forwards": len(calls.lengths) - (new_tokens - 1),
+                "logits": output.logits[0][0],  # the prompt's last-position logits
+                "answer": output.sequences.tolist(),
+            }
+
+        runs = self.interleaved(
+            "chunked prefill", {name: lambda c=config: prefill(*c) for name, config in configs.items()}
+        )
+        peak_mib = {}
+        for name, config in configs.items():
+            peak = peak_tensor_bytes(lambda config=config: prefill(*config))
+            peak_mib[name] = round(peak / 2**20, 2) if peak is not None else None
+            self.tick("chunked prefill")
+
+        def max_diff(first: str, second: str) -> float:
+            return float((runs[first][0]["logits"] - runs[second][0]["logits"]).abs().max())
+
+        def median_s(name: str) -> float:
+            return round(statistics.median(run["time_s"] for run in runs[name]), 4)
+
+        reference = runs["transformers_unchunked"][0]["answer"]
+        return {
+            "prompt_tokens": inputs["input_ids"].shape[1],
+            "images": settings.long_images,
+            "chunk_size": settings.chunk_size,
+            "new_tokens": new_tokens,
+            "memory_method": (
+                "peak bytes of CPU tensors alive at once during the generate call, from torch.profiler memory events "
+                "(activations only: weights and allocator slack are not counted)"
+            ),
+            "peak_mib": peak_mib,
+            "time_s": {name: median_s(name) for name in configs},
+            "runs_s": {name: [round(run["time_s"], 4) for run in runs[name]] for name in configs},
+            "images_encoded": {name: runs[name][0]["images"] for name in configs},
+            "prefill_forwards": {name: runs[name][0]["prefill_forwards"] for name in configs},
+            "chunked_time_ratio": round(median_s("vlmprep_chunked") / median_s("transformers_chunked"), 3),
+            "unchunked_time_ratio": round(median_s("vlmprep_unchunked") / median_s("transformers_unchunked"), 3),
+            "logits_max_abs_diff": {
+                "transformers_chunked_vs_unchunked": max_diff("transformers_chunked", "transformers_unchunked"),
+                "vlmprep_chunked_vs_unchunked": max_diff("vlmprep_chunked", "vlmprep_unchunked"),
+                "vlmprep_chunked_vs_transformers_unchunked": max_diff("vlmprep_chunked", "transformers_unchunked"),
+            },
+            "tokens_identical": all(
+                run["answer"] == reference for name in configs if name != "transformers_chunked" for run in runs[name]
+            ),
+            "transformers_chunked_tokens_identical": all(
+                run["answer"] == reference for run in runs["transformers_chunked"]
+            ),
+        }
