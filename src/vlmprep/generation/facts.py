@@ -21,12 +21,17 @@ class ModalityFacts:
         pixel_keys (`tuple[str, ...]`): the pixel inputs of the modality.
         per_item_keys (`tuple[str, ...]`, *optional*, defaults to `()`):
             other inputs with one entry per item that change its embedding (hashed with the pixels).
+        token_type (`int`, *optional*):
+            the value of the family's `token_type_key` input at this modality's placeholders, for families whose
+            modalities share one placeholder id (GLM-4V's video frames reuse the image placeholder): their spans
+            are told apart by it. `None` when the placeholder id alone identifies the modality.
     """
 
     name: str
     placeholder_attr: str
     pixel_keys: tuple[str, ...]
     per_item_keys: tuple[str, ...] = ()
+    token_type: int | None = None
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The placeholder token id of a model config."""
@@ -58,6 +63,8 @@ class VisionFacts:
             whether the model reads `pooler_output` as a list of per-image tensors rather than one tensor.
         other_modalities (`tuple[ModalityFacts, ...]`, *optional*, defaults to `()`):
             modalities besides images (e.g. videos), each with its own placeholder and pixel inputs.
+        image_token_type (`int`, *optional*):
+            `ModalityFacts.token_type` of the images, when another modality shares their placeholder id.
     """
 
     placeholder_attr: str = "image_token_id"
@@ -69,11 +76,14 @@ class VisionFacts:
     fixed_resolution: bool = True
     features_as_list: bool = False
     other_modalities: tuple[ModalityFacts, ...] = ()
+    image_token_type: int | None = None
 
     @property
     def modalities(self) -> tuple[ModalityFacts, ...]:
         """Every modality of the family, images first (in that order the mixin numbers their items)."""
-        image = ModalityFacts("image", self.placeholder_attr, self.pixel_keys, self.per_image_keys)
+        image = ModalityFacts(
+            "image", self.placeholder_attr, self.pixel_keys, self.per_image_keys, self.image_token_type
+        )
         return (image, *self.other_modalities)
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:

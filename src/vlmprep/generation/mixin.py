@@ -365,12 +365,26 @@ class VisionPrepGenerationMixin:
 
     def _find_spans(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> list[ImageSpan]:
         # Items of every modality are numbered together, images first, so features and hashes key on one index.
+        token_type_key = self.vision_facts.token_type_key
+        token_types = model_kwargs.get(token_type_key)
         spans: list[ImageSpan] = []
         for modality in self.vision_facts.modalities:
             counts = self._modality_hook(self.image_token_counts, modality.name, model_kwargs)
             first_index = len({span.image_index for span in spans})
+            ids = input_ids
+            if modality.token_type is not None and token_types is not None:
+                # The placeholder id is shared with another modality: only the positions of this one's type count
+                ids = input_ids.masked_fill(token_types[..., -input_ids.shape[-1] :] != modality.token_type, -1)
+            elif modality.token_type is not None and modality.name != "image":
+                if self._modality_hook(self.count_images, modality.name, model_kwargs) is not None:
+                    raise ValueError(
+                        f"This model's {modality.name}s share the image placeholder token, so only "
+                        f"`{token_type_key}` tells their placeholders apart. Pass `{token_type_key}` as the "
+                        "processor returns it."
+                    )
+                continue  # without token types, shared placeholders are images (what the processor marks)
             placeholder_id = modality.placeholder_id(self.config)
-            spans += find_image_spans(input_ids, placeholder_id, counts, modality.name, first_index)
+            spans += find_image_spans(ids, placeholder_id, counts, modality.name, first_index)
         return sorted(spans, key=lambda span: (span.row, span.start))
 
     def _check_images_match_spans(
