@@ -231,12 +231,22 @@ class VisionRunCounter:
     ```
     """
 
+    # Attribute names of the vision tower across families (LLaVA/Gemma3: vision_tower, Qwen-VL: visual, ...).
+    TOWER_NAMES = ("vision_tower", "visual", "vision_model")
+
     def __init__(self, model: torch.nn.Module):
-        self.tower = model.model.vision_tower
+        base = getattr(model, "model", model)
+        self.tower = next((getattr(base, name) for name in self.TOWER_NAMES if hasattr(base, name)), None)
+        if self.tower is None:
+            raise ValueError(f"No vision tower ({', '.join(self.TOWER_NAMES)}) found on {type(model).__name__}.")
         self.batch_sizes: list[int] = []
         self._handle = None
 
     def _hook(self, module, args, kwargs, output):
+        grid = kwargs.get("grid_thw")
+        if grid is not None:  # flattened patches (Qwen-VL): one grid row per image or video
+            self.batch_sizes.append(int(grid.shape[0]))
+            return
         pixels = kwargs.get("pixel_values", args[0] if args else None)
         self.batch_sizes.append(int(pixels.shape[0]) if pixels is not None else 0)
 

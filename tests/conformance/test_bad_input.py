@@ -28,6 +28,10 @@ def _text_config(model):
     return model.config.get_text_config(decoder=True)
 
 
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def _case_too_many_images(model, prompt):
     inputs = prompt.inputs()
     inputs["pixel_values"] = torch.cat([prompt.pixel_values, random_pixels(1, 9)])
@@ -58,19 +62,19 @@ def _case_placeholders_without_pixels(model, prompt):
 
 def _case_cache_longer_than_prompt(model, prompt):
     config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads, config.head_dim, prompt.length + 2)
+    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads, _head_dim(config), prompt.length + 2)
     return {**prompt.inputs(), "cache": cache}, "the cache already holds"
 
 
 def _case_cache_from_other_layer_count(model, prompt):
     config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers + 1, config.num_key_value_heads, config.head_dim, 3)
+    cache = _filled_cache(config.num_hidden_layers + 1, config.num_key_value_heads, _head_dim(config), 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 
 def _case_cache_from_other_head_shape(model, prompt):
     config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads + 1, config.head_dim * 2, 3)
+    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads + 1, _head_dim(config) * 2, 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 

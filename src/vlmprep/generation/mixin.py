@@ -301,9 +301,9 @@ class VisionPrepGenerationMixin:
         if position_ids is not None:
             if position_ids.shape[-1] != offset + prompt_length:
                 raise ValueError(
-                    f"This model's multimodal positions are computed from the whole prompt, but only the "
-                    f"{prompt_length} tokens after the {offset} cached ones were passed. Pass the whole conversation as "
-                    "`input_ids` (with its pixel inputs and token types) together with the cache."
+                    "This model's multimodal positions are computed from the whole prompt, but only the "
+                    f"{prompt_length} tokens after the {offset} cached ones were passed. Pass the whole conversation "
+                    "as `input_ids` (with its pixel inputs and token types) together with the cache."
                 )
             model_kwargs["position_ids"] = position_ids
 

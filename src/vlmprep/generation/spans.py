@@ -138,9 +138,9 @@ def find_image_spans(
             if position + length > end:
                 raise ValueError(
                     f"{modality.capitalize()} placeholder run of length {end - start} at row {row}, positions "
-                    f"{start}..{end - 1} does not match the {modality}s' token counts ({modality} {item} needs {length} "
-                    f"tokens, {end - position} left). Build the prompt with the model's processor, which inserts "
-                    f"exactly the number of placeholders each {modality} needs."
+                    f"{start}..{end - 1} does not match the {modality}s' token counts ({modality} {item} needs "
+                    f"{length} tokens, {end - position} left). Build the prompt with the model's processor, which "
+                    f"inserts exactly the number of placeholders each {modality} needs."
                 )
             spans.append(
                 ImageSpan(

@@ -1,0 +1,361 @@
+"""Qwen2-VL-like families: videos next to images, positions from the prompt alone, flattened patch inputs.
+
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and its MoE) and GLM-4V. The conformance suite runs the image scenarios; these add
+what only these families have: a second modality (videos, one placeholder run per frame in Qwen3-VL and GLM-4V, whose
+frames reuse the image placeholder), M-RoPE positions that upstream keeps on the model between calls, deepstack
+features, and pixel inputs that are patch rows indexed by grids.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import model_pair
+from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from vlmprep import PrefixCache
+from vlmprep.testing import IMAGE
+
+QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+# GLM-4V finds image and video placeholders by one token id: as upstream, one forward holds only one of them.
+ALL_FAMILIES = [*QWEN_FAMILIES, "glm4v"]
+VIDEO = "<video>"  # the video marker of tests/families/cases_qwen.py
+SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
+USER = [20, 21, 22]
+
+
+class EncoderRuns:
+    """Items (images or videos) per vision-tower call, counted with a forward hook on the tower's grid argument."""
+
+    def __init__(self, model):
+        self.tower = model.model.visual
+        self.items: list[int] = []
+
+    def __enter__(self) -> EncoderRuns:
+        def hook(module, args, kwargs, output):
+            self.items.append(int(kwargs["grid_thw"].shape[0]))
+
+        self._handle = self.tower.register_forward_hook(hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+
+def cache_of(model, inputs: dict) -> DynamicCache:
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        return model(**inputs, cache=cache, use_cache=True).cache
+
+
+def assert_same_steps(actual, expected) -> None:
+    for step_actual, step_expected in zip(actual, expected, strict=True):
+        assert_close(step_actual, step_expected)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_images_and_video_match_transformers(family, num_beams):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, [31], IMAGE, [32]], image_seeds=[0, 1, 2])
+    assert len(prompt.full_inputs["video_grid_thw"]) == 1
+    kwargs = {"max_new_tokens": 3, "num_beams": num_beams}
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), **kwargs)
+    with EncoderRuns(ours) as runs:
+        sequences, logits = generate_logits(ours, prompt.inputs(), **kwargs)
+    assert torch.equal(sequences, expected_sequences)
+    assert_same_steps(logits, expected_logits)
+    assert runs.items == [2, 1]  # one batched call per modality: the two images, then the video
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_new_image_after_cached_video_turn(family):
+    """A cached conversation with a video gets a new image: only the image is encoded; upstream cannot do this."""
+    upstream, ours = model_pair(family)
+    turn_1 = [SYSTEM, VIDEO, USER]
+    conversation = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[5, 6])
+    turn_1_prompt = Prompt(ours.config, turn_1, image_seeds=[5])
+    cache = cache_of(upstream, turn_1_prompt.inputs())
+    with EncoderRuns(ours) as runs:
+        _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
+    assert runs.items == [1]
+    _, expected_logits = generate_logits(upstream, conversation.inputs())
+    assert_same_steps(logits, expected_logits)
+
+    cache = cache_of(upstream, turn_1_prompt.inputs())
+    with pytest.raises(ValueError, match="do not match"):
+        upstream.generate(**conversation.inputs(), cache=cache, max_new_tokens=1)
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_every_chunk_size_is_exact_with_a_video(family):
+    upstream, ours = model_pair(family)
+    saved, ours.encoder_cache = ours.encoder_cache, None  # count real encoder runs
+    try:
+        prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12], IMAGE, [13]], image_seeds=[1, 2])
+        expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+        for chunk_size in range(1, prompt.length + 1):
+            with EncoderRuns(ours) as runs:
+                sequences, logits = generate_logits(
+                    ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size
+                )
+            assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
+            assert_same_steps(logits, expected_logits)
+            assert runs.items == [1, 1], f"chunk size {chunk_size}: {runs.items}"
+    finally:
+        ours.encoder_cache = saved
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_cache_ending_anywhere_in_a_video_with_chunks(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[0])
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    video_positions = (prompt.full_inputs["mm_token_type_ids"][0] == 2).nonzero().flatten().tolist()
+    assert len(video_positions) == 8
+    for cached in range(video_positions[0], video_positions[-1] + 2):
+        for chunk_size in (None, 3):
+            cache = cache_of(upstream, prompt.inputs())
+            cache.crop(cached - prompt.length)
+            _, logits = generate_logits(
+                ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
+            )
+            assert_same_steps(logits, expected_logits)
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
+    _, ours = model_pair(family)
+    one = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[1])
+    two = Prompt(ours.config, [[2, 50], IMAGE, [51], VIDEO, [52], IMAGE, [53]], image_seeds=[2, 3, 4])
+    width = max(one.length, two.length)
+
+    def left_pad(value: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.nn.functional.pad(value, (width - value.shape[-1], 0), value=fill)
+
+    prompts = (one, two)
+    batch = {
+        "input_ids": torch.cat([left_pad(p.input_ids, ours.generation_config.pad_token_id) for p in prompts]),
+        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), 0) for p in prompts]),
+        "mm_token_type_ids": torch.cat([left_pad(p.full_inputs["mm_token_type_ids"], 0) for p in prompts]),
+    }
+    for key in ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts"):
+        values = [p.full_inputs[key] for p in prompts if key in p.full_inputs]
+        if values:
+            batch[key] = torch.cat(values)  # patch rows and grid rows of every prompt, in prompt order
+    with EncoderRuns(ours) as runs:
+        _, batch_logits = generate_logits(ours, batch, max_new_tokens=2)
+    assert runs.items == [2, 2]
+    for row, prompt in enumerate(prompts):
+        _, solo_logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2)
+        for step_batch, step_solo in zip(batch_logits, solo_logits, strict=True):
+            assert_close(step_batch[row], step_solo[0], atol=1e-4)
+
+
+def test_no_state_kept_on_the_model_between_requests():
+    """Upstream continues a cached request with `rope_deltas` left by whichever request ran last; vlmprep never reads
+    them: positions come from the prompt alone, so stale (even garbage) deltas change nothing."""
+    upstream, ours = model_pair("qwen2_vl")
+    turn_1 = [SYSTEM, IMAGE, USER]
+    a_turn_1 = Prompt(ours.config, turn_1, image_seeds=[2])
+    a_turn_2 = Prompt(ours.config, [*turn_1, [40, 41, 42]], image_seeds=[2])
+    b_turn_1 = Prompt(ours.config, [[2, 60], IMAGE, [61], IMAGE, [62]], image_seeds=[4, 6])
+    reference = reference_next_logits(upstream, a_turn_2)
+
+    a_cache = DynamicCache(config=upstream.config)
+    generate_logits(upstream, a_turn_1.inputs(), cache=a_cache, max_new_tokens=1)
+    generate_logits(upstream, b_turn_1.inputs(), max_new_tokens=1)
+    # Upstream fails on the cached image's pixels, so a caller continues with the text only
+    turn_2_text = a_turn_2.inputs(with_pixels=False)
+    _, upstream_logits = generate_logits(upstream, turn_2_text, cache=a_cache, max_new_tokens=1)
+    assert not torch.allclose(upstream_logits[0], reference, atol=1e-4), "upstream reads B's rope_deltas"
+
+    a_cache = DynamicCache(config=ours.config)
+    generate_logits(ours, a_turn_1.inputs(), cache=a_cache, max_new_tokens=1)
+    generate_logits(ours, b_turn_1.inputs(), max_new_tokens=1)
+    ours.model.rope_deltas = torch.tensor([[1000], [-1000]])  # garbage: a broadcast error if it were read
+    _, logits = generate_logits(ours, a_turn_2.inputs(), cache=a_cache, max_new_tokens=1)
+    assert_close(logits[0], reference)
+    assert ours.model.rope_deltas.flatten().tolist() == [1000, -1000]  # nor written
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_prefix_cache_across_turns_and_interleaved_requests(family):
+    """Each turn adds an image or a video; another request runs between turns; every turn resumes from the prefix
+    cache and is exact, with each image and video encoded once."""
+    upstream, ours = model_pair(family)
+    store = PrefixCache(block_size=4)
+    ours.encoder_cache.clear()
+    config = ours.config
+    no_placeholders = {"suppress_tokens": [config.image_token_id, config.video_token_id, 110, 111]}
+    other = Prompt(config, [[2, 60], IMAGE, [61], VIDEO, [62]], image_seeds=[40, 41])
+    segments, seeds, encoded = [], [], []
+    for turn, user in enumerate(([SYSTEM, IMAGE, [30, 31]], [[32], VIDEO, [33]], [[34], IMAGE, [35, 36]])):
+        segments += user
+        seeds.append(20 + turn)
+        prompt = Prompt(config, segments, image_seeds=seeds)
+        prefilled_before = store.stats.tokens_prefilled
+        with EncoderRuns(ours) as runs:
+            sequences, logits = generate_logits(
+                ours, prompt.inputs(), max_new_tokens=2, prefix_cache=store, **no_placeholders
+            )
+        encoded += runs.items
+        if turn > 0:  # resumed from the store: only the new part (and a partial block) is prefilled
+            assert store.stats.tokens_prefilled - prefilled_before < prompt.length - 8
+        _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2, **no_placeholders)
+        assert_same_steps(logits, expected_logits)
+        generate_logits(ours, other.inputs(), max_new_tokens=1, prefix_cache=store)  # another request in between
+        segments.append(sequences[0, prompt.length :].tolist())
+    assert encoded == [1, 1, 1]  # each turn encodes only its new image or video
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_token_types_are_derived_when_left_out(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, USER], image_seeds=[3, 4])
+    inputs = prompt.inputs()
+    inputs.pop("mm_token_type_ids")
+    _, logits = generate_logits(ours, inputs, max_new_tokens=2)
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    assert_same_steps(logits, expected_logits)
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_generate_without_cache_matches_transformers(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, VIDEO, [30], IMAGE, USER], image_seeds=[1, 3])
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, use_cache=False)
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    assert_same_steps(logits, expected_logits)
+
+
+def test_deepstack_features_are_cached_with_the_image_features():
+    upstream, ours = model_pair("qwen3_vl")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, USER], image_seeds=[3, 4])
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    for expected_runs in ([1, 1], []):  # the second call's image and video come from the encoder cache
+        with EncoderRuns(ours) as runs:
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=5)
+        assert runs.items == expected_runs
+        assert_same_steps(logits, expected_logits)
+
+
+# -- GLM-4V: video frames are image placeholders, told apart by `mm_token_type_ids` ---------------------------------
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_glm4v_matches_transformers(do_sample):
+    upstream, ours = model_pair("glm4v")
+    kwargs = {"max_new_tokens": 3, "do_sample": do_sample, "output_logits": True, "return_dict_in_generate": True}
+    for segments, seeds in (([SYSTEM, IMAGE, USER, IMAGE, [30]], [0, 1]), ([SYSTEM, VIDEO, USER], [0])):
+        prompt = Prompt(ours.config, segments, image_seeds=seeds)
+        torch.manual_seed(1)
+        expected = upstream.generate(**prompt.inputs(), **kwargs)
+        torch.manual_seed(1)
+        with EncoderRuns(ours) as runs:
+            actual = ours.generate(**prompt.inputs(), **kwargs)
+        assert torch.equal(actual.sequences, expected.sequences)
+        assert_same_steps(actual.logits, expected.logits)
+        assert len(runs.items) == 1  # one vision run (GLM-4V's tower sees a video as one grid row per frame)
+
+
+def test_glm4v_beams_are_exact_where_upstream_reorders_images():
+    upstream, ours = model_pair("glm4v")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]], image_seeds=[0, 1])
+    reference = reference_next_logits(upstream, prompt)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, num_beams=3)
+    for beam in range(3):  # every beam starts from the prompt: its first logits are the prompt's
+        assert_close(logits[0][beam], reference[0])
+    _, upstream_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=1, num_beams=3)
+    assert not torch.allclose(upstream_logits[0][1], reference[0], atol=1e-4), "upstream feeds A, A, A, B, B, B"
+
+
+def test_glm4v_every_chunk_size_is_exact_with_a_video():
+    upstream, ours = model_pair("glm4v")
+    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[1])
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    for chunk_size in range(1, prompt.length + 1):
+        sequences, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
+        assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
+        assert_same_steps(logits, expected_logits)
+
+
+def test_glm4v_videos_need_token_types():
+    _, ours = model_pair("glm4v")
+    inputs = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[0]).inputs()
+    inputs.pop("mm_token_type_ids")
+    with pytest.raises(ValueError, match="share the image placeholder token"):
+        ours.generate(**inputs, max_new_tokens=1)
+
+
+# -- Bad input: a clear `ValueError`, and the model still exact afterwards -----------------------------------------
+
+
+def _case_extra_image(model, prompt):
+    other = Prompt(model.config, [[5], IMAGE], image_seeds=[9])
+    inputs = prompt.inputs()
+    for key in ("pixel_values", "image_grid_thw"):
+        inputs[key] = torch.cat([inputs[key], other.full_inputs[key]])
+    return inputs, "2 image(s) were passed but the prompt has 1 image placeholder run"
+
+
+def _case_missing_image(model, prompt):
+    two = Prompt(model.config, [SYSTEM, IMAGE, [30], IMAGE, [31]], image_seeds=[0, 1])
+    inputs = two.inputs()
+    first_rows = int(inputs["image_grid_thw"][0].prod())
+    inputs["pixel_values"] = inputs["pixel_values"][:first_rows]
+    inputs["image_grid_thw"] = inputs["image_grid_thw"][:1]
+    return inputs, "more image placeholder tokens than the 1 images passed need"
+
+
+def _case_missing_video(model, prompt):
+    with_video = Prompt(model.config, [SYSTEM, VIDEO, [30]], image_seeds=[0])
+    inputs = with_video.inputs(with_pixels=False)
+    return inputs, "video placeholder run(s) after the 0 cached tokens"
+
+
+def _case_grid_without_pixels(model, prompt):
+    inputs = prompt.inputs()
+    inputs.pop("pixel_values")
+    return inputs, "`image_grid_thw` was passed without `pixel_values`"
+
+
+def _case_patch_rows_of_another_size(model, prompt):
+    inputs = prompt.inputs()
+    inputs["pixel_values"] = inputs["pixel_values"][:-1]
+    return inputs, "vision tower takes flattened patches"
+
+
+def _case_cached_image_without_grid(model, prompt):
+    upstream, _ = model_pair(model.config.model_type)
+    cache = cache_of(upstream, prompt.inputs(length=prompt.length - 1))
+    return {**prompt.inputs(with_pixels=False), "cache": cache}, "no `image_grid_thw`"
+
+
+def _case_only_new_tokens_after_cache(model, prompt):
+    upstream, _ = model_pair(model.config.model_type)
+    cache = cache_of(upstream, prompt.inputs(length=prompt.length - 2))
+    inputs = {
+        "input_ids": prompt.input_ids[:, -2:],
+        "attention_mask": torch.ones(1, prompt.length, dtype=torch.long),
+        "cache": cache,
+    }
+    return inputs, "computed from the whole prompt"
+
+
+BAD_INPUTS = {name.removeprefix("_case_"): case for name, case in dict(globals()).items() if name.startswith("_case_")}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_bad_input_raises_clear_error(family, case):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[0])
+    inputs, message = BAD_INPUTS[case](ours, prompt)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ours.generate(**inputs, max_new_tokens=2, do_sample=False)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
