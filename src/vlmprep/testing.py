@@ -7,6 +7,8 @@ hidden size 32, 16x16 images). Token ids above 100 are reserved for special toke
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from transformers import Gemma3Config, LlavaConfig, PaliGemmaConfig, PreTrainedConfig
 
@@ -216,7 +218,10 @@ def random_pixels(num_images: int, seed: int = 0, size: int = TINY_IMAGE_SIZE) -
 
 
 class VisionRunCounter:
-    """Counts forward calls of a vision tower (and the images each call saw) with a forward hook.
+    """Counts a model's vision-encoder calls and the images (or videos) each call encoded.
+
+    It wraps the model's own `get_image_features` / `get_video_features` (on this model instance only) and counts
+    items with the family's `count_images`, so tiles, crops and flattened patches count as the images they belong to.
 
     Example:
 
@@ -231,31 +236,45 @@ class VisionRunCounter:
     ```
     """
 
-    # Attribute names of the vision tower across families (LLaVA/Gemma3: vision_tower, Qwen-VL: visual, ...).
-    TOWER_NAMES = ("vision_tower", "visual", "vision_model")
+    MODALITIES = ("image", "video")
 
     def __init__(self, model: torch.nn.Module):
-        base = getattr(model, "model", model)
-        self.tower = next((getattr(base, name) for name in self.TOWER_NAMES if hasattr(base, name)), None)
-        if self.tower is None:
-            raise ValueError(f"No vision tower ({', '.join(self.TOWER_NAMES)}) found on {type(model).__name__}.")
+        self.model = model
+        self.encoder_owner = getattr(model, "model", model)
         self.batch_sizes: list[int] = []
-        self._handle = None
+        self._wrapped: list[str] = []
 
-    def _hook(self, module, args, kwargs, output):
-        grid = kwargs.get("grid_thw")
-        if grid is not None:  # flattened patches (Qwen-VL): one grid row per image or video
-            self.batch_sizes.append(int(grid.shape[0]))
-            return
-        pixels = kwargs.get("pixel_values", args[0] if args else None)
-        self.batch_sizes.append(int(pixels.shape[0]) if pixels is not None else 0)
+    def _counting(self, modality: str, encode):
+        @functools.wraps(encode)  # keeps the signature the mixin inspects
+        def wrapper(*args, **kwargs):
+            if args:
+                kwargs = {"pixel_values" if modality == "image" else "pixel_values_videos": args[0], **kwargs}
+            self.batch_sizes.append(self._count(modality, kwargs))
+            return encode(**kwargs)
+
+        return wrapper
+
+    def _count(self, modality: str, kwargs: dict) -> int:
+        count_images = getattr(self.model, "count_images", None)
+        if count_images is None:
+            pixels = next(iter(kwargs.values()))
+            return int(pixels.shape[0])
+        count = count_images(kwargs) if modality == "image" else count_images(kwargs, modality=modality)
+        return int(count or 0)
 
     def __enter__(self) -> VisionRunCounter:
-        self._handle = self.tower.register_forward_hook(self._hook, with_kwargs=True)
+        for modality in self.MODALITIES:
+            name = f"get_{modality}_features"
+            encode = getattr(self.encoder_owner, name, None)
+            if encode is not None:
+                setattr(self.encoder_owner, name, self._counting(modality, encode))
+                self._wrapped.append(name)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._handle.remove()
+        for name in self._wrapped:
+            delattr(self.encoder_owner, name)  # the instance attribute; the class method shows through again
+        self._wrapped = []
 
     @property
     def calls(self) -> int:

@@ -1,0 +1,52 @@
+"""Aya Vision: an image is split into tiles (plus a global thumbnail), each tile encoded on its own.
+
+The processor writes an image as `<|START_OF_IMG|>`, then per tile a tile marker and the tile's run of
+`<|IMG_PATCH|>` placeholders, then `<|END_OF_IMG|>`; `pixel_values` is `(total_tiles, C, H, W)` over all images,
+without the tiles-per-image count (`num_patches` is not a model input). A tile's features depend only on its own
+pixels, so each tile is one item of the mechanism: one row of `pixel_values`, one placeholder run, one entry of the
+encoder cache. The mixin's "image" counts and messages therefore count tiles.
+"""
+
+from typing import Any
+
+import transformers
+
+from ..generation import VisionFacts, VisionPrepGenerationMixin
+
+
+class PixelShuffledTiles:
+    """Family hooks shared by Aya Vision and Cohere2 Vision: tiles as items, pixel-shuffled by `downsample_factor`."""
+
+    # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
+    vision_facts = VisionFacts(per_image_keys=())
+
+    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
+        """Placeholders per tile: the tile's patch grid, pixel-shuffled by `downsample_factor` in each direction."""
+        vision_config = self.config.vision_config
+        side = vision_config.image_size // vision_config.patch_size // self.config.downsample_factor
+        return side * side
+
+
+class AyaVisionForConditionalGeneration(
+    PixelShuffledTiles, VisionPrepGenerationMixin, transformers.AyaVisionForConditionalGeneration
+):
+    """Drop-in `transformers.AyaVisionForConditionalGeneration` whose vision tower runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep.models.aya_vision import AyaVisionForConditionalGeneration
+    >>> config = transformers.AyaVisionConfig(
+    ...     text_config={"model_type": "cohere2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
+    ...     vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
+    ...     image_token_index=122,
+    ... )
+    >>> model = AyaVisionForConditionalGeneration(config).eval()
+    >>> model.image_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
+    4
+
+    ```
+    """

@@ -1,0 +1,52 @@
+"""GOT-OCR2: an image (or each page crop of it) is one fixed-resolution tile, encoded on its own.
+
+The processor writes an image as `<img>`, `num_image_tokens` `<imgpad>` placeholders per tile back to back, `</img>`;
+`pixel_values` is `(total_tiles, C, H, W)` over all images, without the tiles-per-image count. A tile's features
+depend only on its own pixels, so each tile is one item of the mechanism: one row of `pixel_values`, one slice of the
+image's run, one encoder-cache entry. The mixin's "image" counts and messages therefore count tiles.
+"""
+
+import math
+from typing import Any
+
+import transformers
+
+from ..generation import VisionFacts, VisionPrepGenerationMixin
+
+
+class GotOcr2ForConditionalGeneration(VisionPrepGenerationMixin, transformers.GotOcr2ForConditionalGeneration):
+    """Drop-in `transformers.GotOcr2ForConditionalGeneration` whose vision tower runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep.models.got_ocr2 import GotOcr2ForConditionalGeneration
+    >>> config = transformers.GotOcr2Config(
+    ...     text_config={"model_type": "qwen2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
+    ...     vision_config={"hidden_size": 32, "output_channels": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+    ...                    "image_size": 16, "patch_size": 2, "window_size": 4, "global_attn_indexes": [1],
+    ...                    "mlp_dim": 64},
+    ...     image_token_index=122,
+    ... )
+    >>> model = GotOcr2ForConditionalGeneration(config).eval()
+    >>> model.image_token_counts({})  # per tile: the 8x8 patch grid, halved twice by the projector's convolutions
+    4
+
+    ```
+    """
+
+    # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
+    vision_facts = VisionFacts(per_image_keys=())
+
+    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
+        """Placeholders per tile: the patch grid after the projector's two stride-2 convolutions (`ceil(n / 2)` each).
+
+        Computed from the vision config rather than read from `config.image_seq_length`, which the model never reads
+        (its default, 576, is not what the default 1024px / patch-16 tower yields: 256).
+        """
+        vision_config = self.config.vision_config
+        grid = vision_config.image_size // vision_config.patch_size
+        side = math.ceil(math.ceil(grid / 2) / 2)
+        return side * side

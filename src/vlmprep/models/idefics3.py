@@ -1,0 +1,93 @@
+"""Idefics3: an image is split into sub-images (a grid of crops plus the global image), each encoded on its own.
+
+`pixel_values` is `(batch_size, max_sub_images, C, H, W)`: each sample's sub-images, padded with all-zero sub-images
+that the model drops; `pixel_attention_mask` `(batch_size, max_sub_images, H, W)` marks the real pixels. The
+processor writes each sub-image as its own run of `image_seq_len` `<image>` placeholders (behind
+`<fake_token_around_image><row_i_col_j>` or `<global-img>`), and a sub-image's features depend only on its own pixels
+and mask. So each real sub-image is one item of the mechanism, numbered in `(sample, sub-image)` order, which is the
+order the model fills placeholders in; the mixin's "image" counts and messages count sub-images.
+"""
+
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation import VisionFacts, VisionPrepGenerationMixin
+
+
+class SubImageItems:
+    """Family hooks shared by Idefics3 and SmolVLM: each real sub-image of `pixel_values` is one item."""
+
+    # 5D pixels (no fixed `(num_images, C, H, W)` shape to check); the mask is split with the sub-images.
+    vision_facts = VisionFacts(per_image_keys=("pixel_attention_mask",), fixed_resolution=False)
+
+    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
+        """Placeholders per sub-image: its patch grid, pixel-shuffled by `scale_factor` in each direction."""
+        return sub_image_tokens(self.config)
+
+    def count_images(self, model_kwargs: dict[str, Any]) -> int | None:
+        """Real (not all-zero padding) sub-images of all samples."""
+        pixel_values = model_kwargs.get("pixel_values")
+        return None if pixel_values is None else int(real_sub_images(pixel_values).sum())
+
+    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The given real sub-images as one sample `(1, len(indices), ...)`, with their pixel masks."""
+        return select_sub_images(model_kwargs, indices)
+
+
+class Idefics3ForConditionalGeneration(
+    SubImageItems, VisionPrepGenerationMixin, transformers.Idefics3ForConditionalGeneration
+):
+    """Drop-in `transformers.Idefics3ForConditionalGeneration` whose vision tower runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import torch, transformers
+    >>> from vlmprep.models.idefics3 import Idefics3ForConditionalGeneration
+    >>> config = transformers.Idefics3Config(
+    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
+    ...     vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+    ...                    "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
+    ...     image_token_id=122,
+    ... )
+    >>> model = Idefics3ForConditionalGeneration(config).eval()
+    >>> pixel_values = torch.zeros(2, 3, 3, 16, 16)  # 2 samples, up to 3 sub-images each
+    >>> pixel_values[0, :3] = 1.0; pixel_values[1, :1] = 1.0  # the rest is padding
+    >>> model.count_images({"pixel_values": pixel_values}), model.image_token_counts({})
+    (4, 4)
+
+    ```
+    """
+
+
+def sub_image_tokens(config: transformers.PreTrainedConfig) -> int:
+    """`image_seq_len` of the Idefics3/SmolVLM processors: `(image_size // patch_size) ** 2 // scale_factor ** 2`."""
+    vision_config = config.vision_config
+    return (vision_config.image_size // vision_config.patch_size) ** 2 // config.scale_factor**2
+
+
+def real_sub_images(pixel_values: torch.Tensor) -> torch.Tensor:
+    """`(batch_size, max_sub_images)` mask of the sub-images that are not all-zero padding, as the model decides."""
+    return pixel_values.flatten(2).ne(0).any(dim=-1)
+
+
+def select_sub_images(model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+    """`pixel_values` (and `pixel_attention_mask`) of the given real sub-images, as one sample.
+
+    Args:
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        indices (`list[int]`): indices among the real sub-images, in `(sample, sub-image)` order.
+
+    Returns:
+        `dict[str, Any]`: `pixel_values` `(1, len(indices), C, H, W)`, `pixel_attention_mask` `(1, len(indices), H, W)`.
+    """
+    pixel_values = model_kwargs["pixel_values"]
+    real = real_sub_images(pixel_values).flatten()  # (batch_size * max_sub_images,)
+    selected = {"pixel_values": pixel_values.flatten(0, 1)[real][indices].unsqueeze(0)}
+    mask = model_kwargs.get("pixel_attention_mask")
+    if mask is not None:
+        selected["pixel_attention_mask"] = mask.flatten(0, 1)[real][indices].unsqueeze(0)
+    return selected

@@ -1,0 +1,53 @@
+"""LFM2-VL: SigLIP2 (NaFlex) tiles of any shape; each row of `pixel_values` (a tile or a whole image) is one item.
+
+`pixel_values` is `(num_tiles, max_patches, C * patch * patch)` with `spatial_shapes` `(num_tiles, 2)` (patch grid)
+and `pixel_attention_mask` `(num_tiles, max_patches)`; the processor writes a multi-tile image as its tiles' placeholder
+runs then the thumbnail's (each behind a `<|img_row_i_col_j|>` / `<|img_thumbnail|>` tag, or back to back without
+special tokens), and a single-tile image as one run. A row's features depend only on its own patches, so each row is
+one item: `(rows // factor) * (columns // factor)` placeholders, split out of the runs in order. The mixin's "image"
+counts and messages therefore count tiles.
+"""
+
+from typing import Any
+
+import transformers
+
+from ..generation import VisionFacts, VisionPrepGenerationMixin
+
+
+class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm2VlForConditionalGeneration):
+    """Drop-in `transformers.Lfm2VlForConditionalGeneration` whose vision tower runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import torch, transformers
+    >>> from vlmprep.models.lfm2_vl import Lfm2VlForConditionalGeneration
+    >>> config = transformers.Lfm2VlConfig(
+    ...     text_config={"model_type": "lfm2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+    ...                  "layer_types": ["conv", "full_attention"]},
+    ...     vision_config={"model_type": "siglip2_vision_model", "hidden_size": 32, "intermediate_size": 64,
+    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "patch_size": 4, "num_patches": 16},
+    ...     image_token_id=122, projector_hidden_size=32,
+    ... )
+    >>> model = Lfm2VlForConditionalGeneration(config).eval()
+    >>> model.image_token_counts({"spatial_shapes": torch.tensor([[4, 4], [2, 4]])})  # patch grids, merged 2x2
+    [4, 2]
+
+    ```
+    """
+
+    # NaFlex rows: no fixed pixel shape; `pooler_output` is a list of per-row tensors. Shapes and masks are split
+    # with the rows (and hashed with them).
+    vision_facts = VisionFacts(
+        per_image_keys=("spatial_shapes", "pixel_attention_mask"), fixed_resolution=False, features_as_list=True
+    )
+
+    def image_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
+        """Placeholders per row: its patch grid merged `downsample_factor x downsample_factor`, as the model splits."""
+        spatial_shapes = model_kwargs.get("spatial_shapes")
+        if spatial_shapes is None:
+            return None
+        factor = self.config.downsample_factor
+        return [(int(rows) // factor) * (int(columns) // factor) for rows, columns in spatial_shapes]

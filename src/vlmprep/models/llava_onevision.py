@@ -1,0 +1,128 @@
+"""LLaVA-OneVision (images): anyres images, except that the images of a multi-image sample get only the base crop.
+
+Whether an image gets its anyres grid depends on `batch_num_images` (images per sample): a sample with one image
+does, the images of a sample with several do not. That is a property of the sample, not of one image, and
+`get_image_features` can only express it for whole samples, so an *item* here is one entry of `batch_num_images`:
+one image, or all the images of a multi-image sample, whose placeholder runs are the item's pieces.
+Without `batch_num_images` every image is its own item and gets its grid, as upstream does.
+"""
+
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation.mixin import select_images
+from .llava_next import crop_tokens, dummy_crop_features, trim_padding_crops
+
+
+class LlavaOnevisionForConditionalGeneration(
+    VisionPrepGenerationMixin, transformers.LlavaOnevisionForConditionalGeneration
+):
+    """Drop-in `transformers.LlavaOnevisionForConditionalGeneration` whose vision tower runs once, in input preparation.
+
+    Images only: videos (`pixel_values_videos`) are not prepared by vlmprep.
+
+    Example:
+
+    ```python
+    >>> import torch, transformers
+    >>> from vlmprep.models.llava_onevision import LlavaOnevisionForConditionalGeneration
+    >>> config = transformers.LlavaOnevisionConfig(
+    ...     text_config={"model_type": "qwen2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
+    ...     vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 8, "patch_size": 4},
+    ...     image_grid_pinpoints=[[8, 16], [16, 8]], image_token_index=122, video_token_index=123,
+    ... )
+    >>> model = LlavaOnevisionForConditionalGeneration(config).eval()
+    >>> sizes = torch.tensor([[8, 13], [8, 13], [13, 8]])
+    >>> model.image_token_counts({"image_sizes": sizes, "batch_num_images": [1, 2]})
+    [14, [5, 5]]
+
+    ```
+    """
+
+    # `pixel_values` has a crop dimension (no fixed `(num_images, C, H, W)` shape); `pooler_output` is a list of
+    # per-image tensors. `batch_num_images` is split per item with the pixels, never passed whole.
+    vision_facts = VisionFacts(
+        per_image_keys=("image_sizes", "batch_num_images"), fixed_resolution=False, features_as_list=True
+    )
+
+    def image_token_counts(self, model_kwargs: dict[str, Any]) -> list[int | list[int]] | None:
+        """Placeholders per item: the rows upstream's `pack_image_features` makes (a list per multi-image sample)."""
+        image_sizes = model_kwargs.get("image_sizes")
+        if image_sizes is None:
+            return None
+        groups = image_groups(model_kwargs.get("batch_num_images"), len(image_sizes))
+        with_grid = [len(group) == 1 for group in groups for _ in group]
+        strategy = model_kwargs.get("vision_feature_select_strategy") or self.config.vision_feature_select_strategy
+        tokens_per_crop = crop_tokens(self.model, strategy)
+        dummies = [
+            dummy_crop_features(self.config, size, tokens_per_crop, grid)
+            for size, grid in zip(image_sizes, with_grid, strict=True)
+        ]
+        packed, _ = self.model.pack_image_features(
+            dummies,
+            image_sizes,
+            image_newline=torch.zeros(1),
+            vision_aspect_ratio=model_kwargs.get("vision_aspect_ratio") or self.config.vision_aspect_ratio,
+        )
+        lengths = [int(features.shape[0]) for features in packed]
+        return [lengths[group[0]] if len(group) == 1 else [lengths[i] for i in group] for group in groups]
+
+    def count_images(self, model_kwargs: dict[str, Any]) -> int | None:
+        """Items passed: the samples of `batch_num_images` with images, or the images when it is not given."""
+        num_images = super().count_images(model_kwargs)
+        batch_num_images = model_kwargs.get("batch_num_images")
+        if num_images is None or batch_num_images is None:
+            return num_images
+        expected = sum(int(n) for n in batch_num_images)
+        if expected != num_images:
+            raise ValueError(
+                f"{num_images} image(s) were passed but the prompt has {expected} according to `batch_num_images` "
+                f"{[int(n) for n in batch_num_images]}. Pass the `pixel_values`, `image_sizes` and `batch_num_images` "
+                "the processor returned together."
+            )
+        return len(image_groups(batch_num_images, num_images))
+
+    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The pixels and sizes of the items' images, with `batch_num_images` of just those items."""
+        batch_num_images = model_kwargs.get("batch_num_images")
+        image_sizes = model_kwargs.get("image_sizes")
+        if batch_num_images is None or image_sizes is None:
+            return trim_padding_crops(self.config, super().select_image_inputs(model_kwargs, indices))
+        groups = image_groups(batch_num_images, len(image_sizes))
+        images = [image for index in indices for image in groups[index]]
+        selected = {
+            key: select_images(model_kwargs[key], images)
+            for key in ("pixel_values", "image_sizes")
+            if model_kwargs.get(key) is not None
+        }
+        selected["batch_num_images"] = [len(groups[index]) for index in indices]  # the items' samples only
+        with_grid = [len(groups[index]) == 1 for index in indices for _ in groups[index]]
+        return trim_padding_crops(self.config, selected, with_grid)
+
+
+def image_groups(batch_num_images: Any, num_images: int) -> list[list[int]]:
+    """Image indices of each item: one list per entry of `batch_num_images`, or one per image without it.
+
+    Args:
+        batch_num_images (`list[int]` or `torch.Tensor`, *optional*): images per sample, as the processor returns.
+        num_images (`int`): images passed (`len(image_sizes)`).
+
+    Returns:
+        `list[list[int]]`
+    """
+    if batch_num_images is None:
+        return [[image] for image in range(num_images)]
+    counts = [int(n) for n in batch_num_images]
+    if sum(counts) != num_images:
+        raise ValueError(
+            f"`batch_num_images` {counts} adds up to {sum(counts)} images but `image_sizes` has {num_images}. Pass "
+            "the `batch_num_images`, `image_sizes` and `pixel_values` the processor returned together."
+        )
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    # A text-only sample (0 images) has no placeholders: it is no item.
+    return [list(range(start, start + count)) for start, count in zip(starts, counts, strict=True) if count]
