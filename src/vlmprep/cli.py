@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", parents=[debug], help="run the benchmarks (vlmprep.bench) and print their summary"
     )
-    bench.add_argument("--quick", action="store_true", help="a short run (shorter workloads, fewer repeats; same model)")
+    bench.add_argument(
+        "--quick", action="store_true", help="a short run (shorter workloads, fewer repeats; same model)"
+    )
     bench.add_argument("--out", default="bench_out", metavar="DIR", help="where results are written (bench_out)")
     return parser
 
