@@ -24,10 +24,13 @@ CANDIDATE = "not yet adapted (placeholder-based: candidate)"
 
 _MROPE = "multimodal rope (3D positions from `image_grid_thw`, `get_rope_index`)"
 _DEEPSTACK = (
-    "deepstack features (`deepstack_features` added at early decoder layers; the mixin slices only `pooler_output`)"
+    "deepstack features (`deepstack_features` added at early decoder layers; carried by the mixin since qwen3_vl)"
 )
 _AUDIO_IN_FORWARD = "audio is encoded inside every forward, outside `mm_encoder_outputs` (vlmprep has no audio spans)"
-_PIXTRAL_ROWS = "Pixtral layout: an image's `[IMG]` placeholders are one run per patch row, split by `[IMG_BREAK]`"
+_PIXTRAL_ROWS = (
+    "Pixtral layout: an image's `[IMG]` placeholders are one run per patch row, split by `[IMG_BREAK]` (handled as "
+    "several runs per image since mistral3)"
+)
 _TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be built here"
 
 
@@ -43,16 +46,14 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         + _AUDIO_IN_FORWARD
     ),
     "aria": _candidate("each crop is `tokens_per_image` placeholders, crops as units with their `pixel_mask`"),
-    "aya_vision": CANDIDATE,
     "blip": "own `generate`: the BERT text decoder cross-attends to the image embeddings; no image placeholders",
     "blip-2": (
         "own `generate` runs the vision tower and Q-Former, then the language model's `generate` with "
         "`inputs_embeds` (Flan-T5 checkpoints are encoder-decoder)"
     ),
     "chameleon": _candidate("a VQ-VAE turns each image into `image_seq_length` vocabulary tokens"),
-    "cohere2_vision": CANDIDATE,
-    "cohere_compass": f"{_MROPE} and {_DEEPSTACK}: needs the Qwen3-VL hooks",
-    "cosmos3_edge": f"{_MROPE}: needs the Qwen-VL position hook",
+    "cohere_compass": f"{_MROPE} and {_DEEPSTACK}; the Qwen3-VL hooks exist (see qwen3_vl), this drop-in is not written yet",
+    "cosmos3_edge": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
     "cosmos3_omni": f"Qwen3-VL-based: {_MROPE} and {_DEEPSTACK}",
     "deepseek_ocr2": _candidate(
         "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
@@ -84,13 +85,11 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
     ),
     "gemma4_unified": "encoder-free: images and audio are embedded inside the forward, there is no vision tower to run once",
     "git": "image embeddings are concatenated in front of the text inside the forward; no placeholder tokens",
-    "glm46v": f"{_MROPE}: needs the Qwen-VL position hook",
-    "glm4v": _candidate(_MROPE),
-    "glm4v_moe": f"{_MROPE}: needs the Qwen-VL position hook",
+    "glm46v": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
+    "glm4v_moe": _candidate(f"{_MROPE}; the position hook exists (see glm4v), the MoE drop-in is not written yet"),
     "glm5_next": _candidate("flattened patches + `image_grid_thw`, 1D positions; hybrid linear-attention decoder"),
-    "glm_ocr": f"{_MROPE}: needs the Qwen-VL position hook",
+    "glm_ocr": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
     "glmga": f"`Glm46VForConditionalGeneration` under its own config type; {_MROPE}",
-    "got_ocr2": CANDIDATE,
     "granite4_vision": (
         "image features enter by deepstack injection at several decoder layers (placeholders zeroed, "
         "`deepstack_features` summed in), which the mixin does not slice per chunk"
@@ -99,12 +98,11 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image) and features also "
         f"enter as {_DEEPSTACK}"
     ),
-    "hunyuan_vl": f"{_MROPE}: needs the Qwen-VL position hook",
+    "hunyuan_vl": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
     "hy_v4_vl": f"{_MROPE}, with an indexed-attention decoder",
     "hyperclovax_vision_v2": _candidate("Qwen2.5-VL tower, flattened patches + `image_grid_thw`, 1D text positions"),
     "idefics": "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens",
     "idefics2": _candidate("each crop is one 64-token perceiver run between `<fake_token_around_image>` tokens"),
-    "idefics3": CANDIDATE,
     "inkling2": _candidate("flattened patches + `image_grid_thw`, 1D positions; hybrid linear-attention decoder"),
     "inkling2_loop": _candidate("flattened patches + `image_grid_thw`, 1D positions; hybrid linear-attention decoder"),
     "inkling_mm_model": f"omni model: {_AUDIO_IN_FORWARD}",
@@ -116,7 +114,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "own `generate` runs the frames through the Q-Former, then the language model's `generate` with "
         "`inputs_embeds`"
     ),
-    "internvl": CANDIDATE,
     "janus": _candidate(
         "fixed `num_image_tokens` between start/end tokens; its `generate` delegates text mode to transformers'"
     ),
@@ -126,17 +123,12 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "image features from `flattened_patches` are placed by `image_embeds_position_mask` inside the forward, "
         "not through `mm_encoder_outputs`"
     ),
-    "lfm2_vl": CANDIDATE,
     "lfm3_vl": _candidate("flattened patches + `image_grid_thw`, 1D positions"),
-    "lighton_ocr": CANDIDATE,
     "llama4": (
         "transformers' `Llama4ForConditionalGeneration.forward` fails on every call (it reads `image_outputs` from "
         "the causal-LM output: AttributeError), so there is no upstream model to be exact against; tiles would fit "
         "the spans (one contiguous `<|patch|>` run and one `pixel_values` row each)"
     ),
-    "llava_next": CANDIDATE,
-    "llava_next_video": CANDIDATE,
-    "llava_onevision": CANDIDATE,
     "minicpm_ocr": (
         "an image is several runs (global view, then one run per slice between slice start/end tokens), each with "
         "its own token count; Qwen3.5 hybrid decoder"
@@ -147,7 +139,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
     ),
     "minicpmv4_7": f"an image is several runs (global view, then one per slice); {_MROPE}",
     "minimax_m3_vl": _candidate("flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions"),
-    "mistral3": _candidate(_PIXTRAL_ROWS),
     "mistral4": "text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare",
     "mistral_large4": f"{_PIXTRAL_ROWS} (as in mistral3), with an indexed-attention MoE decoder: not yet adapted",
     "mllama": "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens",
@@ -162,7 +153,7 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
         "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
     ),
-    "paddleocr_vl": f"{_MROPE}: needs the Qwen-VL position hook",
+    "paddleocr_vl": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
     "perception_lm": f"vision tower is a timm Perception Encoder (`TimmWrapperModel`): {_TIMM}",
     "pi0": "vision-language-action policy: `sample_actions` denoises continuous actions; not a `GenerationMixin` model",
     "pix2struct": "encoder-decoder over `flattened_patches` (the prompt is rendered into the image); the decoder cross-attends",
@@ -173,19 +164,14 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
     "pp_formulanet": "encoder-decoder: the image is the encoder input and the decoder cross-attends; no placeholders",
     "qianfan_ocr": _candidate("InternVL-like: `image_seq_length x num_patches` placeholders between start/end tokens"),
     "qwen2_5_omni_thinker": f"omni model: {_AUDIO_IN_FORWARD}; {_MROPE} with audio-video interleaving",
-    "qwen2_5_vl": _candidate(_MROPE),
-    "qwen2_vl": _candidate(_MROPE),
     "qwen3_5": f"{_MROPE}, with a hybrid Gated-DeltaNet decoder: not yet adapted",
     "qwen3_5_moe": f"{_MROPE}, with a hybrid Gated-DeltaNet decoder: not yet adapted",
     "qwen3_omni_moe_thinker": f"omni model: {_AUDIO_IN_FORWARD}; {_MROPE} and deepstack features",
-    "qwen3_vl": _candidate(f"{_MROPE} and deepstack features"),
-    "qwen3_vl_moe": _candidate(f"{_MROPE} and deepstack features"),
     "qwen4_exp": f"{_MROPE}, with a hybrid Gated-DeltaNet decoder: not yet adapted",
     "shieldgemma2": (
         "`Gemma3ForConditionalGeneration` under its own config type; drop-ins are registered by "
         "`config_class.model_type` (`gemma3`), so this type loads transformers' class"
     ),
-    "smolvlm": CANDIDATE,
     "step3p7": (
         "an image is several runs (one per local crop between `<patch_start>`/`<patch_end>`, then the global view) "
         "from two pixel inputs (`pixel_values`, `pixel_values_local`)"
@@ -198,6 +184,5 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
     ),
     "video_llama_3": _candidate("flattened patches + `image_grid_thw` and `image_merge_sizes`, 1D positions"),
     "video_llava": _candidate("LLaVA-like, images in `pixel_values_images`"),
-    "vipllava": CANDIDATE,
     "vision-encoder-decoder": "encoder-decoder: the image is the encoder input (no prompt placeholders); the decoder cross-attends",
 }
