@@ -9,7 +9,7 @@ from transformers import DynamicCache
 from conftest import model_pair
 from family_registry import families_for
 from helpers import Prompt, assert_close, collate, generate_logits, reference_next_logits
-from vlmprep.generation.prepared import PreparedImages, split_per_image
+from vlmprep.generation.prepared import PreparedImages
 from vlmprep.generation.spans import find_image_spans
 from vlmprep.testing import IMAGE, VisionRunCounter
 
@@ -156,12 +156,17 @@ def test_cache_from_prompt_truncated_inside_image(family):
     inputs = prompt.inputs()
     with torch.no_grad():
         spans = find_image_spans(prompt.input_ids, ours.config.image_token_id, ours.image_token_counts(inputs))
-        image_inputs = ours.select_image_inputs(inputs, [span.image_index for span in spans])
-        pooled = ours.model.get_image_features(**image_inputs, return_dict=True).pooler_output
-        features = dict(enumerate(split_per_image(pooled, [span.length for span in spans])))
-        prepared = PreparedImages(spans=spans, features=features, as_list=ours.vision_facts.features_as_list)
+        # The drop-in's own encoding step (features, plus deepstack features where the family has them)
+        features, deepstack = ours._image_features(sorted({s.image_index for s in spans}), spans, inputs, None)
+        prepared = PreparedImages(
+            spans=spans, features=features, as_list=ours.vision_facts.features_as_list, deepstack=deepstack
+        )
         partial = prepared.encoder_outputs_between(0, cut)
-        cache = upstream(**prompt.inputs(length=cut, with_pixels=False), mm_encoder_outputs=partial).cache
+        truncated = prompt.inputs(length=cut, with_pixels=False)
+        positions = ours.vision_position_ids(prompt.input_ids, dict(inputs))  # multimodal rope: whole-prompt positions
+        if positions is not None:
+            truncated["position_ids"] = positions[..., :cut]
+        cache = upstream(**truncated, mm_encoder_outputs=partial).cache
     _, logits = generate_logits(ours, prompt.inputs(), cache=cache)
     _, expected_logits = generate_logits(upstream, prompt.inputs())
     for step_actual, step_expected in zip(logits, expected_logits, strict=True):

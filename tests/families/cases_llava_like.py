@@ -197,7 +197,6 @@ def build_llava_next_inputs(config, segments: list, image_seeds: list[int]) -> d
 
 
 ANYRES_SKIPS = {
-    "bad_input_too_many_images": "pixel_values is (images, crops, C, H, W): the case concatenates a 4D image to it",
     **no_fixed_shape("pixel_values is (images, crops, C, H, W)"),
 }
 
@@ -470,8 +469,6 @@ def build_idefics3_inputs(config, segments: list, image_seeds: list[int]) -> dic
 
 
 SUB_IMAGE_SKIPS = {
-    "bad_input_too_many_images": "pixel_values is (batch, sub-images, C, H, W): the case concatenates a 4D image to it",
-    "bad_input_too_few_images": "pixel_values is (batch, sub-images, C, H, W): the case's `[:1]` keeps the whole sample",
     **no_fixed_shape("pixel_values is (batch, sub-images, C, H, W)"),
 }
 
@@ -753,7 +750,6 @@ register(
         per_token_keys=(),
         pixel_keys=("pixel_values", "spatial_shapes", "pixel_attention_mask"),
         skip={
-            "bad_input_too_many_images": "pixel_values is (rows, patches, C * p * p): the case concatenates a 4D image",
             **no_fixed_shape("NaFlex rows of any patch grid"),
         },
     )

@@ -181,21 +181,7 @@ def build_qwen_inputs(config, segments: list, image_seeds: list[int]) -> dict:
 
 
 PIXEL_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
-QWEN_SKIPS = {
-    "cache_from_prompt_truncated_inside_image": (
-        "the test builds its cache with an upstream forward over the prompt cut mid-image without pixel inputs or "
-        "grids, where Qwen's forward falls back to 1D positions (its M-RoPE positions need every image's grid); "
-        "attention is causal, so this case is `cache_cropped_inside_image`, which runs"
-    ),
-    "bad_input_too_many_images": (
-        "the case appends a (1, 3, 16, 16) image to `pixel_values`, which are flattened patch rows here; "
-        "tests/models/test_qwen_vl.py passes an extra image as patch rows with its grid row"
-    ),
-    "bad_input_too_few_images": (
-        "the case keeps `pixel_values[:1]`, one patch row rather than one image (images are rows of "
-        "`image_grid_thw`); tests/models/test_qwen_vl.py drops a whole image (its patch rows and grid row)"
-    ),
-}
+QWEN_SKIPS = {}
 
 # Upstream's own beams and `num_return_sequences` are wrong for GLM-4V; the other modes are checked against it in
 # tests/models/test_qwen_vl.py, and vlmprep's beams against uncached forwards.
