@@ -221,3 +221,17 @@ def test_interleaved_requests_share_no_state(family):
     _, expected_logits = generate_logits(upstream, a_turn_2.inputs())
     for step_actual, step_expected in zip(logits, expected_logits, strict=True):
         assert_close(step_actual, step_expected)
+
+
+@pytest.mark.parametrize("family", families_for("save_pretrained_loads_in_transformers"))
+def test_save_pretrained_loads_in_transformers(family, tmp_path):
+    """A drop-in's checkpoint is a transformers checkpoint: no missing or unexpected keys, same logits."""
+    upstream, ours = model_pair(family)
+    ours.save_pretrained(tmp_path)
+    reloaded, info = type(upstream).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
+    with torch.no_grad():
+        expected = upstream(**prompt.inputs()).logits
+        actual = reloaded.eval()(**prompt.inputs()).logits
+    assert_close(actual, expected)
