@@ -141,7 +141,7 @@ def test_one_cache_shared_by_threads_and_models(fresh_cache):
 def test_images_already_in_the_kv_cache_are_not_hashed(fresh_cache, monkeypatch):
     from transformers import DynamicCache
 
-    import vlmprep.generation.mixin as mixin
+    import vlmprep.generation.encoding as encoding
 
     upstream, ours = model_pair("llava")
     turn_1 = [SYSTEM, IMAGE, [30]]
@@ -150,8 +150,8 @@ def test_images_already_in_the_kv_cache_are_not_hashed(fresh_cache, monkeypatch)
     with torch.no_grad():
         upstream(**Prompt(ours.config, turn_1, image_seeds=[1]).inputs(), cache=cache)
     hashed = []
-    original = mixin.hash_image_inputs
-    monkeypatch.setattr(mixin, "hash_image_inputs", lambda inputs, **kw: hashed.append(1) or original(inputs, **kw))
+    original = encoding.hash_image_inputs
+    monkeypatch.setattr(encoding, "hash_image_inputs", lambda inputs, **kw: hashed.append(1) or original(inputs, **kw))
     _, logits = generate_logits(ours, conversation.inputs(), max_new_tokens=1, cache=cache)
     assert len(hashed) == 1, "only the new image is hashed"
     assert_close(logits[0], reference_next_logits(upstream, conversation))

@@ -15,7 +15,6 @@ Decoding is left to transformers. No request state is kept on the model: everyth
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from typing import Any
 
@@ -23,11 +22,12 @@ import torch
 from transformers import GenerationMixin
 
 from ..cache.encoder_cache import EncoderCache
-from ..cache.hashing import hash_image_inputs
 from ..cache.prefix_cache import PrefixCache
-from .facts import ModalityFacts, VisionFacts
+from .cache_rollback import roll_back_cache
+from .encoding import ImageEncodingMixin, select_images
+from .facts import VisionFacts
 from .prefix import PrefixRequest
-from .prepared import PreparedImages, split_per_image
+from .prepared import PreparedImages
 from .spans import (
     ImageSpan,
     blocks_from_prefix,
@@ -49,7 +49,7 @@ DEFAULT_ENCODER_CACHE_BYTES = 512 * 2**20
 _UNSET = object()
 
 
-class VisionPrepGenerationMixin:
+class VisionPrepGenerationMixin(ImageEncodingMixin):
     """Generation mixin for VLMs: the vision encoder runs once, in input preparation, for the images prefill needs.
 
     A drop-in class lists this mixin before the transformers class and states its `vision_facts`.
@@ -415,104 +415,6 @@ class VisionPrepGenerationMixin:
         if self.vision_facts.fixed_resolution and isinstance(pixel_values, torch.Tensor):
             check_pixel_shapes(pixel_values, getattr(self.config, "vision_config", None))
 
-    # -- Vision encoder: the encoder cache first, then one batched call for the misses ---------------------------
-
-    def _modality_facts(self, name: str) -> ModalityFacts:
-        return next(modality for modality in self.vision_facts.modalities if modality.name == name)
-
-    @staticmethod
-    def _modality_hook(hook, name: str, *args):
-        # Single-modality families override the hooks without `modality`: images are asked as they always were.
-        return hook(*args) if name == "image" else hook(*args, modality=name)
-
-    def _encoder_kwarg_names(self, modality: str = "image") -> list[str]:
-        parameters = inspect.signature(getattr(self.model, f"get_{modality}_features")).parameters
-        facts = self._modality_facts(modality)
-        skip = {"kwargs", *facts.pixel_keys, *facts.per_item_keys}
-        return [name for name in parameters if name not in skip]
-
-    def _shared_encoder_kwargs(self, modality: str, model_kwargs: dict[str, Any]) -> dict[str, Any]:
-        names = self._encoder_kwarg_names(modality)
-        return {name: model_kwargs[name] for name in names if model_kwargs.get(name) is not None}
-
-    def _item_inputs(self, span: ImageSpan, indices: list[int], model_kwargs: dict[str, Any]) -> dict[str, Any]:
-        # Pixel inputs of the items at `indices` (indices among the items of `span.modality`).
-        return self._modality_hook(self.select_image_inputs, span.modality, model_kwargs, indices)
-
-    def _image_hashes(
-        self, indices: list[int], spans: list[ImageSpan], model_kwargs: dict[str, Any], salt: str | None
-    ) -> dict[int, str]:
-        # The content hash of each item: its pixel inputs and per-item extras, plus every encoder argument.
-        span_of = {span.image_index: span for span in spans}
-        hashes = {}
-        for index in indices:
-            span = span_of[index]
-            inputs = self._item_inputs(span, [span.input_index], model_kwargs)
-            shared = self._shared_encoder_kwargs(span.modality, model_kwargs)
-            hashes[index] = hash_image_inputs({**inputs, **shared}, salt=salt)
-        return hashes
-
-    def _image_features(
-        self,
-        needed: list[int],
-        spans: list[ImageSpan],
-        model_kwargs: dict[str, Any],
-        salt: str | None,
-        image_hashes: dict[int, str] | None = None,
-    ) -> tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]:
-        # Features (and per-layer deepstack features, when the encoder returns them) of every needed item.
-        span_of = {span.image_index: span for span in spans}
-        lengths: dict[int, int] = {}  # placeholder tokens of each item, over all of its pieces
-        for span in spans:
-            lengths[span.image_index] = lengths.get(span.image_index, 0) + span.length
-
-        cache = self.encoder_cache
-        use_cache = cache is not None and not self.training and not torch.is_grad_enabled()
-        features: dict[int, torch.Tensor] = {}
-        deepstack: dict[int, tuple[torch.Tensor, ...]] = {}
-        keys: dict[int, tuple] = {}
-        if use_cache:
-            identity = self._encoder_cache_identity()
-            known = image_hashes or {}
-            missing_hashes = [index for index in needed if index not in known]
-            hashes = {**known, **self._image_hashes(missing_hashes, spans, model_kwargs, salt)}
-            for index in needed:
-                keys[index] = (*identity, hashes[index])
-                hit = cache.get(keys[index])
-                if isinstance(hit, dict):  # stored with its deepstack features
-                    features[index], deepstack[index] = hit["features"], hit["deepstack"]
-                elif hit is not None:
-                    features[index] = hit
-        misses = [index for index in needed if index not in features]
-        for modality in self.vision_facts.modalities:
-            group = [index for index in misses if span_of[index].modality == modality.name]
-            if not group:
-                continue
-            inputs = self._item_inputs(span_of[group[0]], [span_of[i].input_index for i in group], model_kwargs)
-            shared = self._shared_encoder_kwargs(modality.name, model_kwargs)
-            outputs = getattr(self.model, f"get_{modality.name}_features")(**inputs, **shared, return_dict=True)
-            counts = [lengths[index] for index in group]
-            pooled = split_per_image(outputs.pooler_output, counts)
-            layers = deepstack_layers(outputs)
-            per_layer = [split_per_image(layer, counts) for layer in layers] if layers is not None else None
-            for position, index in enumerate(group):
-                features[index] = pooled[position]
-                entry = features[index]
-                if per_layer is not None:
-                    deepstack[index] = tuple(layer[position] for layer in per_layer)
-                    entry = {"features": features[index], "deepstack": deepstack[index]}
-                if use_cache:
-                    cache.put(keys[index], entry)
-        for index in needed:
-            if features[index].shape[0] != lengths[index]:
-                name = span_of[index].modality.capitalize()
-                raise ValueError(
-                    f"{name} {span_of[index].input_index} has {lengths[index]} placeholder tokens but its vision "
-                    f"features have {features[index].shape[0]} rows. The prompt was built for another "
-                    f"{span_of[index].modality} size or model config; build it with this model's processor."
-                )
-        return features, deepstack
-
     # -- Step 5: `GenerationMixin._expand_inputs_for_generation` --------------------------------------------------
 
     def _expand_inputs_for_generation(
@@ -574,62 +476,3 @@ class VisionPrepGenerationMixin:
         model_kwargs["position_ids"] = position_ids
         model_kwargs.update(token_types)
         return outputs
-
-
-def select_images(value: Any, indices: list[int]) -> Any:
-    """The entries of a per-image input (tensor or list) for the given image indices, in that order."""
-    if isinstance(value, torch.Tensor):
-        return value[indices]
-    return [value[index] for index in indices]
-
-
-def deepstack_layers(outputs) -> list | None:
-    """The per-layer extra features of a vision encoder output (Qwen3-VL's deepstack), or `None` when it has none.
-
-    Only the layout upstream generation carries is read: one entry per layer, each a tensor or per-item tensors.
-    """
-    layers = getattr(outputs, "deepstack_features", None)
-    if layers is None or not all(isinstance(layer, torch.Tensor) or _all_tensors(layer) for layer in layers):
-        return None
-    return list(layers)
-
-
-def _all_tensors(value) -> bool:
-    return isinstance(value, (list, tuple)) and all(isinstance(item, torch.Tensor) for item in value)
-
-
-def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
-    """Crop `cache` from `past_length` back to `resume_point` tokens.
-
-    A layer that can no longer crop that far (a sliding-window layer that already dropped the states the window
-    would need) cannot be rolled back exactly; the cache is then emptied and prefill starts from 0, always exact.
-
-    Args:
-        cache (`Cache`): the cache to crop in place.
-        past_length (`int`): tokens it holds.
-        resume_point (`int`): tokens it should hold.
-
-    Returns:
-        `int`: the tokens it holds afterwards (`resume_point`, or 0 when it had to be emptied).
-    """
-    if resume_point > 0 and all(_layer_can_roll_back(layer, past_length, resume_point) for layer in cache.layers):
-        try:
-            cache.crop(resume_point - past_length)
-        except (RuntimeError, ValueError):
-            pass
-        else:
-            if cache.get_seq_length() == resume_point:
-                return resume_point
-    # Emptied rather than cropped to 0: models such as PaliGemma treat an initialized cache as "not first forward"
-    cache.reset()
-    return 0
-
-
-def _layer_can_roll_back(layer, past_length: int, resume_point: int) -> bool:
-    keys = getattr(layer, "keys", None)
-    if not isinstance(keys, torch.Tensor) or keys.ndim != 4:
-        return not getattr(layer, "is_initialized", False)
-    window = getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None
-    first_held = past_length - keys.shape[-2]  # position of the oldest state the layer still holds
-    first_needed = max(0, resume_point - (window - 1)) if window else 0
-    return first_held <= first_needed

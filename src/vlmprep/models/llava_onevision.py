@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
-from ..generation.mixin import select_images
+from ..generation.encoding import select_images
 from .llava_next import crop_tokens, dummy_crop_features, trim_padding_crops
 
 

@@ -23,6 +23,7 @@ REQUIRED_GENERATION_HOOKS: dict[str, tuple[str, ...]] = {
         "model_input_name",
         "generation_config",
     ),
+    "_prepare_position_ids_for_generation": ("inputs_tensor", "model_kwargs"),
     "_expand_inputs_for_generation": ("expand_size", "is_encoder_decoder", "input_ids"),
     "_prefill": ("input_ids", "generation_config", "model_kwargs", "is_first_iteration"),
     "prepare_inputs_for_generation": ("input_ids", "is_first_iteration"),
