@@ -2,7 +2,9 @@
 
 `generate` calls the hooks below in this order (numbers follow `GenerationMixin.generate`'s own steps):
 
+0. `generate` itself only splits off the opt-in `prefix_cache` and stores the finished rows afterwards.
 1. `_validate_model_kwargs`: vlmprep's own generate kwargs (`cache_salt`) are not model inputs.
+4. `_prepare_position_ids_for_generation`: families with multimodal rope never read `rope_deltas` left on the model.
 4. `_maybe_prepare_encoder_kwargs_for_generation`: the images are prepared here, from the image spans that lie
    after the cache's length: inputs checked, the cache rolled back out of any bidirectional block it ends in, and
    features computed once for exactly the images prefill needs (encoder-cache hits first, then one batched call).
