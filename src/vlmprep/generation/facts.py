@@ -25,6 +25,9 @@ class ModalityFacts:
             the value of the family's `token_type_key` input at this modality's placeholders, for families whose
             modalities share one placeholder id (GLM-4V's video frames reuse the image placeholder): their spans
             are told apart by it. `None` when the placeholder id alone identifies the modality.
+        features_as_list (`bool`, *optional*):
+            whether the model reads this modality's `pooler_output` as a list of tensors rather than one tensor;
+            `None` follows `VisionFacts.features_as_list` (LLaVA-OneVision reads images as a list, videos not).
     """
 
     name: str
@@ -32,6 +35,7 @@ class ModalityFacts:
     pixel_keys: tuple[str, ...]
     per_item_keys: tuple[str, ...] = ()
     token_type: int | None = None
+    features_as_list: bool | None = None
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The placeholder token id of a model config."""
@@ -85,6 +89,11 @@ class VisionFacts:
             "image", self.placeholder_attr, self.pixel_keys, self.per_image_keys, self.image_token_type
         )
         return (image, *self.other_modalities)
+
+    def features_as_list_by_modality(self) -> dict[str, bool]:
+        """Per modality, whether the model reads its `pooler_output` as a list of tensors."""
+        default = self.features_as_list
+        return {m.name: default if m.features_as_list is None else m.features_as_list for m in self.modalities}
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The image placeholder token id of a model config."""

@@ -344,7 +344,7 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
             intervals=intervals,
             resume_point=resume_point,
             offset=offset,
-            as_list=facts.features_as_list,
+            as_list=facts.features_as_list_by_modality(),
             deepstack=deepstack,
         )
 

@@ -38,7 +38,8 @@ class PreparedImages:
         intervals (`list[tuple[int, int]]`): merged bidirectional blocks, where no chunk may end.
         resume_point (`int`): the cache length prefill starts from.
         offset (`int`): sequence position of `input_ids[:, 0]` (non-zero when the caller passes only new tokens).
-        as_list (`bool`): whether the model reads `pooler_output` as a list of tensors rather than one tensor.
+        as_list (`bool` or `dict[str, bool]`):
+            whether the model reads `pooler_output` as a list of tensors rather than one tensor (per modality).
         deepstack (`dict[int, tuple[torch.Tensor, ...]]`):
             per needed item whose encoder returns per-layer extra features (Qwen3-VL's deepstack), one
             `(tokens, dim)` tensor per layer; fed to the same placeholders as `features`.
@@ -49,7 +50,7 @@ class PreparedImages:
     intervals: list[tuple[int, int]] = field(default_factory=list)
     resume_point: int = 0
     offset: int = 0
-    as_list: bool = False
+    as_list: bool | dict[str, bool] = False
     deepstack: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
 
     def expand(self, expand_size: int) -> PreparedImages:
@@ -97,18 +98,20 @@ class PreparedImages:
             rows = self.rows_between(start, end, modality)
             if rows is None:
                 continue
-            output = EncoderRows(pooler_output=self._container(rows))
+            output = EncoderRows(pooler_output=self._container(rows, modality))
             items = [span.image_index for span in self.spans if span.modality == modality]
             layers = next((len(self.deepstack[item]) for item in items if item in self.deepstack), None)
             if layers is not None:
                 output.deepstack_features = [
-                    self._container(self.rows_between(start, end, modality, layer)) for layer in range(layers)
+                    self._container(self.rows_between(start, end, modality, layer), modality)
+                    for layer in range(layers)
                 ]
             outputs[modality] = output
         return outputs or None
 
-    def _container(self, rows: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
-        return [rows] if self.as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
+    def _container(self, rows: torch.Tensor, modality: str) -> torch.Tensor | list[torch.Tensor]:
+        as_list = self.as_list.get(modality, False) if isinstance(self.as_list, dict) else self.as_list
+        return [rows] if as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
 
 
 def split_per_image(pooler_output: torch.Tensor | Sequence[torch.Tensor], token_counts: Sequence[int]) -> list:

@@ -1,10 +1,13 @@
-"""LLaVA-OneVision (images): anyres images, except that the images of a multi-image sample get only the base crop.
+"""LLaVA-OneVision: anyres images, except that the images of a multi-image sample get only the base crop.
 
 Whether an image gets its anyres grid depends on `batch_num_images` (images per sample): a sample with one image
 does, the images of a sample with several do not. That is a property of the sample, not of one image, and
 `get_image_features` can only express it for whole samples, so an *item* here is one entry of `batch_num_images`:
 one image, or all the images of a multi-image sample, whose placeholder runs are the item's pieces.
 Without `batch_num_images` every image is its own item and gets its grid, as upstream does.
+
+Videos (`pixel_values_videos`, `(num_videos, frames, C, H, W)`) are items of their own: one run of pooled frame
+tokens plus a newline token each.
 """
 
 from typing import Any
@@ -14,6 +17,7 @@ import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
 from ..generation.encoding import select_images
+from ..generation.facts import ModalityFacts
 from .llava_next import crop_tokens, dummy_crop_features, trim_padding_crops
 
 
@@ -22,7 +26,7 @@ class LlavaOnevisionForConditionalGeneration(
 ):
     """Drop-in `transformers.LlavaOnevisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 
-    Images only: videos (`pixel_values_videos`) are not prepared by vlmprep.
+    Images and videos are encoded once each, only when prefill needs them.
 
     Example:
 
@@ -45,13 +49,25 @@ class LlavaOnevisionForConditionalGeneration(
     """
 
     # `pixel_values` has a crop dimension (no fixed `(num_images, C, H, W)` shape); `pooler_output` is a list of
-    # per-image tensors. `batch_num_images` is split per item with the pixels, never passed whole.
+    # per-image tensors. `batch_num_images` is split per item with the pixels, never passed whole. A video is one
+    # `pixel_values_videos` entry and one placeholder run (its features are checked against the run's length).
     vision_facts = VisionFacts(
-        per_image_keys=("image_sizes", "batch_num_images"), fixed_resolution=False, features_as_list=True
+        per_image_keys=("image_sizes", "batch_num_images"),
+        fixed_resolution=False,
+        features_as_list=True,
+        # Upstream reads image features as a list, video features as one `(videos, rows, dim)` tensor
+        other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), features_as_list=False),),
     )
 
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> list[int | list[int]] | None:
-        """Placeholders per item: the rows upstream's `pack_image_features` makes (a list per multi-image sample)."""
+    def image_token_counts(
+        self, model_kwargs: dict[str, Any], modality: str = "image"
+    ) -> list[int | list[int]] | None:
+        """Placeholders per item: the rows upstream's `pack_image_features` makes (a list per multi-image sample).
+
+        Videos: `None`, one video per run.
+        """
+        if modality != "image":
+            return super().image_token_counts(model_kwargs, modality)
         image_sizes = model_kwargs.get("image_sizes")
         if image_sizes is None:
             return None
@@ -72,8 +88,10 @@ class LlavaOnevisionForConditionalGeneration(
         lengths = [int(features.shape[0]) for features in packed]
         return [lengths[group[0]] if len(group) == 1 else [lengths[i] for i in group] for group in groups]
 
-    def count_images(self, model_kwargs: dict[str, Any]) -> int | None:
+    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Items passed: the samples of `batch_num_images` with images, or the images when it is not given."""
+        if modality != "image":
+            return super().count_images(model_kwargs, modality)
         num_images = super().count_images(model_kwargs)
         batch_num_images = model_kwargs.get("batch_num_images")
         if num_images is None or batch_num_images is None:
@@ -87,8 +105,12 @@ class LlavaOnevisionForConditionalGeneration(
             )
         return len(image_groups(batch_num_images, num_images))
 
-    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+    def select_image_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
         """The pixels and sizes of the items' images, with `batch_num_images` of just those items."""
+        if modality != "image":
+            return super().select_image_inputs(model_kwargs, indices, modality)
         batch_num_images = model_kwargs.get("batch_num_images")
         image_sizes = model_kwargs.get("image_sizes")
         if batch_num_images is None or image_sizes is None:
