@@ -45,7 +45,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "image placeholders are one run per row, split by end-of-line tokens (discrete vision tokenizer); "
         + _AUDIO_IN_FORWARD
     ),
-    "aria": _candidate("each crop is `tokens_per_image` placeholders, crops as units with their `pixel_mask`"),
     "blip": "own `generate`: the BERT text decoder cross-attends to the image embeddings; no image placeholders",
     "blip-2": (
         "own `generate` runs the vision tower and Q-Former, then the language model's `generate` with "
@@ -59,10 +58,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
         "separator"
     ),
-    "deepseek_vl": _candidate("fixed `num_image_tokens` per image, SigLIP tower"),
-    "deepseek_vl_hybrid": _candidate(
-        "fixed `num_image_tokens` per image, SigLIP + SAM towers (`high_res_pixel_values`)"
-    ),
     "diffusion_gemma": (
         "block-diffusion model: its own generation mixin denoises blocks of tokens, not the autoregressive loop "
         "whose hooks vlmprep overrides"
@@ -71,7 +66,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
     "emu3": _candidate("VQ-VAE image tokens, `height * (width + 1)` placeholders per image from `image_sizes`"),
     "ernie4_5_vl_moe": f"{_MROPE} and modality-routed MoE (`moe_mm_token_type_ids`)",
     "evolla": "protein-text model: a SaProt protein encoder feeds the decoder through cross-attention; no placeholders",
-    "exaone4_5": _candidate("flattened patches + `image_grid_thw`, 1D text positions"),
     "fast_vlm": f"vision tower is a timm FastViT (`TimmWrapperModel`): {_TIMM}",
     "florence2": "encoder-decoder (BART): image features join the prompt in the encoder; the decoder cross-attends",
     "fuyu": (
@@ -85,8 +79,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
     ),
     "gemma4_unified": "encoder-free: images and audio are embedded inside the forward, there is no vision tower to run once",
     "git": "image embeddings are concatenated in front of the text inside the forward; no placeholder tokens",
-    "glm46v": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
-    "glm4v_moe": _candidate(f"{_MROPE}; the position hook exists (see glm4v), the MoE drop-in is not written yet"),
     "glm5_next": _candidate("flattened patches + `image_grid_thw`, 1D positions; hybrid linear-attention decoder"),
     "glm_ocr": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
     "glmga": f"`Glm46VForConditionalGeneration` under its own config type; {_MROPE}",
@@ -100,7 +92,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
     ),
     "hunyuan_vl": f"{_MROPE}; the Qwen-VL position hook exists (see qwen2_vl), this drop-in is not written yet",
     "hy_v4_vl": f"{_MROPE}, with an indexed-attention decoder",
-    "hyperclovax_vision_v2": _candidate("Qwen2.5-VL tower, flattened patches + `image_grid_thw`, 1D text positions"),
     "idefics": "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens",
     "idefics2": _candidate("each crop is one 64-token perceiver run between `<fake_token_around_image>` tokens"),
     "inkling2": _candidate("flattened patches + `image_grid_thw`, 1D positions; hybrid linear-attention decoder"),
@@ -123,7 +114,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "image features from `flattened_patches` are placed by `image_embeds_position_mask` inside the forward, "
         "not through `mm_encoder_outputs`"
     ),
-    "lfm3_vl": _candidate("flattened patches + `image_grid_thw`, 1D positions"),
     "llama4": (
         "transformers' `Llama4ForConditionalGeneration.forward` fails on every call (it reads `image_outputs` from "
         "the causal-LM output: AttributeError), so there is no upstream model to be exact against; tiles would fit "
@@ -162,7 +152,6 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "`config_class.model_type`, so this type loads transformers' class"
     ),
     "pp_formulanet": "encoder-decoder: the image is the encoder input and the decoder cross-attends; no placeholders",
-    "qianfan_ocr": _candidate("InternVL-like: `image_seq_length x num_patches` placeholders between start/end tokens"),
     "qwen2_5_omni_thinker": f"omni model: {_AUDIO_IN_FORWARD}; {_MROPE} with audio-video interleaving",
     "qwen3_5": f"{_MROPE}, with a hybrid Gated-DeltaNet decoder: not yet adapted",
     "qwen3_5_moe": f"{_MROPE}, with a hybrid Gated-DeltaNet decoder: not yet adapted",
@@ -183,6 +172,5 @@ NOT_ADAPTED_REASONS: dict[str, str] = {
         "mixin replaces; the two need merging"
     ),
     "video_llama_3": _candidate("flattened patches + `image_grid_thw` and `image_merge_sizes`, 1D positions"),
-    "video_llava": _candidate("LLaVA-like, images in `pixel_values_images`"),
     "vision-encoder-decoder": "encoder-decoder: the image is the encoder input (no prompt placeholders); the decoder cross-attends",
 }

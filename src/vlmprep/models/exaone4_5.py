@@ -1,0 +1,49 @@
+"""EXAONE 4.5: Qwen2.5-VL-like flattened patches on a (t, h, w) grid, with 1D text positions.
+
+Images and videos come as Qwen2-VL's do (`pixel_values` rows with one `image_grid_thw` row per image; videos in
+`pixel_values_videos` with `video_grid_thw`), each item one run of `t * h * w / spatial_merge_size**2` placeholders.
+The vision tower's rope is 2D inside each image, but the decoder's positions are plain 1D (upstream recomputes them
+from the cache length on every forward), so no multimodal positions are needed.
+"""
+
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation import VisionPrepGenerationMixin
+from .qwen2_vl import QWEN2_VL_FACTS, PatchGridVisionHooks
+
+
+class PatchGridTextPositions(PatchGridVisionHooks):
+    """Qwen2-VL's patch-grid hooks for families whose decoder has plain 1D positions (shared with HyperCLOVAX)."""
+
+    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
+        """No multimodal positions: the decoder's rope is 1D, so transformers' own positions are kept."""
+        return None
+
+
+class Exaone4_5_ForConditionalGeneration(
+    PatchGridTextPositions, VisionPrepGenerationMixin, transformers.Exaone4_5_ForConditionalGeneration
+):
+    """Drop-in `transformers.Exaone4_5_ForConditionalGeneration` whose vision tower runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import torch, transformers
+    >>> from vlmprep.models.exaone4_5 import Exaone4_5_ForConditionalGeneration
+    >>> text = {"model_type": "exaone4", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1}
+    >>> vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "num_key_value_heads": 1,
+    ...           "patch_size": 4, "out_hidden_size": 32}
+    >>> config = transformers.Exaone4_5_Config(text_config=text, vision_config=vision)
+    >>> model = Exaone4_5_ForConditionalGeneration(config).eval()
+    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    [4, 2]
+
+    ```
+    """
+
+    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
+    vision_facts = QWEN2_VL_FACTS

@@ -1,0 +1,38 @@
+"""HyperCLOVAX-Vision v2: a Qwen2.5-VL vision tower (flattened patches on a (t, h, w) grid), 1D text positions.
+
+Images and videos come as Qwen2-VL's do (`pixel_values` rows with one `image_grid_thw` row per image; videos in
+`pixel_values_videos` with `video_grid_thw`), each item one run of `t * h * w / spatial_merge_size**2` placeholders;
+the decoder's positions are plain 1D (upstream recomputes them on every forward), as in EXAONE 4.5.
+"""
+
+import transformers
+
+from ..generation import VisionPrepGenerationMixin
+from .exaone4_5 import PatchGridTextPositions
+from .qwen2_vl import QWEN2_VL_FACTS
+
+
+class HyperCLOVAXVisionV2ForConditionalGeneration(
+    PatchGridTextPositions, VisionPrepGenerationMixin, transformers.HyperCLOVAXVisionV2ForConditionalGeneration
+):
+    """Drop-in `transformers.HyperCLOVAXVisionV2ForConditionalGeneration`; its vision tower runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import torch, transformers
+    >>> from vlmprep.models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
+    >>> text = {"model_type": "hyperclovax", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1}
+    >>> vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4,
+    ...           "out_hidden_size": 32}
+    >>> config = transformers.HyperCLOVAXVisionV2Config(text_config=text, vision_config=vision)
+    >>> model = HyperCLOVAXVisionV2ForConditionalGeneration(config).eval()
+    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    [4, 2]
+
+    ```
+    """
+
+    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
+    vision_facts = QWEN2_VL_FACTS

@@ -1,0 +1,40 @@
+"""LFM3-VL: flattened patches on a (t, h, w) grid, 1D text positions, a hybrid (conv + attention) LFM3 decoder.
+
+Images come as Qwen2-VL's do (`pixel_values` rows with one `image_grid_thw` row per image), each image one run of
+`t * h * w / spatial_merge_size**2` placeholders between the vision start and end tokens. A video's placeholders
+come as one run per frame after the frame's timestamp, as Qwen3-VL's do. The decoder's positions are plain 1D.
+"""
+
+import transformers
+
+from ..generation import VisionPrepGenerationMixin
+from .exaone4_5 import PatchGridTextPositions
+from .qwen2_vl import QWEN2_VL_FACTS
+from .qwen3_vl import PerFrameVideoHooks
+
+
+class Lfm3VlForConditionalGeneration(
+    PatchGridTextPositions, PerFrameVideoHooks, VisionPrepGenerationMixin, transformers.Lfm3VlForConditionalGeneration
+):
+    """Drop-in `transformers.Lfm3VlForConditionalGeneration` whose vision tower runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import torch, transformers
+    >>> from vlmprep.models.lfm3_vl import Lfm3VlForConditionalGeneration
+    >>> text = {"model_type": "lfm3", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "head_dim": 16,
+    ...         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+    ...         "layer_types": ["conv", "full_attention"], "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    >>> vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+    ...           "num_key_value_heads": 1, "patch_size": 4}
+    >>> config = transformers.Lfm3VlConfig(text_config=text, vision_config=vision, projector_hidden_size=32)
+    >>> model = Lfm3VlForConditionalGeneration(config).eval()
+    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    [4, 2]
+
+    ```
+    """
+
+    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
+    vision_facts = QWEN2_VL_FACTS

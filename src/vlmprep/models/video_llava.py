@@ -1,0 +1,56 @@
+"""Video-LLaVA (images): LLaVA-like images, one run of CLIP patch tokens each; videos are not prepared by vlmprep.
+
+Its image processor returns the images as `pixel_values_images` by default (`return_legacy_image_output=True`) and
+as `pixel_values` otherwise; both are the images' pixel inputs, and the tower is always given `pixel_values` (the
+legacy name is a deprecated argument of `get_image_features`).
+"""
+
+from typing import Any
+
+import transformers
+
+from ..generation import VisionFacts, VisionPrepGenerationMixin
+
+LEGACY_PIXEL_KEY = "pixel_values_images"
+
+
+class VideoLlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers.VideoLlavaForConditionalGeneration):
+    """Drop-in `transformers.VideoLlavaForConditionalGeneration` whose image tower runs once, in input preparation.
+
+    Images only; `pixel_values_videos` are not prepared by vlmprep.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep.models.video_llava import VideoLlavaForConditionalGeneration
+    >>> config = transformers.VideoLlavaConfig(
+    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
+    ...     vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+    ...                    "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
+    ...     image_token_index=122, video_token_index=123,
+    ... )
+    >>> model = VideoLlavaForConditionalGeneration(config).eval()
+    >>> model.image_token_counts({})  # (16 / 4) ** 2 patches; the default strategy drops the CLS token
+    16
+
+    ```
+    """
+
+    # Fixed-size images, no per-image extras; `pooler_output` is one `(images, tokens, dim)` tensor.
+    vision_facts = VisionFacts(pixel_keys=("pixel_values", LEGACY_PIXEL_KEY), per_image_keys=())
+
+    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
+        """Patches per image, plus the CLS token when the `"full"` feature strategy keeps it."""
+        vision_config = self.config.vision_config
+        patches = (vision_config.image_size // vision_config.patch_size) ** 2
+        strategy = model_kwargs.get("vision_feature_select_strategy") or self.config.vision_feature_select_strategy
+        return patches + (1 if strategy == "full" else 0)
+
+    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The images' pixels under the name `get_image_features` takes, whichever name the processor used."""
+        selected = super().select_image_inputs(model_kwargs, indices)
+        if LEGACY_PIXEL_KEY in selected:
+            selected.setdefault("pixel_values", selected.pop(LEGACY_PIXEL_KEY))
+        return selected
