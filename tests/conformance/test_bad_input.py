@@ -11,7 +11,7 @@ from transformers import DynamicCache
 from conftest import ALL_FAMILIES, model_pair
 from family_registry import FAMILY_CASES
 from helpers import Prompt, assert_close, generate_logits, reference_next_logits
-from vlmprep.testing import IMAGE, random_pixels
+from vlmprep.testing import IMAGE
 
 SYSTEM = [2, 10, 11, 12, 13]
 
@@ -91,12 +91,28 @@ def _case_token_type_ids_mismatch(model, prompt):
     return {**prompt.inputs(), "token_type_ids": torch.zeros(1, prompt.length + 1, dtype=torch.long)}, "token_type_ids"
 
 
+def _malformed_pixels(prompt: Prompt, channels: bool) -> dict:
+    # The prompt's own pixel tensor, in the family's layout, with one channel or twice the height and width
+    inputs = prompt.inputs()
+    key = prompt.case.pixel_keys[0]
+    pixels = inputs[key]
+    if pixels.ndim >= 4 and channels:  # (..., C, H, W): the first channel only
+        pixels = pixels[..., :1, :, :]
+    elif pixels.ndim >= 4:  # (..., C, 2 * H, 2 * W): zero-padded well beyond the tower's image size
+        pixels = torch.nn.functional.pad(pixels, (0, pixels.shape[-1], 0, pixels.shape[-2]))
+    elif channels:  # flattened patches (..., patch_dim): a third of the columns, as for one of 3 channels
+        pixels = pixels[..., : pixels.shape[-1] // 3]
+    else:  # (..., 2 * patch_dim): patches of another size
+        pixels = torch.cat([pixels, pixels], dim=-1)
+    return {**inputs, key: pixels}
+
+
 def _case_wrong_resolution(model, prompt):
-    return {**prompt.inputs(), "pixel_values": random_pixels(1, 0, size=24)}, "vision tower takes"
+    return _malformed_pixels(prompt, channels=False), "vision tower takes"
 
 
 def _case_wrong_channels(model, prompt):
-    return {**prompt.inputs(), "pixel_values": torch.randn(1, 1, 16, 16)}, "vision tower takes"
+    return _malformed_pixels(prompt, channels=True), "vision tower takes"
 
 
 BAD_INPUTS = {name.removeprefix("_case_"): case for name, case in dict(globals()).items() if name.startswith("_case_")}

@@ -125,17 +125,6 @@ def collate_padded_patches(prompts: list, pad_token_id: int, patch_keys: tuple[s
     return batch
 
 
-# -- Scenarios these layouts cannot run as written --------------------------------------------------------------------
-
-
-def no_fixed_shape(layout: str) -> dict[str, str]:
-    """Skips of the bad-input cases that replace `pixel_values` by a 4D `(images, C, H, W)` tensor."""
-    return {
-        "bad_input_wrong_resolution": f"no fixed (images, C, H, W) pixel shape to check: {layout}",
-        "bad_input_wrong_channels": f"no fixed (images, C, H, W) pixel shape to check: {layout}",
-    }
-
-
 # -- LLaVA-NeXT -------------------------------------------------------------------------------------------------------
 
 # Original (height, width) of the images (see `size_of`). Different aspect ratios pick different grid pinpoints and
@@ -196,10 +185,6 @@ def build_llava_next_inputs(config, segments: list, image_seeds: list[int]) -> d
     return inputs
 
 
-ANYRES_SKIPS = {
-    **no_fixed_shape("pixel_values is (images, crops, C, H, W)"),
-}
-
 register(
     FamilyCase(
         "llava_next",
@@ -208,7 +193,6 @@ register(
         build_llava_next_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_sizes"),
-        skip=dict(ANYRES_SKIPS),
         collate=collate_padded_patches,
     )
 )
@@ -269,7 +253,6 @@ register(
         build_llava_onevision_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_sizes", "batch_num_images"),
-        skip=dict(ANYRES_SKIPS),
         collate=collate_padded_patches,
     )
 )
@@ -329,7 +312,6 @@ register(
         build_mistral3_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_sizes"),
-        skip=no_fixed_shape("Pixtral takes any image size up to its image_size"),
     )
 )
 
@@ -468,11 +450,6 @@ def build_idefics3_inputs(config, segments: list, image_seeds: list[int]) -> dic
     return inputs
 
 
-SUB_IMAGE_SKIPS = {
-    **no_fixed_shape("pixel_values is (batch, sub-images, C, H, W)"),
-}
-
-
 def collate_sub_images(prompts: list, pad_token_id: int) -> dict:
     """As the processor batches: samples' sub-image stacks padded with all-zero sub-images (masked out)."""
     return collate_padded_patches(prompts, pad_token_id, patch_keys=("pixel_values", "pixel_attention_mask"))
@@ -486,7 +463,6 @@ register(
         build_idefics3_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "pixel_attention_mask"),
-        skip=dict(SUB_IMAGE_SKIPS),
         collate=collate_sub_images,
     )
 )
@@ -509,7 +485,6 @@ register(
         build_idefics3_inputs,  # SmolVLM's processor writes images exactly as Idefics3's
         per_token_keys=(),
         pixel_keys=("pixel_values", "pixel_attention_mask"),
-        skip=dict(SUB_IMAGE_SKIPS),
         collate=collate_sub_images,
     )
 )
@@ -569,7 +544,6 @@ register(
         build_llava_next_inputs,  # its processor writes images exactly as LLaVA-NeXT's
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_sizes"),
-        skip=dict(ANYRES_SKIPS),
         collate=collate_padded_patches,
     )
 )
@@ -650,9 +624,6 @@ register(
         build_lighton_ocr_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_sizes"),
-        skip={
-            **no_fixed_shape("Pixtral takes any image size up to its image_size"),
-        },
     )
 )
 
@@ -749,8 +720,5 @@ register(
         build_lfm2_vl_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "spatial_shapes", "pixel_attention_mask"),
-        skip={
-            **no_fixed_shape("NaFlex rows of any patch grid"),
-        },
     )
 )

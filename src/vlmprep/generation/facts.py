@@ -63,6 +63,12 @@ class VisionFacts:
             other inputs with one entry per image that change its embedding (hashed with the pixels).
         fixed_resolution (`bool`, *optional*, defaults to `True`):
             whether every image must have the vision config's `num_channels x image_size x image_size` shape.
+        pixel_layout (`str`, *optional*, defaults to `"images"`):
+            how the image pixel inputs end in `(C, H, W)`, checked before anything is encoded: `"images"`
+            `(num_images, C, H, W)`, checked at `image_size` when `fixed_resolution`; `"crops"` with a crop (or
+            sub-image) dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`; `"up_to_size"`
+            `(num_images, C, H, W)` of any height and width up to `image_size`, multiples of `patch_size` (Pixtral);
+            `None` for other layouts (flattened patches), which the family checks itself.
         features_as_list (`bool`, *optional*, defaults to `False`):
             whether the model reads `pooler_output` as a list of per-image tensors rather than one tensor.
         other_modalities (`tuple[ModalityFacts, ...]`, *optional*, defaults to `()`):
@@ -78,6 +84,7 @@ class VisionFacts:
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     per_image_keys: tuple[str, ...] = ("image_sizes",)
     fixed_resolution: bool = True
+    pixel_layout: Literal["images", "crops", "up_to_size"] | None = "images"
     features_as_list: bool = False
     other_modalities: tuple[ModalityFacts, ...] = ()
     image_token_type: int | None = None

@@ -40,7 +40,7 @@ from .spans import (
     resolve_resume_point,
     shift_spans,
 )
-from .validation import check_cache_matches_model, check_pixel_shapes, check_sequence_input
+from .validation import check_cache_matches_model, check_pixel_dims, check_pixel_shapes, check_sequence_input
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
 VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request")
@@ -185,6 +185,30 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         facts = self._modality_facts(modality)
         keys = (*facts.pixel_keys, *facts.per_item_keys)
         return {key: select_images(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` when pixel inputs do not fit the vision tower, before anything is encoded.
+
+        The default checks the image pixels by `VisionFacts.pixel_layout` (transformers would fail with a raw shape
+        error deep in the tower); families with other layouts (flattened patches) override this or check their
+        inputs in `count_images`.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose pixel inputs to check.
+        """
+        facts = self.vision_facts
+        key = self._modality_facts(modality).pixel_keys[0]
+        pixel_values = model_kwargs.get(key)
+        if modality != "image" or not isinstance(pixel_values, torch.Tensor):
+            return
+        vision_config = getattr(self.config, "vision_config", None)
+        if facts.pixel_layout == "images" and facts.fixed_resolution:
+            check_pixel_shapes(pixel_values, vision_config)
+        elif facts.pixel_layout == "crops":
+            check_pixel_dims(pixel_values, vision_config, ("num_images", "crops"), key)
+        elif facts.pixel_layout == "up_to_size":
+            check_pixel_dims(pixel_values, vision_config, ("num_images",), key, up_to_size=True)
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
         """Position ids of the whole prompt for families with multimodal rope, from the prompt alone.
@@ -413,9 +437,7 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
                     f"Pass exactly one {name} per placeholder run, in prompt order (all {name}s of the conversation, "
                     "also those already in the cache), or fix the prompt."
                 )
-        pixel_values = model_kwargs.get(self.vision_facts.pixel_keys[0])
-        if self.vision_facts.fixed_resolution and isinstance(pixel_values, torch.Tensor):
-            check_pixel_shapes(pixel_values, getattr(self.config, "vision_config", None))
+            self._modality_hook(self.check_pixel_inputs, name, model_kwargs)
 
     # -- Step 5: `GenerationMixin._expand_inputs_for_generation` --------------------------------------------------
 

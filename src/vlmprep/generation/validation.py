@@ -88,3 +88,50 @@ def check_pixel_shapes(pixel_values: torch.Tensor, vision_config: PreTrainedConf
             f"`pixel_values` has shape {tuple(pixel_values.shape)} but this model's vision tower takes {want}. "
             "Preprocess the images with this model's image processor (it resizes and normalizes them)."
         )
+
+
+def check_pixel_dims(
+    pixel_values: torch.Tensor,
+    vision_config: PreTrainedConfig | None,
+    leading: Sequence[str] = ("num_images",),
+    name: str = "pixel_values",
+    up_to_size: bool = False,
+) -> None:
+    """Raise when pixel inputs ending in `(channels, height, width)` do not fit the vision tower.
+
+    Args:
+        pixel_values (`torch.Tensor`): `(*leading, channels, height, width)`.
+        vision_config (`PreTrainedConfig`, *optional*): the vision tower's config.
+        leading (`Sequence[str]`, *optional*, defaults to `("num_images",)`):
+            names of the dimensions before `(channels, height, width)`, e.g. `("num_images", "crops")`.
+        name (`str`, *optional*, defaults to `"pixel_values"`): the input's name, for the message.
+        up_to_size (`bool`, *optional*, defaults to `False`):
+            whether any height and width up to `image_size` that are multiples of `patch_size` are taken (Pixtral),
+            rather than exactly `image_size`.
+    """
+    if vision_config is None:
+        return
+    channels = getattr(vision_config, "num_channels", 3)
+    size = getattr(vision_config, "image_size", None)
+    size = (size, size) if isinstance(size, int) else size
+    patch = getattr(vision_config, "patch_size", 1)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    fits = pixel_values.ndim == len(leading) + 3 and pixel_values.shape[-3] == channels
+    if fits and size is not None:
+        height, width = pixel_values.shape[-2:]
+        if up_to_size:
+            fits = height <= size[0] and width <= size[1] and height % patch == 0 and width % patch == 0
+        else:
+            fits = (height, width) == tuple(size)
+    if not fits:
+        if size is None:
+            hw = "h, w"
+        elif up_to_size:
+            hw = f"h <= {size[0]}, w <= {size[1]}; multiples of {patch}"
+        else:
+            hw = f"{size[0]}, {size[1]}"
+        raise ValueError(
+            f"`{name}` has shape {tuple(pixel_values.shape)} but this model's vision tower takes "
+            f"({', '.join(leading)}, {channels}, {hw}). Preprocess the images with this model's image processor "
+            "(it resizes and normalizes them)."
+        )

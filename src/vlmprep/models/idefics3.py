@@ -14,13 +14,20 @@ import torch
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation.validation import check_pixel_dims
 
 
 class SubImageItems:
     """Family hooks shared by Idefics3 and SmolVLM: each real sub-image of `pixel_values` is one item."""
 
-    # 5D pixels (no fixed `(num_images, C, H, W)` shape to check); the mask is split with the sub-images.
-    vision_facts = VisionFacts(per_image_keys=("pixel_attention_mask",), fixed_resolution=False)
+    # 5D pixels, checked by `check_pixel_inputs`; the mask is split with the sub-images.
+    vision_facts = VisionFacts(per_image_keys=("pixel_attention_mask",), fixed_resolution=False, pixel_layout=None)
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any]) -> None:
+        """Every sub-image at the tower's `image_size`: each gets a fixed count of placeholders."""
+        pixel_values = model_kwargs.get("pixel_values")
+        if isinstance(pixel_values, torch.Tensor):
+            check_pixel_dims(pixel_values, self.config.vision_config, ("batch_size", "sub_images"))
 
     def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
         """Placeholders per sub-image: its patch grid, pixel-shuffled by `scale_factor` in each direction."""

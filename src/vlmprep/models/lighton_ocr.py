@@ -32,9 +32,9 @@ class LightOnOcrForConditionalGeneration(VisionPrepGenerationMixin, transformers
     ```
     """
 
-    # Images of any size up to the tower's `image_size`, so no fixed pixel shape; `pooler_output` is a tuple of
+    # Images of any size up to the tower's `image_size` (its rope covers no more patches); `pooler_output` is a tuple of
     # per-image tensors that the model concatenates.
-    vision_facts = VisionFacts(fixed_resolution=False, features_as_list=True)
+    vision_facts = VisionFacts(fixed_resolution=False, pixel_layout="up_to_size", features_as_list=True)
 
     def image_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
         """Placeholders per image: its grid of merged patches, `(height // merged_patch) * (width // merged_patch)`."""

@@ -13,9 +13,9 @@ from ..generation import VisionFacts, VisionPrepGenerationMixin
 class AnyresImages:
     """Family hooks shared by LLaVA-NeXT and LLaVA-NeXT-Video: "anyres" images, counted by upstream's own packing."""
 
-    # `pixel_values` has a crop dimension, so the fixed-resolution `(num_images, C, H, W)` check does not apply;
-    # the model concatenates `pooler_output`, a list of per-image tensors (base crop, unpadded grid, newlines).
-    vision_facts = VisionFacts(fixed_resolution=False, features_as_list=True)
+    # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`; the model
+    # concatenates `pooler_output`, a list of per-image tensors (base crop, unpadded grid, newlines).
+    vision_facts = VisionFacts(fixed_resolution=False, pixel_layout="crops", features_as_list=True)
 
     def image_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
         """Placeholders per image: the rows upstream's own `pack_image_features` makes from its `image_sizes`."""

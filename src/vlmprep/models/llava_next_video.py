@@ -42,6 +42,7 @@ class LlavaNextVideoForConditionalGeneration(
     # `pooler_output` it is given, so the images' list container suits them too.
     vision_facts = VisionFacts(
         fixed_resolution=False,
+        pixel_layout="crops",  # images: `(num_images, crops, C, H, W)`, every crop at `image_size`
         features_as_list=True,
         other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",)),),
     )

@@ -48,12 +48,13 @@ class LlavaOnevisionForConditionalGeneration(
     ```
     """
 
-    # `pixel_values` has a crop dimension (no fixed `(num_images, C, H, W)` shape); `pooler_output` is a list of
-    # per-image tensors. `batch_num_images` is split per item with the pixels, never passed whole. A video is one
+    # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`;
+    # `pooler_output` is a list of per-image tensors. `batch_num_images` is split per item with the pixels, never passed whole. A video is one
     # `pixel_values_videos` entry and one placeholder run (its features are checked against the run's length).
     vision_facts = VisionFacts(
         per_image_keys=("image_sizes", "batch_num_images"),
         fixed_resolution=False,
+        pixel_layout="crops",
         features_as_list=True,
         # Upstream reads image features as a list, video features as one `(videos, rows, dim)` tensor
         other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), features_as_list=False),),
