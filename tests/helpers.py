@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
 from family_registry import FAMILY_CASES
 
@@ -85,3 +86,16 @@ def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL) -> None:
     diff = (actual - expected).abs().max().item()
     assert torch.allclose(actual, expected, atol=atol), f"max abs diff {diff:.3e} > {atol}"
+
+
+def cache_of(model, inputs: dict) -> DynamicCache:
+    """KV cache of one forward over `inputs` (the upstream way a caller fills a cache)."""
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        return model(**inputs, cache=cache, use_cache=True).cache
+
+
+def assert_same_steps(actual, expected) -> None:
+    """Per-step logits of two generations are allclose."""
+    for step_actual, step_expected in zip(actual, expected, strict=True):
+        assert_close(step_actual, step_expected)

@@ -13,18 +13,13 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
-from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from helpers import Prompt, assert_close, assert_same_steps, generate_logits, reference_next_logits
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 FAMILIES = ["glm4v_moe", "glm46v"]
 VIDEO = "<video>"  # the video marker of tests/families/cases_qwen.py
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
 USER = [20, 21, 22]
-
-
-def assert_same_steps(actual, expected) -> None:
-    for step_actual, step_expected in zip(actual, expected, strict=True):
-        assert_close(step_actual, step_expected)
 
 
 @pytest.mark.parametrize("do_sample", [False, True])

@@ -11,10 +11,9 @@ import contextlib
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from conftest import model_pair
-from helpers import Prompt, assert_close, generate_logits
+from helpers import Prompt, assert_same_steps, cache_of, generate_logits
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 FAMILIES = ["llava_onevision", "llava_next_video"]
@@ -33,17 +32,6 @@ def counting_encoder_runs(model):
             yield runs
     finally:
         model.encoder_cache = saved
-
-
-def cache_of(model, inputs: dict) -> DynamicCache:
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        return model(**inputs, cache=cache, use_cache=True).cache
-
-
-def assert_same_steps(actual, expected) -> None:
-    for step_actual, step_expected in zip(actual, expected, strict=True):
-        assert_close(step_actual, step_expected)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])

@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
-from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from helpers import Prompt, assert_close, assert_same_steps, cache_of, generate_logits, reference_next_logits
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE
 
@@ -43,17 +43,6 @@ class EncoderRuns:
 
     def __exit__(self, *exc) -> None:
         self._handle.remove()
-
-
-def cache_of(model, inputs: dict) -> DynamicCache:
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        return model(**inputs, cache=cache, use_cache=True).cache
-
-
-def assert_same_steps(actual, expected) -> None:
-    for step_actual, step_expected in zip(actual, expected, strict=True):
-        assert_close(step_actual, step_expected)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
