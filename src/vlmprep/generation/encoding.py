@@ -9,8 +9,11 @@ import torch
 
 from ..cache.hashing import hash_image_inputs
 from .facts import ModalityFacts
-from .prepared import split_per_image
+from .prepared import PlannedEncoderOutputs, split_per_image
 from .spans import ImageSpan
+
+# Per-item features handed in by the caller, and their per-layer deepstack features, by item index.
+SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]
 
 
 class ImageEncodingMixin:
@@ -55,6 +58,35 @@ class ImageEncodingMixin:
             hashes[index] = hash_image_inputs({**inputs, **shared}, salt=salt)
         return hashes
 
+    def _supplied_features(self, supplied: dict | None, spans: list[ImageSpan]) -> SuppliedFeatures:
+        """Per-item features the caller passed as `mm_encoder_outputs` instead of pixels (transformers accepts them).
+
+        Two forms: a main model's `PlannedEncoderOutputs` (an assistant model that is a drop-in gets the main
+        model's kwargs), whose per-item features are read as they are; or upstream's raw encoder outputs per modality
+        (`get_<modality>_features(..., return_dict=True)` of every item of the prompt), split per item here.
+        """
+        if not supplied:
+            return {}, {}
+        if isinstance(supplied, PlannedEncoderOutputs):
+            return dict(supplied.prepared.features), dict(supplied.prepared.deepstack)
+        lengths = _item_lengths(spans)
+        features: dict[int, torch.Tensor] = {}
+        deepstack: dict[int, tuple[torch.Tensor, ...]] = {}
+        for modality in self.vision_facts.modalities:
+            output = supplied.get(modality.name)
+            items = sorted({span.image_index for span in spans if span.modality == modality.name})
+            if output is None or not items:
+                continue
+            counts = [lengths[index] for index in items]
+            pooled = _split_checked(output.pooler_output, counts, modality.name)
+            layers = deepstack_layers(output)
+            per_layer = [_split_checked(layer, counts, modality.name) for layer in layers] if layers else None
+            for position, index in enumerate(items):
+                features[index] = pooled[position]
+                if per_layer is not None:
+                    deepstack[index] = tuple(layer[position] for layer in per_layer)
+        return features, deepstack
+
     def _image_features(
         self,
         needed: list[int],
@@ -62,24 +94,26 @@ class ImageEncodingMixin:
         model_kwargs: dict[str, Any],
         salt: str | None,
         image_hashes: dict[int, str] | None = None,
+        supplied: SuppliedFeatures | None = None,
     ) -> tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]:
         # Features (and per-layer deepstack features, when the encoder returns them) of every needed item.
         span_of = {span.image_index: span for span in spans}
-        lengths: dict[int, int] = {}  # placeholder tokens of each item, over all of its pieces
-        for span in spans:
-            lengths[span.image_index] = lengths.get(span.image_index, 0) + span.length
+        lengths = _item_lengths(spans)  # placeholder tokens of each item, over all of its pieces
 
         cache = self.encoder_cache
         use_cache = cache is not None and not self.training and not torch.is_grad_enabled()
-        features: dict[int, torch.Tensor] = {}
-        deepstack: dict[int, tuple[torch.Tensor, ...]] = {}
+        given_features, given_deepstack = supplied or ({}, {})
+        features = {index: given_features[index] for index in needed if index in given_features}
+        deepstack = {index: given_deepstack[index] for index in features if index in given_deepstack}
         keys: dict[int, tuple] = {}
         if use_cache:
             identity = self._encoder_cache_identity()
             known = image_hashes or {}
-            missing_hashes = [index for index in needed if index not in known]
+            missing_hashes = [index for index in needed if index not in known and index not in features]
             hashes = {**known, **self._image_hashes(missing_hashes, spans, model_kwargs, salt)}
             for index in needed:
+                if index in features:
+                    continue
                 keys[index] = (*identity, hashes[index])
                 hit = cache.get(keys[index])
                 if isinstance(hit, dict):  # stored with its deepstack features
@@ -91,6 +125,13 @@ class ImageEncodingMixin:
             group = [index for index in misses if span_of[index].modality == modality.name]
             if not group:
                 continue
+            if all(model_kwargs.get(key) is None for key in modality.pixel_keys):
+                first = span_of[group[0]]
+                raise ValueError(
+                    f"{modality.name.capitalize()} {first.input_index} (placeholders at row {first.row}, position "
+                    f"{first.start}) is not in the cache, but no `{modality.pixel_keys[0]}` was passed. Pass the pixel "
+                    f"inputs of every {modality.name} of the prompt."
+                )
             inputs = self._item_inputs(span_of[group[0]], [span_of[i].input_index for i in group], model_kwargs)
             shared = self._shared_encoder_kwargs(modality.name, model_kwargs)
             outputs = getattr(self.model, f"get_{modality.name}_features")(**inputs, **shared, return_dict=True)
@@ -115,6 +156,26 @@ class ImageEncodingMixin:
                     f"{span_of[index].modality} size or model config; build it with this model's processor."
                 )
         return features, deepstack
+
+
+def _item_lengths(spans: list[ImageSpan]) -> dict[int, int]:
+    lengths: dict[int, int] = {}
+    for span in spans:
+        lengths[span.image_index] = lengths.get(span.image_index, 0) + span.length
+    return lengths
+
+
+def _split_checked(output, counts: list[int], modality: str) -> list[torch.Tensor]:
+    pieces = output if isinstance(output, (list, tuple)) else [output]
+    rows = sum(piece.numel() // piece.shape[-1] for piece in pieces)  # feature rows, whatever the nesting
+    total = sum(counts)
+    if rows != total:
+        raise ValueError(
+            f"`mm_encoder_outputs['{modality}']` has {rows} feature rows but the prompt has {total} {modality} "
+            f"placeholder tokens. Pass the encoder outputs of every {modality} of the prompt, in prompt order, or "
+            "pass the pixel inputs instead."
+        )
+    return split_per_image(output, counts)
 
 
 def select_images(value: Any, indices: list[int]) -> Any:

@@ -29,7 +29,7 @@ from .cache_rollback import roll_back_cache
 from .encoding import ImageEncodingMixin, select_images
 from .facts import VisionFacts
 from .prefix import PrefixRequest
-from .prepared import PreparedImages
+from .prepared import PlannedEncoderOutputs, PreparedImages
 from .spans import (
     ImageSpan,
     blocks_from_prefix,
@@ -44,9 +44,9 @@ from .validation import check_cache_matches_model, check_pixel_dims, check_pixel
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
 VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request")
-# Key under which the prepared images travel through `model_kwargs` from step 4 to prefill.
-PREPARED_IMAGES_KEY = "vlmprep_prepared_images"
 TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
+# Inputs that run along the sequence, cut at each prefill chunk's end.
+PER_TOKEN_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 DEFAULT_ENCODER_CACHE_BYTES = 512 * 2**20
 _UNSET = object()
 
@@ -264,16 +264,23 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
             return super()._maybe_prepare_encoder_kwargs_for_generation(
                 inputs_tensor, model_kwargs, model_input_name, generation_config
             )
-        prepared = self._prepare_images(inputs_tensor, model_kwargs, generation_config, salt, request)
-        if not generation_config.use_cache:
-            # Without a cache every step recomputes the whole prompt and needs all images: upstream does that.
-            return super()._maybe_prepare_encoder_kwargs_for_generation(
-                inputs_tensor, model_kwargs, model_input_name, generation_config
-            )
+        supplied = model_kwargs.pop("mm_encoder_outputs", None)
+        if isinstance(supplied, PlannedEncoderOutputs):
+            # A main model's kwargs, handed to this model as its assistant: its per-item extras (grids) are back
+            for key, value in supplied.item_extras.items():
+                model_kwargs.setdefault(key, value)
+        prepared = self._prepare_images(inputs_tensor, model_kwargs, generation_config, salt, request, supplied)
+        item_extras = {}
         for modality in self.vision_facts.modalities:
             for key in (*modality.pixel_keys, *modality.per_item_keys, *self._encoder_kwarg_names(modality.name)):
-                model_kwargs.pop(key, None)
-        model_kwargs[PREPARED_IMAGES_KEY] = prepared
+                value = model_kwargs.pop(key, None)
+                if value is not None and key not in modality.pixel_keys:
+                    item_extras[key] = value
+        # The features travel as upstream's own `mm_encoder_outputs` (rows of every placeholder after the resume
+        # point), so every upstream path that runs the rest of the prompt in one forward is exact as it is:
+        # assisted decoding's first forward, `use_cache=False`, an assistant model that copies these kwargs.
+        end = prepared.offset + inputs_tensor.shape[1]
+        model_kwargs["mm_encoder_outputs"] = PlannedEncoderOutputs(prepared, end, item_extras)
         return model_kwargs
 
     def _prepare_images(
@@ -283,6 +290,7 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         generation_config,
         salt: str | None,
         request: PrefixRequest | None = None,
+        supplied: dict | None = None,
     ) -> PreparedImages:
         facts = self.vision_facts
         batch_size, prompt_length = input_ids.shape
@@ -302,6 +310,8 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
             attention_mask = torch.ones(batch_size, full_length, dtype=torch.long)
         check_sequence_input("attention_mask", attention_mask, batch_size, {prompt_length, offset + prompt_length})
         attention_mask = model_kwargs.get("attention_mask")
+        if prompt_length == 0:
+            raise ValueError("`input_ids` is empty: pass at least one prompt token (e.g. the BOS token).")
         if offset == 0 and past_length >= prompt_length:
             raise ValueError(
                 f"The cache already holds {past_length} tokens but the prompt has {prompt_length}: at least the last "
@@ -311,18 +321,27 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
 
         # 4.2 Token types: derived from the placeholders when the family needs them and the caller left them out.
         token_types = model_kwargs.get(facts.token_type_key)
+        if token_types is not None and token_types.ndim == 2 and token_types.shape[-1] < prompt_length:
+            # `input_ids` grew past the types (generated tokens appended to ids and mask only, as transformers'
+            # own continuation idiom does): the tokens past them are what generation appends, text or suffix.
+            fill = 1 if facts.bidirectional == "prefix" else 0
+            token_types = torch.nn.functional.pad(token_types, (0, prompt_length - token_types.shape[-1]), value=fill)
+            model_kwargs[facts.token_type_key] = token_types
         check_sequence_input(facts.token_type_key, token_types, batch_size, {prompt_length, offset + prompt_length})
         placeholder_id = facts.placeholder_id(self.config)
         if facts.bidirectional is not None:
             if token_types is None:
-                token_types = self._derive_token_types(input_ids)
+                token_types = self._derive_token_types(input_ids, past_length - offset if past_length else None)
             if token_types.shape[-1] < offset + prompt_length:
                 token_types = torch.nn.functional.pad(token_types, (offset, 0))  # cached part: text
             model_kwargs[facts.token_type_key] = token_types
 
         # 4.3 Spans, and which images (and items of other modalities) the prompt refers to.
         spans = shift_spans(self._find_spans(input_ids, model_kwargs), offset)
-        self._check_images_match_spans(spans, model_kwargs, past_length)
+        given = self._supplied_features(supplied, spans)
+        self._check_images_match_spans(spans, model_kwargs, past_length, set(given[0]))
+        if given[0]:
+            request = None  # features without pixels have no content hash to key a stored prefix by
         position_ids = self.vision_position_ids(input_ids, model_kwargs)
         if position_ids is not None:
             if position_ids.shape[-1] != offset + prompt_length:
@@ -360,7 +379,7 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         # 4.6 Features of the images that prefill needs; images wholly inside the cache are not even hashed.
         needed = sorted({span.image_index for span in spans if span.end > resume_point})
         features, deepstack = (
-            self._image_features(needed, spans, model_kwargs, salt, image_hashes) if needed else ({}, {})
+            self._image_features(needed, spans, model_kwargs, salt, image_hashes, given) if needed else ({}, {})
         )
         return PreparedImages(
             spans=spans,
@@ -372,12 +391,16 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
             deepstack=deepstack,
         )
 
-    def _derive_token_types(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def _derive_token_types(self, input_ids: torch.Tensor, cached: int | None) -> torch.Tensor:
         # What the family's processor would have returned: 1 on image placeholders (Gemma3), or an all-0 prefix
-        # covering the whole prompt (PaliGemma without a suffix).
+        # covering the whole prompt (PaliGemma without a suffix). Continuing from a cache (`cached` of these ids are
+        # in it), PaliGemma's new tokens are the generated suffix, as upstream treats them: causal, type 1.
         if self.vision_facts.bidirectional == "image":
             return (input_ids == self.vision_facts.placeholder_id(self.config)).long()
-        return torch.zeros_like(input_ids)
+        token_types = torch.zeros_like(input_ids)
+        if cached is not None:
+            token_types[:, max(cached, 0) :] = 1
+        return token_types
 
     def _bidirectional_blocks(self, token_types: torch.Tensor | None, attention_mask: torch.Tensor | None) -> list:
         if self.vision_facts.bidirectional is None or token_types is None:
@@ -414,14 +437,20 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         return sorted(spans, key=lambda span: (span.row, span.start))
 
     def _check_images_match_spans(
-        self, spans: list[ImageSpan], model_kwargs: dict[str, Any], past_length: int
+        self, spans: list[ImageSpan], model_kwargs: dict[str, Any], past_length: int, given: set[int] = frozenset()
     ) -> None:
         for modality in self.vision_facts.modalities:
             name = modality.name
             modality_spans = [span for span in spans if span.modality == name]
             num_items = self._modality_hook(self.count_images, name, model_kwargs)
+            has_pixels = any(model_kwargs.get(key) is not None for key in modality.pixel_keys)
+            if has_pixels and any(span.image_index in given for span in modality_spans):
+                raise ValueError(
+                    f"Both `{modality.pixel_keys[0]}` and `mm_encoder_outputs['{name}']` were passed. Pass one of "
+                    "them: the pixel inputs (vlmprep encodes them once) or the precomputed encoder outputs."
+                )
             if num_items is None:
-                uncached = [span for span in modality_spans if span.end > past_length]
+                uncached = [s for s in modality_spans if s.end > past_length and s.image_index not in given]
                 if uncached:
                     raise ValueError(
                         f"The prompt has {len(uncached)} {name} placeholder run(s) after the {past_length} cached "
@@ -445,12 +474,14 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None, **model_kwargs
     ):
         # Upstream repeats every tensor input; the prepared images repeat their spans and share the features.
-        prepared = model_kwargs.pop(PREPARED_IMAGES_KEY, None)
+        planned = model_kwargs.get("mm_encoder_outputs")
+        if isinstance(planned, PlannedEncoderOutputs):
+            model_kwargs.pop("mm_encoder_outputs")
         input_ids, model_kwargs = super()._expand_inputs_for_generation(
             expand_size=expand_size, is_encoder_decoder=is_encoder_decoder, input_ids=input_ids, **model_kwargs
         )
-        if prepared is not None:
-            model_kwargs[PREPARED_IMAGES_KEY] = prepared.expand(expand_size)
+        if isinstance(planned, PlannedEncoderOutputs):
+            model_kwargs["mm_encoder_outputs"] = planned.expand(expand_size)
         return input_ids, model_kwargs
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
@@ -458,45 +489,44 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
     def _prefill(
         self, input_ids: torch.LongTensor, generation_config, model_kwargs: dict, is_first_iteration: bool = True
     ):
-        # Upstream slices pre-encoded features by counting every placeholder of the prompt and cuts chunks every
-        # `prefill_chunk_size` tokens; here only the spans after the cache count and chunks respect the blocks.
-        prepared: PreparedImages | None = model_kwargs.pop(PREPARED_IMAGES_KEY, None)
-        if prepared is None or not is_first_iteration:
+        # Upstream cuts chunks every `prefill_chunk_size` tokens and slices features by counting every placeholder of
+        # the prompt; here chunks are planned from the spans (never ending inside a bidirectional block) and each
+        # runs through upstream's own unchunked prefill with exactly the feature rows of its placeholders.
+        planned = model_kwargs.get("mm_encoder_outputs")
+        if not isinstance(planned, PlannedEncoderOutputs) or not is_first_iteration:
             return super()._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=is_first_iteration)
 
         cache = model_kwargs.get("cache")
         start = cache.get_seq_length() if cache is not None else 0
-        end = prepared.offset + input_ids.shape[1]
         chunk_size = generation_config.prefill_chunk_size
         if chunk_size is not None and cache is None:
             raise ValueError("Chunked prefill needs a cache: pass `use_cache=True` or `prefill_chunk_size=None`.")
-        chunks = plan_prefill_chunks(start, end, chunk_size, prepared.intervals)
-        model_forward = (
-            self.get_compiled_call(generation_config.compile_config)
-            if self._valid_auto_compile_criteria(model_kwargs, generation_config)
-            else self.__call__
-        )
+        chunks = plan_prefill_chunks(start, planned.end, chunk_size, planned.prepared.intervals)
+        if len(chunks) == 1:
+            # One forward over the rest of the prompt: upstream's prefill as it is (run eagerly, as upstream does,
+            # so a compiled decoding forward never sees prefill's shapes and arguments).
+            generation_config.prefill_chunk_size = None
+            try:
+                return super()._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=True)
+            finally:
+                generation_config.prefill_chunk_size = chunk_size
 
-        attention_mask = model_kwargs.pop("attention_mask", None)
-        position_ids = model_kwargs.pop("position_ids", None)
-        token_types = {key: model_kwargs.pop(key) for key in TOKEN_TYPE_KEYS if model_kwargs.get(key) is not None}
-        for chunk_start, chunk_end in chunks:
-            if attention_mask is not None:
-                model_kwargs["attention_mask"] = attention_mask[:, :chunk_end]
-            if position_ids is not None:
-                model_kwargs["position_ids"] = position_ids[..., chunk_start:chunk_end]
-            for key, token_type in token_types.items():
-                # Up to the chunk end: bidirectional masks read them by position over cache + chunk
-                model_kwargs[key] = token_type[..., :chunk_end]
-            chunk_ids = input_ids[:, chunk_start - prepared.offset : chunk_end - prepared.offset]
-            model_inputs = self.prepare_inputs_for_generation(chunk_ids, is_first_iteration=True, **model_kwargs)
-            encoder_outputs = prepared.encoder_outputs_between(chunk_start, chunk_end)
-            if encoder_outputs is not None:
-                model_inputs["mm_encoder_outputs"] = encoder_outputs
-            outputs = model_forward(**model_inputs, return_dict=True)
-            model_kwargs["cache"] = outputs.cache
-
-        model_kwargs["attention_mask"] = attention_mask
-        model_kwargs["position_ids"] = position_ids
-        model_kwargs.update(token_types)
+        offset = planned.prepared.offset
+        whole = {key: model_kwargs[key] for key in PER_TOKEN_KEYS if model_kwargs.get(key) is not None}
+        generation_config.prefill_chunk_size = None
+        try:
+            for chunk_start, chunk_end in chunks:
+                for key, value in whole.items():
+                    # Up to the chunk end: masks read them over cache + chunk (upstream slices the rest itself)
+                    model_kwargs[key] = value[..., :chunk_end]
+                rows = planned.prepared.encoder_outputs_between(chunk_start, chunk_end)
+                model_kwargs["mm_encoder_outputs"] = rows if rows is not None else {}
+                # Only the chunk's ids: upstream's prefill then feeds them all after the cache
+                chunk_ids = input_ids[:, chunk_start - offset : chunk_end - offset]
+                outputs = super()._prefill(chunk_ids, generation_config, model_kwargs, is_first_iteration=True)
+                model_kwargs["cache"] = outputs.cache
+        finally:
+            generation_config.prefill_chunk_size = chunk_size
+            model_kwargs.update(whole)
+            model_kwargs["mm_encoder_outputs"] = planned
         return outputs

@@ -114,6 +114,36 @@ class PreparedImages:
         return [rows] if as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
 
 
+class PlannedEncoderOutputs(dict):
+    """`mm_encoder_outputs` in the form transformers' generation carries them, plus the plan they come from.
+
+    As a dict (modality -> `EncoderRows`) it holds the feature rows of every placeholder from the resume point to the
+    end of the prompt, in the order the model fills them: exactly what upstream feeds the first forward over the
+    rest of the prompt (`_prefill`, the first forward of assisted decoding, every forward without a cache). vlmprep's
+    own `_prefill` reads `prepared` instead, to feed each planned chunk its rows; an assistant model that is a
+    vlmprep drop-in reads the per-item features from it rather than encoding again.
+
+    Args:
+        prepared (`PreparedImages`): the call's spans and per-item features.
+        end (`int`): one past the last position of the prompt.
+        item_extras (`dict`, *optional*):
+            the per-item inputs besides pixels that input preparation took out of the kwargs (grids, image sizes), for
+            an assistant model that needs them for its positions.
+    """
+
+    def __init__(self, prepared: PreparedImages, end: int, item_extras: dict | None = None):
+        super().__init__(prepared.encoder_outputs_between(prepared.resume_point, end) or {})
+        self.prepared = prepared
+        self.end = end
+        self.item_extras = item_extras or {}
+
+    def expand(self, expand_size: int) -> PlannedEncoderOutputs:
+        """The same outputs for rows repeated as `generate` repeats `input_ids` (beams, `num_return_sequences`)."""
+        if expand_size == 1:
+            return self
+        return PlannedEncoderOutputs(self.prepared.expand(expand_size), self.end, self.item_extras)
+
+
 def split_per_image(pooler_output: torch.Tensor | Sequence[torch.Tensor], token_counts: Sequence[int]) -> list:
     """Per-image `(tokens, dim)` features from a vision encoder's `pooler_output`.
 

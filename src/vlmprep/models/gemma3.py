@@ -1,5 +1,7 @@
 """Gemma3: each image's placeholder run attends to itself bidirectionally."""
 
+from typing import Any
+
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
@@ -18,4 +20,19 @@ class Gemma3ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Gem
     ```
     """
 
-    vision_facts = VisionFacts(tokens_per_image_attr="mm_tokens_per_image", bidirectional="image")
+    vision_facts = VisionFacts(bidirectional="image")
+
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
+        """Placeholder tokens per image: what the projector emits, `int(sqrt(mm_tokens_per_image)) ** 2`.
+
+        The projector average-pools the patch grid to `tokens_per_side` squared tokens, so a non-square
+        `mm_tokens_per_image` (e.g. 2) gives fewer tokens than the config field says; the model's own count wins.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (unused: every image has the same count).
+            modality (`str`, *optional*, defaults to `"image"`): Gemma3 has images only.
+
+        Returns:
+            `int`
+        """
+        return self.model.multi_modal_projector.tokens_per_side**2

@@ -39,10 +39,13 @@ class PatchGridVisionHooks:
         grid, pixels = model_kwargs.get(grid_key), model_kwargs.get(pixel_key)
         if grid is None and pixels is None:
             return None
-        if grid is None or pixels is None:
-            missing, given = (grid_key, pixel_key) if grid is None else (pixel_key, grid_key)
+        if pixels is None:
+            # Grids alone: enough for the positions of items the cache already holds (pixels are only needed for
+            # items prefill encodes, which the mixin checks).
+            return grid.shape[0]
+        if grid is None:
             raise ValueError(
-                f"`{given}` was passed without `{missing}`. Pass both, as this model's processor returns them."
+                f"`{pixel_key}` was passed without `{grid_key}`. Pass both, as this model's processor returns them."
             )
         vision_config = self.config.vision_config
         patch_dim = vision_config.in_channels * vision_config.temporal_patch_size * vision_config.patch_size**2
@@ -97,14 +100,18 @@ class PatchGridVisionHooks:
                 )
         if all(grid is None for grid in grids.values()):
             mrope = text_positions.unsqueeze(0).expand(3, -1, -1)  # text only: t = h = w = the text position
+            rope_deltas = torch.zeros(input_ids.shape[0], 1, dtype=torch.long, device=input_ids.device)
         else:
             # Family extras of the positions (Qwen2.5-VL's `second_per_grid_ts`), passed when the call has them
             handled = {"input_ids", "mm_token_type_ids", "attention_mask", "kwargs", *grids}
             accepted = inspect.signature(self.model.get_rope_index).parameters
             extras = {k: model_kwargs[k] for k in accepted if k not in handled and model_kwargs.get(k) is not None}
-            mrope, _ = self.model.get_rope_index(
+            mrope, rope_deltas = self.model.get_rope_index(
                 input_ids, mm_token_type_ids=token_types, attention_mask=attention_mask, **grids, **extras
             )
+        # Written, never read: code that inspects `model.model.rope_deltas` after `generate` sees what upstream's
+        # generate would have left there; vlmprep's own positions never depend on it.
+        self.model.rope_deltas = rope_deltas
         return torch.cat([text_positions.unsqueeze(0), mrope.to(text_positions.dtype)], dim=0)  # (4, batch, seq)
 
 
