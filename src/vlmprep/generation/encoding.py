@@ -133,6 +133,7 @@ class ImageEncodingMixin:
                     f"inputs of every {modality.name} of the prompt."
                 )
             inputs = self._item_inputs(span_of[group[0]], [span_of[i].input_index for i in group], model_kwargs)
+            check_finite_pixels(inputs, modality.pixel_keys)
             shared = self._shared_encoder_kwargs(modality.name, model_kwargs)
             outputs = getattr(self.model, f"get_{modality.name}_features")(**inputs, **shared, return_dict=True)
             counts = [lengths[index] for index in group]
@@ -156,6 +157,19 @@ class ImageEncodingMixin:
                     f"{span_of[index].modality} size or model config; build it with this model's processor."
                 )
         return features, deepstack
+
+
+def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> None:
+    """Raise when pixel inputs hold NaN or infinity: the vision tower would turn them into NaN logits, silently."""
+    for key in pixel_keys:
+        values = inputs.get(key)
+        pieces = values if isinstance(values, (list, tuple)) else [values]
+        for piece in pieces:
+            if isinstance(piece, torch.Tensor) and piece.is_floating_point() and not bool(torch.isfinite(piece).all()):
+                raise ValueError(
+                    f"`{key}` holds NaN or infinite values, which would give NaN logits. Check the image loading and "
+                    "preprocessing (e.g. a division by a zero standard deviation)."
+                )
 
 
 def _item_lengths(spans: list[ImageSpan]) -> dict[int, int]:

@@ -40,7 +40,13 @@ from .spans import (
     resolve_resume_point,
     shift_spans,
 )
-from .validation import check_cache_matches_model, check_pixel_dims, check_pixel_shapes, check_sequence_input
+from .validation import (
+    check_cache_matches_model,
+    check_no_block_after_cache_in_static_cache,
+    check_pixel_dims,
+    check_pixel_shapes,
+    check_sequence_input,
+)
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
 VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request")
@@ -499,9 +505,14 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         cache = model_kwargs.get("cache")
         start = cache.get_seq_length() if cache is not None else 0
         chunk_size = generation_config.prefill_chunk_size
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+        ):
+            raise TypeError(f"`prefill_chunk_size` must be a positive int or None, got {chunk_size!r}.")
         if chunk_size is not None and cache is None:
             raise ValueError("Chunked prefill needs a cache: pass `use_cache=True` or `prefill_chunk_size=None`.")
         chunks = plan_prefill_chunks(start, planned.end, chunk_size, planned.prepared.intervals)
+        check_no_block_after_cache_in_static_cache(cache, chunks, planned.prepared.intervals)
         if len(chunks) == 1:
             # One forward over the rest of the prompt: upstream's prefill as it is (run eagerly, as upstream does,
             # so a compiled decoding forward never sees prefill's shapes and arguments).

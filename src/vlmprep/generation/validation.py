@@ -135,3 +135,34 @@ def check_pixel_dims(
             f"({', '.join(leading)}, {channels}, {hw}). Preprocess the images with this model's image processor "
             "(it resizes and normalizes them)."
         )
+
+
+def check_no_block_after_cache_in_static_cache(
+    cache, chunks: Sequence[tuple[int, int]], intervals: Sequence[tuple[int, int]]
+):
+    """Raise when a forward after cached tokens, into a static (compileable) cache, holds a bidirectional block.
+
+    With a compileable cache, transformers builds the attention mask of a forward before it runs, from the token
+    types of that forward's tokens alone; a bidirectional block written after cached tokens then gets a mask that is
+    off, and the logits are silently wrong (transformers' own chunked prefill is wrong there too). The dynamic cache
+    builds its mask in the forward and is exact.
+
+    Args:
+        cache (`Cache`, *optional*): the cache prefill writes into.
+        chunks (`Sequence[tuple[int, int]]`): the planned forwards, `(start, end)` positions.
+        intervals (`Sequence[tuple[int, int]]`): the merged bidirectional blocks.
+    """
+    if cache is None or not getattr(cache, "is_compileable", False):
+        return
+    for chunk_start, chunk_end in chunks:
+        if chunk_start == 0:
+            continue
+        for block_start, block_end in intervals:
+            if block_start < chunk_end and block_end > chunk_start:
+                raise ValueError(
+                    f"A bidirectional block (positions {block_start}..{block_end - 1}) would be prefilled after "
+                    f"{chunk_start} cached tokens into a static cache ({type(cache).__name__}), whose attention "
+                    "mask transformers builds from the new tokens alone: the logits would be wrong. Use the default "
+                    "dynamic cache (no `cache_implementation`), or prefill the prompt in one forward from an empty "
+                    "cache (`prefill_chunk_size=None`, no cached prefix)."
+                )
