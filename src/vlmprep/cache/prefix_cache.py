@@ -56,6 +56,8 @@ def token_key_material(input_ids: torch.Tensor, per_token: dict[str, torch.Tenso
     ```
     """
     length = input_ids.shape[-1]
+    if length == 0:
+        return []
     columns = [input_ids.reshape(1, length)]
     columns += [per_token[name].reshape(-1, length).to(input_ids.device) for name in sorted(per_token)]
     return [tuple(token) for token in torch.cat(columns).long().T.tolist()]  # (seq_len, fields)
