@@ -5,9 +5,10 @@ from __future__ import annotations
 import random
 import threading
 
+import pytest
 import torch
 
-from vlmprep.cache.prefix_cache import PrefixCache
+from vlmprep.cache.prefix_cache import PrefixCache, token_key_material
 
 ROOT = PrefixCache.root_key(("model", "salt"))
 
@@ -108,3 +109,32 @@ def test_threads_share_one_store():
         thread.join()
     assert not errors
     assert store.stats.bytes <= 4096
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"block_size": 2.5}, TypeError, "block_size"),
+        ({"block_size": 0}, ValueError, "block_size"),
+        ({"block_size": True}, TypeError, "block_size"),
+        ({"max_bytes": -5}, ValueError, "max_bytes"),
+        ({"max_bytes": "1GB"}, TypeError, "max_bytes"),
+    ],
+)
+def test_bad_arguments_are_refused_at_construction(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        PrefixCache(**kwargs)
+
+
+def test_key_material_separates_what_changes_kv():
+    store = PrefixCache(block_size=2)
+    ids = torch.tensor([5, 6, 7, 8])
+    causal = token_key_material(ids, {"token_type_ids": torch.zeros(4)})
+    bidirectional = token_key_material(ids, {"token_type_ids": torch.tensor([0, 1, 1, 0])})
+    store.insert(ROOT, causal, _no_images, _kv_for([5, 6, 7, 8]))
+    assert store.match(ROOT, causal, _no_images).tokens == 4
+    assert store.match(ROOT, bidirectional, _no_images).tokens == 0
+    positions = token_key_material(ids, {"position_ids": torch.arange(4).expand(3, 4)})
+    shifted = token_key_material(ids, {"position_ids": torch.tensor([[0, 1, 2, 3], [0, 1, 1, 3], [0, 1, 2, 3]])})
+    store.insert(ROOT, positions, _no_images, _kv_for([5, 6, 7, 8]))
+    assert store.match(ROOT, shifted, _no_images).tokens == 2

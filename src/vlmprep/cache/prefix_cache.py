@@ -1,10 +1,13 @@
 """An image-aware KV prefix store across `generate` calls.
 
 A prompt is cut into fixed-size blocks of tokens. Each stored block holds the KV of its tokens for every decoder layer
-and is keyed by a hash chained from its parent: `hash(parent key, block tokens, content hashes of the images whose
-placeholders overlap the block)`. Two prompts whose placeholder ids are identical but whose images differ therefore
-share nothing from the first differing image on, while text before the first image is shared. Blocks form a tree
-(shared prefixes are stored once); eviction removes least-recently-used leaves within a byte budget.
+and is keyed by a hash chained from its parent: `hash(parent key, block key material, content hashes of the images
+whose placeholders overlap the block)`. A token's key material (`token_key_material`) is everything of that token that
+its KV depends on besides the images: its id, its token types (attention mask of bidirectional families, modality of
+multimodal positions) and its position ids (multimodal rope). Two prompts whose placeholder ids are identical but whose
+images, token types or positions differ therefore share nothing from the first difference on, while what comes before
+is shared. Blocks form a tree (shared prefixes are stored once); eviction removes least-recently-used leaves within a
+byte budget.
 """
 
 from __future__ import annotations
@@ -17,10 +20,54 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["PrefixCache", "PrefixCacheStats", "PrefixMatch"]
+__all__ = ["PrefixCache", "PrefixCacheStats", "PrefixMatch", "token_key_material"]
 
 # KV of one block: per decoder layer, `(keys, values)` of shape `(heads, block_tokens, head_dim)`.
 BlockKV = list[tuple[torch.Tensor, torch.Tensor]]
+# A bidirectional block of a stored row: `(start, end, digest of its key material and images)`.
+Interval = tuple[int, int, bytes]
+# One token's key material: its id alone, or its id followed by its per-token inputs.
+TokenKey = int | tuple[int, ...]
+
+
+def token_key_material(input_ids: torch.Tensor, per_token: dict[str, torch.Tensor]) -> list[tuple[int, ...]]:
+    """The key material of each token of one row: its id, then the values of its per-token inputs.
+
+    A block's KV depends on every token up to it through these values (token types set the attention mask, position
+    ids the rotary embedding), so they are part of the block keys. Inputs are taken in sorted name order; the caller
+    puts the names (`key_material_layout`) in the root key, so two layouts never share a chain.
+
+    Args:
+        input_ids (`torch.Tensor` of shape `(seq_len,)`): the row's tokens.
+        per_token (`dict[str, torch.Tensor]`):
+            per-token inputs of the row, each of shape `(..., seq_len)` (e.g. `(seq_len,)` token types, `(3, seq_len)`
+            M-RoPE positions).
+
+    Returns:
+        `list[tuple[int, ...]]`: one tuple per token.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> token_key_material(torch.tensor([5, 6]), {"token_type_ids": torch.tensor([1, 0])})
+    [(5, 1), (6, 0)]
+
+    ```
+    """
+    length = input_ids.shape[-1]
+    if length == 0:
+        return []
+    columns = [input_ids.reshape(1, length)]
+    columns += [per_token[name].reshape(-1, length).to(input_ids.device) for name in sorted(per_token)]
+    return [tuple(token) for token in torch.cat(columns).long().T.tolist()]  # (seq_len, fields)
+
+
+def key_material_layout(per_token: dict[str, torch.Tensor]) -> tuple[str, ...]:
+    """Names and row counts of the per-token inputs `token_key_material` reads, for the root key."""
+    return tuple(
+        f"{name}:{per_token[name].reshape(-1, per_token[name].shape[-1]).shape[0]}" for name in sorted(per_token)
+    )
 
 
 @dataclass
@@ -54,9 +101,10 @@ class _Block:
     parent: bytes
     kv: BlockKV
     nbytes: int
-    # Bidirectional blocks of the stored row overlapping this block, as absolute (start, end) positions: a hit may
-    # end inside one only where the new prompt has the very same block (see `PrefixMatch.open_intervals`).
-    intervals: tuple[tuple[int, int], ...]
+    # Bidirectional blocks of the stored row overlapping this block, as (start, end, digest) in row positions: the
+    # stored KV before a resume point is exact only where the new prompt has the very same blocks before it
+    # (see `PrefixMatch.open_intervals`).
+    intervals: tuple[Interval, ...]
     children: int = 0
 
 
@@ -67,12 +115,13 @@ class PrefixMatch:
     Args:
         tokens (`int`): matched tokens (a multiple of the block size, before any capping by the caller).
         kv (`list[BlockKV]`): the matched blocks' KV, in order.
-        open_intervals (`list[tuple[int, int]]`): bidirectional blocks of the stored rows, for the matched blocks.
+        open_intervals (`list[tuple[int, int, bytes]]`):
+            bidirectional blocks (start, end, digest) the matched blocks' KV was computed with.
     """
 
     tokens: int = 0
     kv: list[BlockKV] = field(default_factory=list)
-    open_intervals: list[tuple[int, int]] = field(default_factory=list)
+    open_intervals: list[Interval] = field(default_factory=list)
 
     def layer_kv(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of the first `length` matched tokens for one layer: `(heads, length, head_dim)` each."""
@@ -103,10 +152,15 @@ class PrefixCache:
     """
 
     def __init__(self, max_bytes: int = 2**30, block_size: int = 16):
-        if block_size < 1:
-            raise ValueError(f"`block_size` must be positive, got {block_size}.")
+        for name, value, least in (("max_bytes", max_bytes, 0), ("block_size", block_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"`{name}` must be an int, got {value!r} ({type(value).__name__}). Pass e.g. `{name}=16`."
+                )
+            if value < least:
+                raise ValueError(f"`{name}` must be at least {least}, got {value}.")
         self.block_size = block_size
-        self._max_bytes = int(max_bytes)
+        self._max_bytes = max_bytes
         self._blocks: OrderedDict[bytes, _Block] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
         self._stats = PrefixCacheStats(max_bytes=self._max_bytes)
@@ -138,15 +192,20 @@ class PrefixCache:
         return hashlib.sha256("\x1f".join(map(str, namespace)).encode()).digest()
 
     @staticmethod
-    def block_key(parent: bytes, tokens: Sequence[int], image_hashes: Sequence[str]) -> bytes:
-        """`hash(parent, tokens, image hashes)`: a block's identity includes everything before it."""
+    def block_key(parent: bytes, tokens: Sequence[TokenKey], image_hashes: Sequence[str]) -> bytes:
+        """`hash(parent, tokens' key material, image hashes)`: a block's identity includes everything before it."""
         hasher = hashlib.sha256(parent)
-        hasher.update(b"T" + b",".join(str(token).encode() for token in tokens))
+        hasher.update(b"T" + repr(list(tokens)).encode())
         hasher.update(b"I" + ",".join(image_hashes).encode())
         return hasher.digest()
 
+    @staticmethod
+    def interval_digest(tokens: Sequence[TokenKey], image_hashes: Sequence[str]) -> bytes:
+        """The identity of a bidirectional block: its tokens' key material and images (what its KV saw after it)."""
+        return PrefixCache.block_key(b"bidirectional", tokens, image_hashes)
+
     def _chain(
-        self, root: bytes, tokens: Sequence[int], images_between: Callable[[int, int], Sequence[str]], blocks: int
+        self, root: bytes, tokens: Sequence[TokenKey], images_between: Callable[[int, int], Sequence[str]], blocks: int
     ) -> list[bytes]:
         keys, parent = [], root
         for index in range(blocks):
@@ -158,13 +217,14 @@ class PrefixCache:
     # -- lookup and insert -----------------------------------------------------------------------------------------
 
     def match(
-        self, root: bytes, tokens: Sequence[int], images_between: Callable[[int, int], Sequence[str]]
+        self, root: bytes, tokens: Sequence[TokenKey], images_between: Callable[[int, int], Sequence[str]]
     ) -> PrefixMatch:
         """The longest stored prefix of `tokens`, in whole blocks.
 
         Args:
             root (`bytes`): `root_key(namespace)`.
-            tokens (`Sequence[int]`): the row's prompt, without padding.
+            tokens (`Sequence[int | tuple[int, ...]]`):
+                the row's prompt without padding: token ids, or each token's key material (`token_key_material`).
             images_between (`Callable[[int, int], Sequence[str]]`):
                 content hashes of the images whose placeholders overlap positions `[start, end)`, in order.
 
@@ -195,19 +255,20 @@ class PrefixCache:
     def insert(
         self,
         root: bytes,
-        tokens: Sequence[int],
+        tokens: Sequence[TokenKey],
         images_between: Callable[[int, int], Sequence[str]],
         block_kv: Callable[[int, int], BlockKV],
-        intervals: Sequence[tuple[int, int]] = (),
+        intervals: Sequence[Interval] = (),
     ) -> int:
         """Store the whole blocks of a finished row; blocks already stored are only refreshed.
 
         Args:
             root (`bytes`): `root_key(namespace)`.
-            tokens (`Sequence[int]`): the row's tokens whose KV is known (prompt and generated), without padding.
+            tokens (`Sequence[int | tuple[int, ...]]`):
+                the row's tokens whose KV is known (prompt and generated), without padding, as for `match`.
             images_between (`Callable[[int, int], Sequence[str]]`): as for `match`.
             block_kv (`Callable[[int, int], BlockKV]`): KV of positions `[start, end)`, per layer.
-            intervals (`Sequence[tuple[int, int]]`): the row's bidirectional blocks.
+            intervals (`Sequence[tuple[int, int, bytes]]`): the row's bidirectional blocks (see `interval_digest`).
 
         Returns:
             `int`: blocks newly stored.
@@ -225,7 +286,7 @@ class PrefixCache:
                 nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
                 if not self._make_room(nbytes, protect=set(keys[:index])):
                     break
-                overlapping = tuple((s, e) for s, e in intervals if s < end and e > start)
+                overlapping = tuple(interval for interval in intervals if interval[0] < end and interval[1] > start)
                 self._blocks[key] = _Block(key, parent, kv, nbytes, overlapping)
                 if parent in self._blocks:
                     self._blocks[parent].children += 1

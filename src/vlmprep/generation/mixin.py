@@ -121,8 +121,9 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         Args:
             prefix_cache (`PrefixCache`, *optional*):
                 resume from the longest stored prefix of the prompt, and store the prompt and answer afterwards;
-                defaults to `model.prefix_cache`. Not used when a `cache` is passed, with beams, or with
-                `num_return_sequences > 1`.
+                defaults to `model.prefix_cache`. Not used when a `cache` is passed, with beams, with
+                `num_return_sequences > 1`, in train mode (dropout changes the KV) or with a quantized cache; it
+                composes with every other `cache_implementation` (see `vlmprep.generation.prefix`).
             cache_salt (`str`, *optional*):
                 isolates encoder- and prefix-cache entries: entries made under one salt are invisible under another.
             args, kwargs: everything transformers' `generate` takes.
@@ -130,8 +131,13 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         Returns:
             What transformers' `generate` returns.
         """
+        if prefix_cache is not None and not isinstance(prefix_cache, PrefixCache):
+            raise TypeError(
+                f"`prefix_cache` must be a vlmprep.PrefixCache or None, got {prefix_cache!r}. Pass a store, e.g. "
+                "`prefix_cache=PrefixCache()`, and keep it across calls to reuse prefixes."
+            )
         store = prefix_cache if prefix_cache is not None else self.prefix_cache
-        if store is None:
+        if store is None or self.training:
             return super().generate(*args, **kwargs)
         request = PrefixRequest(store)
         output = super().generate(*args, vlmprep_prefix_request=request, **kwargs)
@@ -334,7 +340,6 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
             token_types = torch.nn.functional.pad(token_types, (0, prompt_length - token_types.shape[-1]), value=fill)
             model_kwargs[facts.token_type_key] = token_types
         check_sequence_input(facts.token_type_key, token_types, batch_size, {prompt_length, offset + prompt_length})
-        placeholder_id = facts.placeholder_id(self.config)
         if facts.bidirectional is not None:
             if token_types is None:
                 token_types = self._derive_token_types(input_ids, past_length - offset if past_length else None)
@@ -363,11 +368,12 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         intervals = merge_blocks(blocks)
         image_hashes: dict[int, str] = {}
         trusted = False
-        if request is not None and cache is None and request.applies(generation_config, batch_size):
+        if request is not None and cache is None and request.applies(self, generation_config, batch_size):
             image_hashes = self._image_hashes(sorted({s.image_index for s in spans}), spans, model_kwargs, salt)
             namespace = (*self._encoder_cache_identity(), str(salt))
+            # Keys cover the ids, token types and positions (set in 4.2 and 4.3) of every token, and the images
             cache, past_length, trusted = request.restore(
-                self, input_ids, attention_mask, spans, image_hashes, blocks, intervals, placeholder_id, namespace
+                self, input_ids, model_kwargs, spans, image_hashes, blocks, intervals, namespace, generation_config
             )
             model_kwargs["cache"] = cache
 

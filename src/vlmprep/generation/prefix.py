@@ -1,17 +1,37 @@
-"""One `generate` call's use of a `PrefixCache`: restore the longest stored prefix, then store the finished rows."""
+"""One `generate` call's use of a `PrefixCache`: restore the longest stored prefix, then store the finished rows.
+
+The restored prefix becomes the call's cache, of the kind the call asks for (`cache_implementation`):
+
+- `None`, `"dynamic"`, `"offloaded"`: a `DynamicCache` (offloaded for `"offloaded"`), recording every state of its
+  sliding-window layers, so whole rows are stored afterwards.
+- `"static"`, `"offloaded_static"` and the deprecated static kinds (`"sliding_window"`, `"hybrid"`, ...): a
+  `StaticCache` sized as transformers sizes it. Rows are stored only while every layer still holds every state (a
+  sliding-window layer keeps only its window): otherwise the call restores but stores nothing.
+- `"quantized"`: the prefix cache is not used (a quantized cache keeps no exact KV to store, and a restored prefix
+  would be attended to quantized where transformers attends to it exact); a warning is logged once.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, StaticLayer, StaticSlidingWindowLayer
+from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
+from transformers.utils import logging
 
-from ..cache.prefix_cache import PrefixCache, PrefixMatch
+from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_layout, token_key_material
 from .spans import Block, ImageSpan, resolve_resume_point
 
-_RESTORABLE_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
+logger = logging.get_logger("vlmprep")
+
+# Per-token inputs besides the ids that change a token's KV (the mask of bidirectional families, multimodal rope).
+PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids", "position_ids")
+# Positions when the call has no `position_ids`: the model then uses absolute (padded) cache positions.
+_ABSOLUTE_POSITIONS = "absolute_positions"
+_DYNAMIC_KINDS = (None, "dynamic", "offloaded")
 
 
 class PrefixRequest:
@@ -23,64 +43,98 @@ class PrefixRequest:
 
     def __init__(self, store: PrefixCache):
         self.store = store
-        self.cache: DynamicCache | None = None
+        self.cache: Cache | None = None
         self.root: bytes | None = None
         self.rows: list[_Row] = []
+        self.prompt_length = 0
+        self.per_token: dict[str, torch.Tensor] = {}  # the prompt's per-token inputs, whole batch
+        self.update_model_kwargs = None  # the model's own rule extending them by one generated token
 
     @staticmethod
-    def applies(generation_config, batch_size: int) -> bool:
-        """Beams and multiple return sequences reorder or repeat cache rows after input preparation: not stored."""
+    def applies(model, generation_config, batch_size: int) -> bool:
+        """Whether this call uses the store.
+
+        Beams and multiple return sequences reorder or repeat cache rows after input preparation; in train mode the
+        KV depends on dropout; a quantized cache holds no exact KV: none of these are looked up or stored.
+        """
+        if generation_config.cache_implementation not in (*_DYNAMIC_KINDS, *ALL_STATIC_CACHE_IMPLEMENTATIONS):
+            logger.warning_once(
+                f"The prefix cache is not used with `cache_implementation={generation_config.cache_implementation!r}`"
+                ": that cache keeps no exact KV to store or restore. Use a dynamic or static cache to reuse prefixes."
+            )
+            return False
         return (
             generation_config.use_cache
             and generation_config.num_beams == 1
             and generation_config.num_return_sequences == 1
             and batch_size >= 1
+            and not model.training
         )
 
     def restore(
         self,
         model,
         input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
+        model_kwargs: dict[str, Any],
         spans: Sequence[ImageSpan],
         image_hashes: dict[int, str],
         blocks: Sequence[Block],
         intervals: Sequence[tuple[int, int]],
-        placeholder_id: int,
         namespace: Sequence[str],
-    ) -> tuple[DynamicCache, int, bool]:
-        """A fresh cache holding the longest stored prefix shared by every row.
+        generation_config,
+    ) -> tuple[Cache, int, bool]:
+        """A fresh cache of the kind the call asks for, holding the longest stored prefix shared by every row.
+
+        Args:
+            model: the model generating.
+            input_ids (`torch.Tensor` of shape `(batch_size, seq_len)`): the whole prompt (no cache was passed).
+            model_kwargs (`dict[str, Any]`):
+                the call's inputs after token types and positions were prepared (`attention_mask`, token types,
+                `position_ids` are read).
+            spans (`Sequence[ImageSpan]`): image spans of the prompt.
+            image_hashes (`dict[int, str]`): content hash of every image.
+            blocks (`Sequence[Block]`): bidirectional blocks of every row.
+            intervals (`Sequence[tuple[int, int]]`): the blocks of all rows merged.
+            namespace (`Sequence[str]`): model identity and cache salt.
+            generation_config: the call's generation config; its `cache_implementation` is consumed here, as the
+                restored cache becomes the call's cache.
 
         Returns:
-            `tuple[DynamicCache, int, bool]`: the cache, the tokens it holds, and whether that resume point may stay
-            inside a bidirectional block (batch of one, and the stored KV saw that very block whole).
+            `tuple[Cache, int, bool]`: the cache, the tokens it holds, and whether that resume point may stay
+            inside a bidirectional block (batch of one, and the stored KV saw the very same blocks).
         """
-        self.root = self.store.root_key(namespace)
         batch_size, width = input_ids.shape
-        cache = DynamicCache(config=model.config)
-        cache.activate_past_recording()  # sliding-window layers keep every state, so the whole row can be stored
-        self.cache = cache
-        if not all(isinstance(layer, _RESTORABLE_LAYERS) for layer in cache.layers):
-            return cache, 0, False
+        attention_mask = model_kwargs.get("attention_mask")
+        self.per_token = _per_token_inputs(model_kwargs, input_ids)
+        self.prompt_length = width
+        self.update_model_kwargs = model._update_model_kwargs_for_generation
+        self.root = self.store.root_key((*namespace, *key_material_layout(self.per_token)))
+        cache = self.cache = _new_cache(model, generation_config, batch_size, width)
 
         ends = []
         for row in range(batch_size):
-            pad = int((attention_mask[row] == 0).sum()) if attention_mask is not None else 0
-            tokens = input_ids[row, pad:].tolist()
-            row_spans = [span for span in spans if span.row == row]
+            mask = attention_mask[row] if attention_mask is not None else None
+            pad, exact = _leading_padding(mask, width)
+            material = token_key_material(input_ids[row, pad:], _row_inputs(self.per_token, row, pad, width))
+            row_spans = [(s.start - pad, s.end - pad, image_hashes[s.image_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
-            record = _Row(row, pad, tokens, row_spans, image_hashes, row_blocks)
-            match = self.store.match(self.root, tokens, record.images_between)
-            record.match = match
-            record.hit = record.usable_hit(placeholder_id)
+            record = _Row(row, pad, material, row_spans, row_blocks, storable=exact)
+            if exact:
+                record.match = self.store.match(self.root, material, record.images_between)
+                record.hit = record.usable_hit()
             self.rows.append(record)
-            ends.append(pad + record.hit)
+            # A row with nothing to reuse allows a resume point up to its padding (padding KV is never attended to),
+            # except a fully padded row, whose last (padding) position's logits are returned: computed, not restored.
+            ends.append(pad + record.hit if pad < width else 0)
 
         resume = min(ends)
         trusted = batch_size == 1 and resume > 0
         if not trusted:
             resume = resolve_resume_point(resume, intervals)
+        if all(resume <= record.pad for record in self.rows):
+            resume = 0  # only padding before the resume point: nothing to restore
         if resume > 0:
+            device = input_ids.device
             for layer_index in range(len(cache.layers)):
                 keys = values = None
                 for record in self.rows:
@@ -90,59 +144,152 @@ class PrefixRequest:
                     row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
                     if keys is None:
                         shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
-                        keys = row_keys.new_zeros(shape)  # padding slots are masked out: any value is exact
-                        values = row_values.new_zeros(shape)
-                    keys[record.row, :, record.pad : resume] = row_keys
-                    values[record.row, :, record.pad : resume] = row_values
+                        keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
+                        values = row_values.new_zeros(shape, device=device)
+                    keys[record.row, :, record.pad : resume] = row_keys.to(device)
+                    values[record.row, :, record.pad : resume] = row_values.to(device)
                 cache.update(keys, values, layer_index)
         for record in self.rows:
             reused = max(0, resume - record.pad)
-            self.store.record_use(reused, len(record.tokens) - reused)
+            self.store.record_use(reused, len(record.material) - reused)
         return cache, resume, trusted
 
     def finish(self, sequences: torch.Tensor) -> None:
-        """Store every row's prompt and generated tokens whose KV the cache now holds."""
+        """Store every row's prompt and generated tokens whose KV the cache now holds exactly."""
         if self.cache is None or self.root is None:
             return
-        length = self.cache.get_seq_length()
-        layers = self.cache.layers
-        if not all(isinstance(getattr(layer, "keys", None), torch.Tensor) for layer in layers):
+        length = int(self.cache.get_seq_length())
+        states = [_all_states(layer, length) for layer in self.cache.layers]
+        if any(state is None for state in states):
+            logger.warning_once(
+                "The prefix cache stored nothing from a call whose cache dropped states (a static sliding-window layer "
+                "keeps only its window): stored prefixes are still restored. Use a dynamic cache to store them too."
+            )
             return
-        if any(layer.keys.shape[-2] != length for layer in layers):
-            return  # a layer dropped states (no past recording): storing would be wrong
+        per_token = self._with_generated(length)
         for record in self.rows:
-            tokens = sequences[record.row, record.pad : length].tolist()
+            if not record.storable:
+                continue
+            known = min(length, *(value.shape[-1] for value in per_token.values()))
+            row_inputs = _row_inputs(per_token, record.row, record.pad, known)
+            material = token_key_material(sequences[record.row, record.pad : known], row_inputs)
 
             def block_kv(start: int, end: int, record=record) -> list:
                 lo, hi = record.pad + start, record.pad + end
-                return [(layer.keys[record.row, :, lo:hi], layer.values[record.row, :, lo:hi]) for layer in layers]
+                return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
-            self.store.insert(self.root, tokens, record.images_between, block_kv, record.blocks)
+            self.store.insert(self.root, material, record.images_between, block_kv, record.intervals_with(material))
+
+    def _with_generated(self, length: int) -> dict[str, torch.Tensor]:
+        # The per-token inputs of the generated tokens as decoding built them: the model's own update rule (e.g.
+        # PaliGemma's generated tokens are suffix, Qwen-VL's positions continue from the last one), one token a step.
+        # An input the rule does not extend stays short, and only the tokens it covers are stored.
+        generated = max(0, length - self.prompt_length)
+        kwargs = {key: value for key, value in self.per_token.items() if key != _ABSOLUTE_POSITIONS}
+        for _ in range(generated):
+            kwargs = self.update_model_kwargs({}, dict(kwargs), num_new_tokens=1)
+        extended = {key: kwargs[key] for key in self.per_token if key in kwargs}
+        if _ABSOLUTE_POSITIONS in self.per_token:
+            extended[_ABSOLUTE_POSITIONS] = torch.arange(self.prompt_length + generated).unsqueeze(0)
+        return extended
 
 
 class _Row:
-    """One batch row: its tokens without padding, its images, and what the store matched."""
+    """One batch row: its key material without padding, its images and blocks, and what the store matched."""
 
-    def __init__(self, row, pad, tokens, spans, image_hashes, blocks):
-        self.row, self.pad, self.tokens = row, pad, tokens
-        self.spans = [(span.start - pad, span.end - pad, image_hashes[span.image_index]) for span in spans]
-        self.blocks = blocks
+    def __init__(self, row: int, pad: int, material: list, spans: list, blocks: list, storable: bool):
+        self.row, self.pad, self.material, self.spans = row, pad, material, spans
+        self.blocks = [(start, end) for start, end in blocks if end - start > 1 and start >= 0]
+        self.storable = storable  # False for rows whose mask has holes: neither looked up nor stored
+        self.intervals = self.intervals_with(material)
         self.match = PrefixMatch()
         self.hit = 0
 
     def images_between(self, start: int, end: int) -> list[str]:
         return [digest for lo, hi, digest in self.spans if lo < end and hi > start]
 
-    def usable_hit(self, placeholder_id: int) -> int:
-        """The matched length, capped so the last prompt token is computed, and safe with respect to blocks.
+    def intervals_with(self, material: list) -> list[Interval]:
+        """The row's bidirectional blocks with the digest of what each holds (see `PrefixCache.interval_digest`)."""
+        return [
+            (start, end, PrefixCache.interval_digest(material[start:end], self.images_between(start, end)))
+            for start, end in self.blocks
+        ]
 
-        A hit inside a bidirectional block is kept only when the stored row had the very same block and the rest of
-        the block is image placeholders (whose content the keys include): then the stored KV saw the block whole.
+    def usable_hit(self) -> int:
+        """The matched length, capped so the last prompt token is computed, and exact with respect to blocks.
+
+        KV before a resume point is exact when the stored row had the very same bidirectional blocks before it
+        (same positions, same key material, same images), including those that go on after it: then every stored
+        token saw what the new prompt shows it. Otherwise the hit moves back to the first block that differs.
         """
-        hit = min(self.match.tokens, len(self.tokens) - 1)
-        for start, end in self.blocks:
-            if start < hit < end:
-                same_block = (start, end) in self.match.open_intervals
-                rest_is_image = all(token == placeholder_id for token in self.tokens[hit:end])
-                return hit if same_block and rest_is_image else start
-        return max(hit, 0)
+        hit = min(self.match.tokens, len(self.material) - 1)
+        stored, own = set(self.match.open_intervals), set(self.intervals)
+        while hit > 0:
+            differing = {interval for interval in stored ^ own if interval[0] < hit}
+            if not differing:
+                return hit
+            hit = min(start for start, _, _ in differing)
+        return 0
+
+
+def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    inputs = {
+        key: model_kwargs[key]
+        for key in PER_TOKEN_KEYS
+        if isinstance(model_kwargs.get(key), torch.Tensor) and model_kwargs[key].shape[-1] == input_ids.shape[-1]
+    }
+    if "position_ids" not in inputs:
+        inputs[_ABSOLUTE_POSITIONS] = torch.arange(input_ids.shape[-1]).unsqueeze(0)
+    return inputs
+
+
+def _row_inputs(per_token: dict[str, torch.Tensor], row: int, start: int, end: int) -> dict[str, torch.Tensor]:
+    # Per-token inputs are `(batch, seq)` or `(..., batch, seq)` (M-RoPE rows); a batch dimension of 1 is shared.
+    def select(value: torch.Tensor) -> torch.Tensor:
+        value = value if value.ndim > 1 else value.unsqueeze(0)
+        return value[..., row if value.shape[-2] > 1 else 0, start:end]
+
+    return {key: select(value) for key, value in per_token.items()}
+
+
+def _leading_padding(mask: torch.Tensor | None, width: int) -> tuple[int, bool]:
+    """Left-padding length of a row, and whether the rest of the row is unmasked (no hole the keys cannot see)."""
+    if mask is None:
+        return 0, True
+    attended = mask.bool()
+    if not bool(attended.any()):
+        return width, False
+    pad = int(attended.int().argmax())
+    return pad, bool(attended[pad:].all())
+
+
+def _new_cache(model, generation_config, batch_size: int, prompt_length: int) -> Cache:
+    kind = generation_config.cache_implementation
+    if kind in ALL_STATIC_CACHE_IMPLEMENTATIONS:
+        # Sized as `generate` sizes it in its step 7 (which then takes this cache as the caller's)
+        if generation_config.max_new_tokens is not None:
+            max_length = prompt_length + generation_config.max_new_tokens
+        else:
+            max_length = generation_config.max_length
+        max_cache_length = max(max_length - 1, generation_config.max_cache_len or 0)
+        chunk_size = generation_config.prefill_chunk_size
+        cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, {})
+    else:
+        cache = DynamicCache(config=model.config, offloading=kind == "offloaded")
+        cache.activate_past_recording()  # sliding-window layers keep every state, so the whole row can be stored
+    generation_config.cache_implementation = None  # this call's copy: the restored cache is its cache now
+    return cache
+
+
+def _all_states(layer, length: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Keys and values of every one of the `length` positions, `(batch, heads, length, head_dim)`, or `None`."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not isinstance(keys, torch.Tensor) or keys.ndim != 4:
+        return None
+    if isinstance(layer, StaticSlidingWindowLayer):
+        whole = layer.cumulative_length_int == length <= layer.max_cache_len  # never rolled past its window
+    elif isinstance(layer, StaticLayer):
+        whole = int(layer.cumulative_length) == length <= layer.max_cache_len
+    else:
+        whole = keys.shape[-2] == length  # dynamic layers; a sliding one only when recording its past
+    return (keys[:, :, :length], values[:, :, :length]) if whole else None
