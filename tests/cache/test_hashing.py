@@ -138,3 +138,14 @@ def test_unsupported_values_raise():
         hash_image_inputs({"x": np.array([object()])})
     with pytest.raises(TypeError):
         hash_image_inputs([("pixel_values", _pixels())])
+
+
+@pytest.mark.parametrize("salt", [123, b"tenant", 1.5, ("a",)])
+def test_non_str_salt_raises_type_error(salt):
+    with pytest.raises(TypeError, match="`salt` must be a str or None"):
+        hash_image_inputs({"pixel_values": _pixels()}, salt=salt)
+
+
+def test_salt_none_differs_from_the_string_none():
+    pixels = _pixels()
+    assert hash_image_inputs({"pixel_values": pixels}) != hash_image_inputs({"pixel_values": pixels}, salt="None")

@@ -229,6 +229,16 @@ class EncoderCache:
         with self._lock:
             return key in self._entries
 
+    # A copy (`copy.copy`, `copy.deepcopy`, pickle, `torch.save` of a model holding the cache) is an empty cache with
+    # the same budget and a lock of its own: a lock cannot be pickled, and features belong to the model instance that
+    # computed them, so a copied model starts cold rather than sharing (or duplicating) the original's entries.
+
+    def __getstate__(self) -> dict:
+        return {"max_bytes": self._max_bytes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
     def __repr__(self) -> str:
         stats = self.stats
         return (

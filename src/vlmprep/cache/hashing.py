@@ -123,7 +123,7 @@ def hash_image_inputs(inputs: Mapping[str, Any], *, salt: str | None = None) -> 
         `str`: the sha256 hexdigest (64 lowercase hex characters).
 
     Raises:
-        `TypeError`: a value (or nested item) has a type that has no canonical encoding.
+        `TypeError`: a value (or nested item) has a type that has no canonical encoding, or `salt` is not a `str`.
 
     Example:
 
@@ -141,6 +141,8 @@ def hash_image_inputs(inputs: Mapping[str, Any], *, salt: str | None = None) -> 
     """
     if not isinstance(inputs, Mapping):
         raise TypeError(f"`inputs` must be a mapping of names to values, got {type(inputs).__name__}.")
+    if salt is not None and not isinstance(salt, str):
+        raise TypeError(f"`salt` must be a str or None, got {type(salt).__name__}; pass e.g. `str(tenant_id)`.")
     hasher = hashlib.sha256(_HASH_VERSION)
     if salt is None:
         hasher.update(b"-")

@@ -311,3 +311,13 @@ class PrefixCache:
             self._stats.entries -= 1
             self._stats.evictions += 1
         return True
+
+    # -- copies ----------------------------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        # A copy (`copy.deepcopy`, pickle, `torch.save` of a model holding the store) is an empty store with the same
+        # settings and a lock of its own: a lock cannot be pickled, and stored KV is not worth duplicating.
+        return {"max_bytes": self.max_bytes, "block_size": self.block_size}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)

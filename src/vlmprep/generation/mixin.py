@@ -17,13 +17,13 @@ Decoding is left to transformers. No request state is kept on the model: everyth
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import torch
 from transformers import GenerationMixin
 
 from ..cache.encoder_cache import EncoderCache
+from ..cache.identity import cache_identity, check_cache_salt, salt_namespace
 from ..cache.prefix_cache import PrefixCache
 from .cache_rollback import roll_back_cache
 from .encoding import ImageEncodingMixin, select_images
@@ -99,10 +99,10 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
             raise TypeError(f"`encoder_cache` must be a vlmprep.EncoderCache or None, got {type(cache).__name__}.")
         self.__dict__["_vlmprep_encoder_cache"] = cache
 
-    def _encoder_cache_identity(self) -> tuple:
-        # Entries of different models (or of one model in another dtype or on another device) must never mix.
-        uid = self.__dict__.setdefault("_vlmprep_uid", uuid.uuid4().hex)
-        return (uid, id(self), str(self.dtype), str(self.device))
+    def _encoder_cache_identity(self, part: str = "vision") -> tuple[str, ...]:
+        # Entries made under other weights (of this model or another), another autocast state or another train/eval
+        # mode must never be served: features depend on the vision part only, KV on the whole model.
+        return cache_identity(self, part=part)
 
     @property
     def prefix_cache(self) -> PrefixCache | None:
@@ -270,7 +270,7 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
     ) -> dict[str, Any]:
         # Upstream encodes every image passed, whatever the cache already holds; here only the images whose spans
         # end after the resume point are encoded, and the cache is checked and rolled back first.
-        salt = model_kwargs.pop("cache_salt", None)
+        salt = check_cache_salt(model_kwargs.pop("cache_salt", None))
         request = model_kwargs.pop("vlmprep_prefix_request", None)
         if model_input_name != "input_ids" or self.config.is_encoder_decoder:
             return super()._maybe_prepare_encoder_kwargs_for_generation(
@@ -370,7 +370,7 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         trusted = False
         if request is not None and cache is None and request.applies(self, generation_config, batch_size):
             image_hashes = self._image_hashes(sorted({s.image_index for s in spans}), spans, model_kwargs, salt)
-            namespace = (*self._encoder_cache_identity(), str(salt))
+            namespace = (*self._encoder_cache_identity(part="model"), salt_namespace(salt))
             # Keys cover the ids, token types and positions (set in 4.2 and 4.3) of every token, and the images
             cache, past_length, trusted = request.restore(
                 self, input_ids, model_kwargs, spans, image_hashes, blocks, intervals, namespace, generation_config

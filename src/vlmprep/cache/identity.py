@@ -1,0 +1,297 @@
+"""The identity of a model in cache keys: everything besides the inputs that cached features and KV depend on.
+
+An encoder-cache entry (one image's features) or a prefix-cache block (KV) is valid only for the weights, the autocast
+state and the train/eval mode it was computed under. [`cache_identity`] gives a tuple of strings that changes whenever
+one of them changes, checked cheaply on every call:
+
+- **weights**: a fingerprint of every parameter and buffer of the part of the model that matters ([`weights_fingerprint`]):
+  storage, data pointer, version counter, dtype, device, shape, strides, plus a few sampled elements of each tensor.
+  The version counter catches in-place writes that autograd sees (`load_state_dict`, `optimizer.step()`,
+  `with torch.no_grad(): p.copy_(...)`); the storage and pointer catch replaced tensors (`p.data = ...`, `model.half()`,
+  `model.to(...)`); the sampled elements catch in-place writes the version counter does not see (`p.data.mul_(...)`,
+  an adapter merged with `p.data += delta`, fused optimizer kernels), which change every element of a tensor.
+  An edit of a few elements through `p.data` (or through a numpy or DLPack alias) is invisible to all of these: call
+  `model.encoder_cache.clear()` (and `PrefixCache.clear()`) after one.
+- **autocast**: whether autocast is on, and its dtype, for the device types holding the weights;
+- **mode**: whether any module of the part is in training mode.
+
+The fingerprint becomes a token in cache keys through [`WeightsEpochs`]: a fresh random token whenever the fingerprint
+differs from the one seen last, so a token is never reused for other weights (even when freed memory is reallocated at
+the same address) and a copied or unpickled model never shares a token with its original.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+__all__ = [
+    "WeightsEpochs",
+    "cache_identity",
+    "check_cache_salt",
+    "part_modules",
+    "salt_namespace",
+    "weights_fingerprint",
+]
+
+# The parts of a model a cache can depend on: the encoder cache only on what encodes images (everything but the
+# language model and its output head), the prefix cache on everything.
+PARTS = ("vision", "model")
+# Elements sampled per tensor: enough to see a write to every element, few enough to cost one small gather.
+_SAMPLED_ELEMENTS = 8
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_EPOCHS_KEY = "_vlmprep_weights_epochs"
+
+
+def part_modules(model: nn.Module, part: str = "vision") -> tuple[nn.Module, tuple[nn.Module, ...]]:
+    """The module a part of `model` lives in, and the submodules left out of it.
+
+    Args:
+        model (`nn.Module`): a drop-in model.
+        part (`str`, *optional*, defaults to `"vision"`):
+            `"vision"`: what computes image features (the model without its language model and output head);
+            `"model"`: every parameter and buffer.
+
+    Returns:
+        `tuple[nn.Module, tuple[nn.Module, ...]]`: `(root, skipped)`. A tensor reachable from `root` without entering
+        a skipped module belongs to the part, even when a skipped module shares it.
+    """
+    if part not in PARTS:
+        raise ValueError(f"`part` must be one of {PARTS}, got {part!r}.")
+    if part == "model":
+        return model, ()
+    skipped = []
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    # `get_decoder` falls back to the model (or its base model) when it finds no language model: the vision tower
+    # then lives inside it, and leaving it out would fingerprint nothing. Everything is kept instead.
+    if decoder is not None and decoder is not model and decoder is not getattr(model, "base_model", None):
+        skipped.append(decoder)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, nn.Module):
+        skipped.append(head)
+    return model, tuple(skipped)
+
+
+def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[torch.Tensor], bool]:
+    """The distinct tensors of a part, and whether any of its modules is in training mode."""
+    skipped_ids = {id(module) for module in skipped}
+    tensors: dict[int, torch.Tensor] = {}
+    training = False
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        training = training or module.training
+        for tensor in (*module._parameters.values(), *module._buffers.values()):
+            if tensor is not None:
+                tensors.setdefault(id(tensor), tensor)  # tied weights count once
+        stack.extend(child for child in module._modules.values() if child is not None and id(child) not in skipped_ids)
+    return list(tensors.values()), training
+
+
+def _sampled_elements(tensors: list[torch.Tensor]) -> tuple:
+    """A few elements of every tensor's storage, as integers (exact, and NaN compares equal to itself)."""
+    samples: dict[tuple, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        if tensor.device.type == "meta" or tensor.element_size() not in _INT_OF_SIZE or tensor.is_quantized:
+            continue
+        if tensor.numel() == 0:
+            continue
+        # The tensor's own span of its storage (a view into a larger storage is sampled inside itself); a write to
+        # every element is seen at each sampled one.
+        if tensor.is_contiguous():
+            extent = tensor.numel()
+        else:
+            extent = 1 + sum((size - 1) * step for size, step in zip(tensor.shape, tensor.stride(), strict=True))
+        count = min(_SAMPLED_ELEMENTS, extent)
+        stride = max(1, (extent - 1) // max(count - 1, 1))
+        sample = tensor.detach().as_strided((count,), (stride,), tensor.storage_offset())  # (count,)
+        samples.setdefault((tensor.device, tensor.dtype), []).append(sample)
+    with torch.no_grad():
+        # One gather per device and dtype; the integer view makes the comparison bitwise.
+        return tuple(
+            tuple(torch.cat(group).view(_INT_OF_SIZE[group[0].element_size()]).tolist()) for group in samples.values()
+        )
+
+
+def weights_fingerprint(module: nn.Module, skip: Iterable[nn.Module] = ()) -> tuple:
+    """A fingerprint of the parameters and buffers of `module` (outside `skip`) that changes when the weights do.
+
+    Per tensor: storage address, data pointer, storage offset, version counter, dtype, device, shape and strides, then
+    a few sampled elements of each tensor. Costs a walk over the modules and one small gather per dtype, independent
+    of the size of the tensors. See the module docstring for what it sees and what it cannot.
+
+    Args:
+        module (`nn.Module`): the module whose tensors are fingerprinted.
+        skip (`Iterable[nn.Module]`, *optional*): submodules left out (with everything below them).
+
+    Returns:
+        `tuple`: equal for two calls exactly when nothing it covers changed in between.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.cache.identity import weights_fingerprint
+    >>> layer = torch.nn.Linear(4, 4)
+    >>> before = weights_fingerprint(layer)
+    >>> before == weights_fingerprint(layer)
+    True
+    >>> _ = layer.weight.data.mul_(2)  # invisible to the version counter, seen by the sampled elements
+    >>> before == weights_fingerprint(layer)
+    False
+
+    ```
+    """
+    tensors, _ = _part_state(module, skip)
+    return _fingerprint(tensors)
+
+
+def _fingerprint(tensors: list[torch.Tensor]) -> tuple:
+    layout = tuple(
+        (
+            tensor.untyped_storage()._cdata if tensor.device.type != "meta" else 0,
+            tensor.data_ptr(),
+            tensor.storage_offset(),
+            tensor._version,
+            tensor.dtype,
+            tensor.device,
+            tensor.shape,
+            tensor.stride(),
+        )
+        for tensor in tensors
+    )
+    return layout, _sampled_elements(tensors)
+
+
+class WeightsEpochs:
+    """Per-model tokens for the weights of each part: a new token whenever a part's fingerprint changes.
+
+    Lives on the model. A token is never handed out for two different fingerprints, so entries keyed by an old token
+    are never served again once the weights changed, even if the weights later return to an earlier fingerprint. A
+    copy (`copy.deepcopy`, pickle, `torch.save`) starts empty: the copy gets tokens of its own.
+
+    Example:
+
+    ```python
+    >>> from vlmprep.cache.identity import WeightsEpochs
+    >>> epochs = WeightsEpochs()
+    >>> first = epochs.token("vision", ("fingerprint", 1))
+    >>> first == epochs.token("vision", ("fingerprint", 1)), first == epochs.token("vision", ("fingerprint", 2))
+    (True, False)
+
+    ```
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[tuple, str]] = {}  # part -> (fingerprint, token)
+
+    def token(self, part: str, fingerprint: tuple) -> str:
+        """The token of `fingerprint` for `part`: the last one if the fingerprint is unchanged, else a new one.
+
+        Args:
+            part (`str`): which part of the model the fingerprint covers.
+            fingerprint (`tuple`): the part's current [`weights_fingerprint`].
+
+        Returns:
+            `str`: a token (a random hex string).
+        """
+        with self._lock:
+            last = self._last.get(part)
+            if last is not None and last[0] == fingerprint:
+                return last[1]
+            token = uuid.uuid4().hex
+            self._last[part] = (fingerprint, token)
+            return token
+
+    def __getstate__(self) -> dict:
+        # A lock cannot be pickled, and a copy must not share tokens with its original: a copy starts empty.
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
+def _autocast_state(device_types: Iterable[str]) -> str:
+    states = []
+    for device_type in sorted(set(device_types)):
+        try:
+            enabled = torch.is_autocast_enabled(device_type)
+        except RuntimeError:  # a device type autocast does not know (e.g. "meta")
+            continue
+        if enabled:
+            states.append(f"{device_type}:{torch.get_autocast_dtype(device_type)}")
+    return "autocast(" + ",".join(states) + ")"
+
+
+def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, str]:
+    """The identity of `model` in cache keys: weights token, autocast state and mode of one part.
+
+    Entries made under one identity are never served under another. Cheap enough for every call (see
+    [`weights_fingerprint`]); the weights token comes from the [`WeightsEpochs`] stored on the model.
+
+    Args:
+        model (`nn.Module`): a drop-in model.
+        part (`str`, *optional*, defaults to `"vision"`):
+            `"vision"` for the encoder cache (features depend only on the vision tower and projector), `"model"` for
+            the prefix cache (KV depends on every weight).
+
+    Returns:
+        `tuple[str, str, str]`: `(weights token, autocast state, "train" or "eval")`.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.cache.identity import cache_identity
+    >>> model = torch.nn.Linear(4, 4).eval()
+    >>> before = cache_identity(model, part="model")
+    >>> before == cache_identity(model, part="model")
+    True
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     before == cache_identity(model, part="model")
+    False
+
+    ```
+    """
+    root, skipped = part_modules(model, part)
+    tensors, training = _part_state(root, skipped)
+    epochs = model.__dict__.get(_EPOCHS_KEY)
+    if epochs is None:
+        epochs = model.__dict__.setdefault(_EPOCHS_KEY, WeightsEpochs())
+    token = epochs.token(part, _fingerprint(tensors))
+    autocast = _autocast_state(tensor.device.type for tensor in tensors)
+    return token, autocast, "train" if training else "eval"
+
+
+def check_cache_salt(salt: object) -> str | None:
+    """`salt` if it is a valid `cache_salt` (`None` or a `str`), else a `TypeError` naming the fix.
+
+    Args:
+        salt (`object`): the `cache_salt` passed to `generate`.
+
+    Returns:
+        `str` or `None`: `salt`, unchanged.
+    """
+    if salt is None or isinstance(salt, str):
+        return salt
+    raise TypeError(
+        f"`cache_salt` must be a str (or None for no salt), got {type(salt).__name__} {salt!r}. Pass a string, e.g. "
+        f"`cache_salt=str(tenant_id)`."
+    )
+
+
+def salt_namespace(salt: str | None) -> str:
+    """The salt's part of a prefix-cache namespace: `None` and every string (`"None"`, `""` included) differ.
+
+    Args:
+        salt (`str`, *optional*): a checked `cache_salt`.
+
+    Returns:
+        `str`: `"-"` for no salt, `"+"` followed by the salt otherwise.
+    """
+    return "-" if check_cache_salt(salt) is None else "+" + salt
