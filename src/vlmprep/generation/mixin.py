@@ -8,11 +8,15 @@
 4. `_maybe_prepare_encoder_kwargs_for_generation`: the images are prepared here, from the image spans that lie
    after the cache's length: inputs checked, the cache rolled back out of any bidirectional block it ends in, and
    features computed once for exactly the images prefill needs (encoder-cache hits first, then one batched call).
+   They leave as upstream's own `mm_encoder_outputs` (a `PlannedEncoderOutputs`: the rows of every placeholder after
+   the resume point, plus the plan), so every upstream path that runs the rest of the prompt in one forward is
+   exact unchanged: assisted decoding, `use_cache=False`, an assistant model copying these kwargs.
 5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
-9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block) and each forward gets
-   exactly the feature rows of the placeholders in its slice.
+9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block); each runs through
+   upstream's own unchunked prefill with exactly the feature rows of the placeholders in its slice.
 
-Decoding is left to transformers. No request state is kept on the model: everything lives in `model_kwargs`.
+Decoding is left to transformers. No request state is kept on the model: everything lives in `model_kwargs`
+(Qwen-VL's `rope_deltas` are written for code that reads them after a call, never read).
 """
 
 from __future__ import annotations
