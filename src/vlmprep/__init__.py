@@ -28,6 +28,8 @@ _LAZY_EXPORTS: dict[str, str] = {
     "PrefixCacheStats": ".cache.prefix_cache",
     "VisionFacts": ".generation",
     "VisionPrepGenerationMixin": ".generation",
+    "register": ".registration",
+    "unregister": ".registration",
     **{name: f".models.{module}" for name, module in DROP_IN_MODULES.items()},
 }
 
@@ -84,4 +86,5 @@ if TYPE_CHECKING:
     from .models.smolvlm import SmolVLMForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration
     from .models.vipllava import VipLlavaForConditionalGeneration
+    from .registration import register, unregister
 # </type-checking-imports>
