@@ -24,6 +24,7 @@ quality:
 	ruff check src tests utils
 
 repo-consistency:
+	$(PYTHON) utils/check_exports.py
 	$(PYTHON) utils/check_upstream_hooks.py
 	$(PYTHON) utils/families_table.py --check
 

@@ -19,11 +19,13 @@ from safetensors.torch import load_file, save_file
 from transformers import CONFIG_MAPPING, AutoModelForImageTextToText, LlamaConfig, PreTrainedConfig, PreTrainedModel
 from transformers.utils import is_accelerate_available
 
+from family_registry import FAMILY_CASES
 from vlmprep.loading import text_only
 from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, load_text_decoder
 from vlmprep.testing import TINY_CONFIG_BUILDERS, TINY_VOCAB_SIZE
 
 FAMILIES = sorted(TEXT_ONLY_FAMILIES)
+QWEN_VL_FAMILIES = ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
 # One family per key layout and lm_head arrangement, for the error cases.
 ERROR_FAMILIES = ["gemma3", "llava", "idefics3", "lighton_ocr"]
 
@@ -57,9 +59,13 @@ _TINY_OVERRIDES = {
 
 
 def tiny_vlm_config(model_type: str) -> PreTrainedConfig:
-    """The tiny config of a covered family: `vlmprep.testing`'s where it has one, else the defaults shrunk."""
+    """The tiny config of a covered family: `vlmprep.testing`'s or the drop-in tests' where there is one, else the
+    defaults shrunk."""
     if model_type in TINY_CONFIG_BUILDERS:
         return TINY_CONFIG_BUILDERS[model_type]()
+    if model_type in QWEN_VL_FAMILIES:
+        # mrope sections that split the rotary frequencies unevenly, interleaved for Qwen3-VL, 4 experts for the MoE
+        return FAMILY_CASES[model_type].make_config()
     config_class = CONFIG_MAPPING[model_type]
     config = config_class().to_dict()
     config.pop("model_type", None)
@@ -92,6 +98,11 @@ def tiny_checkpoint(model_type: str) -> TinyCheckpoint:
     """A tiny random VLM of a family, saved once per session as one file and as 20KB shards."""
     torch.manual_seed(0)
     vlm = AutoModelForImageTextToText.from_config(tiny_vlm_config(model_type)).eval()
+    if model_type in QWEN_VL_FAMILIES:
+        # Upstream init leaves the MoE router and experts at zero, where a wrong routing rule cannot show.
+        with torch.no_grad():
+            for parameter in vlm.parameters():
+                parameter.normal_(0.0, 0.2)
     vlm.generation_config.max_new_tokens = 7  # a non-default value, to see that it is carried over
     single_dir = os.path.join(_ROOT, model_type, "single")
     sharded_dir = os.path.join(_ROOT, model_type, "sharded")
@@ -346,3 +357,20 @@ class PlainTextCheckpointTest(unittest.TestCase):
     def test_not_instantiable(self):
         with self.assertRaises(OSError):
             AutoModelForCausalLM()
+
+
+class QwenVLDecoderConfigTest(unittest.TestCase):
+    @parameterized.expand(
+        [
+            ("qwen2_vl", transformers.Qwen2VLConfig, "qwen2"),
+            ("qwen2_5_vl", transformers.Qwen2_5_VLConfig, "qwen2"),
+            ("qwen3_vl", transformers.Qwen3VLConfig, "qwen3"),
+            ("qwen3_vl_moe", transformers.Qwen3VLMoeConfig, "qwen3_moe"),
+        ]
+    )
+    def test_published_mrope_config_becomes_1d_rope(self, _, config_class, decoder_type):
+        # Published Qwen-VL configs state `rope_scaling: {"type": "mrope", "mrope_section": [...]}`.
+        text_config = {"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "rope_theta": 1e6}
+        decoder_config = text_only.text_decoder_config(config_class(text_config=text_config))
+        self.assertEqual(decoder_config.model_type, decoder_type)
+        self.assertEqual(decoder_config.rope_parameters, {"rope_type": "default", "rope_theta": 1e6})

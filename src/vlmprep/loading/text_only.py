@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import transformers
 from safetensors import SafetensorError, safe_open
-from transformers import AutoConfig, GenerationConfig, PreTrainedConfig, PreTrainedModel
+from transformers import CONFIG_MAPPING, AutoConfig, GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
 
@@ -43,22 +43,27 @@ class TextOnlyFamily:
     """How to take the text decoder out of one multimodal family's checkpoint.
 
     Args:
-        key_rules (`tuple[tuple[str, str], ...]`):
+        key_rules (`tuple[tuple[str, str | None], ...]`):
             `(checkpoint prefix, decoder prefix)` pairs, tried in order. A checkpoint key that starts with a checkpoint
-            prefix belongs to the decoder and is renamed; every other key (vision tower, projector, ...) is never read.
+            prefix belongs to the decoder and is renamed (a decoder prefix of `None` marks a prefix that is not the
+            decoder's, before a broader one); every other key (vision tower, projector, ...) is never read.
         decoder_config_overrides (`tuple[tuple[str, Any], ...]`, *optional*, defaults to `()`):
             `(attribute, value)` pairs set on the decoder's config so that the decoder computes what the multimodal
             model computes on text.
+        decoder_model_type (`str`, *optional*):
+            For a text config with no causal-LM class of its own (`qwen2_vl_text`, ...): the model type of the
+            causal-LM config its attributes are carried over to (`qwen2`, ...), multimodal rope keys dropped.
     """
 
-    key_rules: tuple[tuple[str, str], ...]
+    key_rules: tuple[tuple[str, str | None], ...]
     decoder_config_overrides: tuple[tuple[str, Any], ...] = ()
+    decoder_model_type: str | None = None
 
     def decoder_key(self, checkpoint_key: str) -> str | None:
         """The decoder's name for a checkpoint key, or `None` when the key is not a text-decoder tensor."""
         for source, target in self.key_rules:
             if checkpoint_key.startswith(source):
-                return target + checkpoint_key[len(source) :]
+                return None if target is None else target + checkpoint_key[len(source) :]
         return None
 
 
@@ -75,6 +80,25 @@ _LANGUAGE_MODEL_KEYS = (
 _TEXT_MODEL_KEYS = (("model.text_model.", "model."), ("lm_head.", "lm_head."))
 
 _LANGUAGE_MODEL = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS)
+# Qwen-VL decoders are the Qwen2 / Qwen3 / Qwen3-MoE decoders with a multimodal rope. On text, the three position rows
+# (t, h, w) are the same 1D positions, so every frequency section (interleaved or not) gets the same angle as in the
+# 1D rope: the decoder is the plain causal LM, with the mrope keys dropped from its rope parameters.
+# Qwen2-VL and Qwen2.5-VL are saved (and published) with the decoder at the top level, `model.layers.*` next to
+# `visual.*`; Qwen3-VL under module names, `model.language_model.*` next to `model.visual.*`. Both are accepted.
+_QWEN_VL_KEYS = (
+    ("model.language_model.", "model."),
+    ("model.visual.", None),
+    ("model.", "model."),
+    ("lm_head.", "lm_head."),
+)
+_QWEN2_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen2")
+_QWEN3_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen3")
+# Qwen3-VL-MoE's router always renormalizes the top-k probabilities; Qwen3-MoE does so only with `norm_topk_prob`.
+_QWEN3_MOE_DECODER = TextOnlyFamily(
+    key_rules=_QWEN_VL_KEYS,
+    decoder_config_overrides=(("norm_topk_prob", True),),
+    decoder_model_type="qwen3_moe",
+)
 _TEXT_MODEL = TextOnlyFamily(key_rules=_TEXT_MODEL_KEYS)
 # Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
 # it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).
@@ -82,7 +106,7 @@ _COHERE2_VISION = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_config_
 
 # model_type -> family, for the image-text-to-text families whose text config has a standalone causal-LM class in
 # `AutoModelForCausalLM`'s mapping. Each entry is tested (tests/loading/test_text_only.py) for logits equal to the
-# VLM's text-only forward. Not covered: Qwen2/2.5/3-VL, GLM-4V, ... (their `*_text` configs have no causal-LM class),
+# VLM's text-only forward. Not covered: GLM-4V, ... (their `*_text` configs have no causal-LM class),
 # Mllama (cross-attention decoder), Gemma3n/Gemma4, Llama4, Qwen3.5 (transformers' own mapping handles them).
 TEXT_ONLY_FAMILIES: Mapping[str, TextOnlyFamily] = MappingProxyType(
     {
@@ -102,6 +126,10 @@ TEXT_ONLY_FAMILIES: Mapping[str, TextOnlyFamily] = MappingProxyType(
         "llava_onevision": _LANGUAGE_MODEL,
         "mistral3": _LANGUAGE_MODEL,
         "paligemma": _LANGUAGE_MODEL,
+        "qwen2_5_vl": _QWEN2_DECODER,
+        "qwen2_vl": _QWEN2_DECODER,
+        "qwen3_vl": _QWEN3_DECODER,
+        "qwen3_vl_moe": _QWEN3_MOE_DECODER,
         "smolvlm": _TEXT_MODEL,
         "video_llava": _LANGUAGE_MODEL,
         "vipllava": _LANGUAGE_MODEL,
@@ -129,9 +157,12 @@ def text_decoder_config(config: PreTrainedConfig) -> PreTrainedConfig:
     text_config = config.get_text_config(decoder=True)
     if text_config is config:
         raise ValueError(f"Config of model type {config.model_type!r} has no separate text config.")
-    decoder_config = copy.deepcopy(text_config)
-    decoder_config.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
     family = TEXT_ONLY_FAMILIES.get(config.model_type)
+    if family is not None and family.decoder_model_type is not None:
+        decoder_config = _carried_over_config(text_config, family.decoder_model_type)
+    else:
+        decoder_config = copy.deepcopy(text_config)
+    decoder_config.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
     for name, value in family.decoder_config_overrides if family is not None else ():
         setattr(decoder_config, name, value)
     if type(decoder_config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
@@ -140,6 +171,26 @@ def text_decoder_config(config: PreTrainedConfig) -> PreTrainedConfig:
             "transformers' AutoModelForCausalLM mapping, so its decoder cannot be loaded on its own."
         )
     return decoder_config
+
+
+# Keys of the text config that are about the file or the class, not the decoder's computation.
+_NOT_CARRIED_OVER = ("model_type", "architectures", "transformers_version", "_name_or_path", "auto_map")
+_MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+
+
+def _carried_over_config(text_config: PreTrainedConfig, model_type: str) -> PreTrainedConfig:
+    """The text config's attributes in a config of `model_type`, with a 1D rope (see `_QWEN2_DECODER`)."""
+    attributes = {key: value for key, value in text_config.to_dict().items() if key not in _NOT_CARRIED_OVER}
+    rope_parameters = dict(attributes.get("rope_parameters") or {})
+    for key in _MROPE_KEYS:
+        rope_parameters.pop(key, None)
+    # Old checkpoints say `"type": "mrope"`; transformers reads it as the default rope with mrope sections.
+    if rope_parameters.get("type") == "mrope":
+        del rope_parameters["type"]
+    if rope_parameters.get("rope_type", "mrope") == "mrope":
+        rope_parameters["rope_type"] = "default"
+    attributes["rope_parameters"] = rope_parameters
+    return CONFIG_MAPPING[model_type](**attributes)
 
 
 def _weights_name(name: str, variant: str | None) -> str:

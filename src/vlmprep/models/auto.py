@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import pathlib
 import pkgutil
@@ -11,7 +10,25 @@ import pkgutil
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-logger = logging.getLogger(__name__)
+from ..utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+# The keywords that say where a checkpoint's config is (the hub keywords of transformers' auto classes, plus the
+# config's own: remote code, its revision, a GGUF file). Only they are used to read the config that picks the class;
+# everything the caller passed, these included, then goes to that class's `from_pretrained`, which reads the config
+# again with all of them (so config attribute overrides such as `use_cache=False` act as in transformers).
+_CONFIG_LOCATION_KWARGS = (
+    "cache_dir",
+    "force_download",
+    "local_files_only",
+    "proxies",
+    "revision",
+    "subfolder",
+    "token",
+    "trust_remote_code",
+    "gguf_file",
+)
 
 
 def _discover_drop_in_classes() -> dict[str, type[PreTrainedModel]]:
@@ -89,20 +106,31 @@ class AutoModelForImageTextToText:
 
         Args:
             pretrained_model_name_or_path (`str` or `os.PathLike`): the checkpoint.
-            args, kwargs: everything `transformers.AutoModelForImageTextToText.from_pretrained` accepts.
+            args, kwargs: everything `transformers.AutoModelForImageTextToText.from_pretrained` accepts
+                (`subfolder`, `revision`, `dtype`, `device_map`, `attn_implementation`, config attribute
+                overrides, ...), handed unchanged to the drop-in's `from_pretrained`. The keywords that locate the
+                config (`subfolder`, `revision`, `cache_dir`, `token`, `local_files_only`, `trust_remote_code`,
+                ...) are also used to read the config that picks the class.
 
         Returns:
             `PreTrainedModel`
         """
-        config = kwargs.pop("config", None)
-        if not isinstance(config, PreTrainedConfig):
-            config_kwargs = {
-                k: kwargs[k] for k in ("revision", "token", "cache_dir", "trust_remote_code") if k in kwargs
-            }
-            config = AutoConfig.from_pretrained(pretrained_model_name_or_path, **config_kwargs)
-        model_class = _drop_in_class(config)
+        config = kwargs.get("config")
+        # Only remote code has a revision of its own; the drop-ins are local code, so it acts on the config alone.
+        code_revision = kwargs.pop("code_revision", None)
+        if isinstance(config, PreTrainedConfig):
+            picked_by = config
+        else:
+            # `config` may also be a path or hub id of the config alone, as in transformers.
+            config_kwargs = {name: kwargs[name] for name in _CONFIG_LOCATION_KWARGS if name in kwargs}
+            picked_by = AutoConfig.from_pretrained(
+                config if config is not None else pretrained_model_name_or_path,
+                code_revision=code_revision,
+                **config_kwargs,
+            )
+        model_class = _drop_in_class(picked_by)
         if model_class is None:
             return transformers.AutoModelForImageTextToText.from_pretrained(
-                pretrained_model_name_or_path, *args, config=config, **kwargs
+                pretrained_model_name_or_path, *args, code_revision=code_revision, **kwargs
             )
-        return model_class.from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
+        return model_class.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
