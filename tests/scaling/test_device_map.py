@@ -32,14 +32,6 @@ VISION_MODULES = {
     "llava": ["model.vision_tower", "model.multi_modal_projector"],
     "qwen2_vl": ["model.visual"],
 }
-# accelerate's hooks hand each forward's kwargs to `send_to_device`, which rebuilds a mapping as `type(m)(dict)`;
-# `PlannedEncoderOutputs.__init__` needs `(prepared, end)`, so every dispatched drop-in fails at its first forward.
-PLANNED_OUTPUTS_NOT_REBUILDABLE = pytest.mark.xfail(
-    raises=TypeError,
-    strict=True,
-    reason="vlmprep bug: accelerate cannot move `PlannedEncoderOutputs` (mm_encoder_outputs) between devices",
-)
-
 pytestmark = pytest.mark.skipif(not is_accelerate_available(), reason="transformers' device_map needs accelerate")
 
 
@@ -134,7 +126,6 @@ def test_split_is_dispatched_as_mapped(saved_models, family):
     assert hasattr(model, "_hf_hook")  # transformers dispatched it with accelerate's hooks
 
 
-@PLANNED_OUTPUTS_NOT_REBUILDABLE
 @pytest.mark.parametrize("family", FAMILIES)
 def test_split_generates_the_tokens_of_one_device(saved_models, family):
     saved = saved_models[family]
@@ -152,7 +143,6 @@ def test_split_generates_the_tokens_of_one_device(saved_models, family):
     assert (runs.calls, runs.images) == (1, len(IMAGE_SEEDS))
 
 
-@PLANNED_OUTPUTS_NOT_REBUILDABLE
 @pytest.mark.parametrize("family", FAMILIES)
 def test_features_reach_the_decoder_on_its_device(saved_models, family):
     """The vision tower runs on its device; the decoder receives the image features on the embeddings' device."""

@@ -137,6 +137,14 @@ class PlannedEncoderOutputs(dict):
         self.end = end
         self.item_extras = item_extras or {}
 
+    def to(self, *args, **kwargs) -> PlannedEncoderOutputs:
+        """Itself: the model moves the rows to its embeddings' device and dtype where it scatters them.
+
+        accelerate's device hooks (`device_map`) move a forward's arguments with `.to` when they have one, and would
+        otherwise rebuild a mapping as `type(mapping)(items)`, losing the plan.
+        """
+        return self
+
     def expand(self, expand_size: int) -> PlannedEncoderOutputs:
         """The same outputs for rows repeated as `generate` repeats `input_ids` (beams, `num_return_sequences`)."""
         if expand_size == 1:
