@@ -38,9 +38,9 @@ class Row:
     def num_images(self) -> int:
         return len(self.image_seeds)
 
-    def __repr__(self) -> str:
-        shown = ["IMAGE" if segment is IMAGE else list(segment) for segment in self.segments]
-        return f"Row({shown}, seeds={list(self.image_seeds)})"
+    def __repr__(self) -> str:  # valid Python (with `IMAGE` imported), so a falsifying example can be replayed
+        shown = ", ".join("IMAGE" if segment is IMAGE else repr(list(segment)) for segment in self.segments)
+        return f"Row(segments=({shown},), image_seeds={tuple(self.image_seeds)!r})"
 
 
 @dataclass(frozen=True)
