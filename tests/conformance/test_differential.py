@@ -9,8 +9,9 @@ the first step with one uncached forward of the whole prompt, every step with tr
 
 The models are private copies of the session pair (weight changes never leak into other tests); each family's
 `PrefixCache` is kept across examples, so later examples meet entries stored by earlier ones (and under earlier
-weights). CI runs a fixed, derandomized example count per family (`VLMPREP_DIFFERENTIAL_EXAMPLES` overrides it); the
-`slow` test runs many more (`make test-slow`).
+weights). CI runs a fixed count of examples per family (`VLMPREP_DIFFERENTIAL_EXAMPLES` overrides it), drawn from a
+seed of the family's name, so every run checks the same conversations; the `slow` test runs many more
+(`make test-slow`).
 """
 
 from __future__ import annotations
