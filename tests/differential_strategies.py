@@ -116,12 +116,14 @@ def rows(draw, min_images: int = 0, max_images: int = 3, opening: bool = True) -
 
 
 @st.composite
-def call_options(draw, continuation: bool) -> CallOptions:
+def call_options(draw, continuation: bool, salt: str | None = None) -> CallOptions:
+    """Options of one call; `salt` is the conversation's, which a call keeps more often than not (another salt hides
+    the blocks the conversation stored)."""
     return CallOptions(
         max_new_tokens=draw(st.integers(min_value=1, max_value=3)),
         chunk_size=draw(st.one_of(st.none(), st.integers(min_value=1, max_value=24))),
-        salt=draw(SALTS),
-        use_prefix_store=draw(st.booleans()),
+        salt=draw(st.one_of(st.just(salt), st.just(salt), SALTS)),
+        use_prefix_store=draw(st.sampled_from([True, True, False])),  # mostly on, so later calls meet stored blocks
         cached_fraction=draw(st.one_of(st.none(), st.floats(min_value=0.0, max_value=1.0))),
         reuse_returned_cache=continuation and draw(st.booleans()),
         weight_change=draw(
@@ -149,8 +151,34 @@ def conversations(draw, max_batch: int = 3, max_continuations: int = 2) -> Conve
         first_rows = tuple(
             draw(rows(min_images=1 if with_images else 0, max_images=3 if with_images else 0)) for _ in range(batch)
         )
+    salt = draw(SALTS)
     continuations = tuple(
-        (draw(rows(max_images=2, opening=False)), draw(call_options(continuation=True)))
+        (draw(rows(max_images=2, opening=False)), draw(call_options(continuation=True, salt=salt)))
         for _ in range(draw(st.integers(min_value=0, max_value=max_continuations)))
     )
-    return Conversation(first_rows, draw(call_options(continuation=False)), continuations)
+    return Conversation(first_rows, draw(call_options(continuation=False, salt=salt)), continuations)
+
+
+def _store_options(**changes) -> CallOptions:
+    options = {
+        "max_new_tokens": 2,
+        "chunk_size": None,
+        "salt": None,
+        "use_prefix_store": True,
+        "cached_fraction": None,
+        "reuse_returned_cache": False,
+        "weight_change": None,
+    }
+    return CallOptions(**{**options, **changes})
+
+
+# Run on every family besides the drawn ones: each call resumes from blocks the previous one stored (prompt and
+# answer), with adjacent images and a chunked call; the last call changes a weight first, so the stored blocks are stale.
+STORE_HIT_CONVERSATION = Conversation(
+    rows=(Row((list(SYSTEM_PROMPT), IMAGE, IMAGE, [30, 31, 32]), (1, 2)),),
+    first=_store_options(),
+    continuations=(
+        (Row(([40, 41, 42], IMAGE, [43]), (3,)), _store_options(chunk_size=5)),
+        (Row(([50, 51, 52, 53],), ()), _store_options(weight_change=WeightChange(index=0, factor=1.1))),
+    ),
+)

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, seed, settings
+from hypothesis import HealthCheck, assume, example, given, seed, settings
 from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
-from differential_strategies import CallOptions, Conversation, Row, conversations
+from differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
 from family_registry import families_for
 from helpers import Prompt, assert_close, collate
 
@@ -199,6 +199,7 @@ def check_conversations(family: str, max_examples: int) -> None:
     Each family gets its own (fixed) examples: a `derandomize`d test draws the same ones for every parameter.
     """
 
+    @example(conversation=STORE_HIT_CONVERSATION)
     @seed(zlib.crc32(family.encode()))
     @settings(max_examples=max_examples, **COMMON_SETTINGS)
     @given(conversation=conversations())
