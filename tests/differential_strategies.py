@@ -1,0 +1,184 @@
+"""Hypothesis strategies for the differential test: random conversations of `generate` calls, as plain data.
+
+An example is a `Conversation`: a first call and up to two continuations, each continuing every row of the previous
+call with its generated answer, then more text and images. Every call draws its own generation options (chunk size,
+cache salt, prefix store on/off, a cached prefix filled by the caller) and an optional weight change made before it.
+The plans are plain data (segments and seeds), so a failing example prints as a readable, replayable plan; the test
+builds the tensors with the family's own `build_inputs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+from vlmprep.testing import IMAGE
+
+# Random text ids: 3..99 never collide with the tiny models' special tokens (`vlmprep.testing`).
+TEXT_IDS = st.integers(min_value=3, max_value=99)
+# A few image seeds, so images repeat across rows, calls and examples (encoder- and prefix-cache hits); the
+# families derive image sizes (and so placeholder counts) from the seed.
+IMAGE_SEEDS = st.integers(min_value=0, max_value=7)
+# A shared opening, so prompts of different examples share prefix-store blocks.
+SYSTEM_PROMPT = [2, 10, 11, 12, 13, 14, 15, 16]
+SALTS = st.sampled_from([None, None, "tenant-a", "tenant-b"])
+# Weight scale factors; 1.0 restores the original weight.
+WEIGHT_FACTORS = st.sampled_from([0.5, 0.9, 1.0, 1.1, 2.0])
+
+
+@dataclass(frozen=True)
+class Row:
+    """One prompt: segments (text id lists or `IMAGE`) and the seed of each image, in order."""
+
+    segments: tuple
+    image_seeds: tuple[int, ...]
+
+    @property
+    def num_images(self) -> int:
+        return len(self.image_seeds)
+
+    def __repr__(self) -> str:  # valid Python (with `IMAGE` imported), so a falsifying example can be replayed
+        shown = ", ".join("IMAGE" if segment is IMAGE else repr(list(segment)) for segment in self.segments)
+        return f"Row(segments=({shown},), image_seeds={tuple(self.image_seeds)!r})"
+
+
+@dataclass(frozen=True)
+class WeightChange:
+    """Scale the `index`-th parameter (by sorted name, modulo the count) to `factor` times its original value."""
+
+    index: int
+    factor: float
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """How one `generate` call is made.
+
+    Args:
+        max_new_tokens: tokens to generate (every row generates exactly this many: specials are suppressed).
+        chunk_size: `prefill_chunk_size`, or `None` for one prefill.
+        salt: `cache_salt`, or `None` for none.
+        use_prefix_store: pass the family's `PrefixCache` kept across examples.
+        cached_fraction: fill a caller's `DynamicCache` with the upstream model over this fraction of the prompt
+            (at least one token, never the whole prompt); `None`: no caller cache.
+        reuse_returned_cache: on a continuation, pass the cache the previous call returned (takes precedence over
+            `cached_fraction`).
+        weight_change: a weight change made (on both models) before the call.
+    """
+
+    max_new_tokens: int
+    chunk_size: int | None
+    salt: str | None
+    use_prefix_store: bool
+    cached_fraction: float | None
+    reuse_returned_cache: bool
+    weight_change: WeightChange | None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A first call over `rows`, then continuations: each appends the answer and `extension` to every row."""
+
+    rows: tuple[Row, ...]
+    first: CallOptions
+    continuations: tuple[tuple[Row, CallOptions], ...] = field(default_factory=tuple)
+
+
+@st.composite
+def text_segment(draw, min_size: int = 1, max_size: int = 6) -> list[int]:
+    return draw(st.lists(TEXT_IDS, min_size=min_size, max_size=max_size))
+
+
+@st.composite
+def rows(draw, min_images: int = 0, max_images: int = 3, opening: bool = True) -> Row:
+    """A prompt with `min_images..max_images` images, adjacent or with text between, text anywhere.
+
+    Args:
+        min_images: fewest images.
+        max_images: most images.
+        opening: may start with the shared system prompt (a first prompt, not an extension).
+    """
+    num_images = draw(st.integers(min_value=min_images, max_value=max_images))
+    segments: list = []
+    if opening and draw(st.booleans()):
+        segments.append(list(SYSTEM_PROMPT))
+    for _ in range(num_images):
+        if draw(st.booleans()):  # no text before this image: adjacent to the previous image or the prompt start
+            segments.append(draw(text_segment()))
+        segments.append(IMAGE)
+    if num_images == 0 or draw(st.booleans()):
+        segments.append(draw(text_segment()))
+    if not segments:  # an extension without images still adds text
+        segments.append(draw(text_segment()))
+    seeds = tuple(draw(IMAGE_SEEDS) for _ in range(num_images))
+    return Row(tuple(segments), seeds)
+
+
+@st.composite
+def call_options(draw, continuation: bool, salt: str | None = None) -> CallOptions:
+    """Options of one call; `salt` is the conversation's, which a call keeps more often than not (another salt hides
+    the blocks the conversation stored)."""
+    return CallOptions(
+        max_new_tokens=draw(st.integers(min_value=1, max_value=3)),
+        chunk_size=draw(st.one_of(st.none(), st.integers(min_value=1, max_value=24))),
+        salt=draw(st.one_of(st.just(salt), st.just(salt), SALTS)),
+        use_prefix_store=draw(st.sampled_from([True, True, False])),  # mostly on, so later calls meet stored blocks
+        cached_fraction=draw(st.one_of(st.none(), st.floats(min_value=0.0, max_value=1.0))),
+        reuse_returned_cache=continuation and draw(st.booleans()),
+        weight_change=draw(
+            st.one_of(
+                st.none(),
+                st.builds(WeightChange, st.integers(min_value=0, max_value=10_000), WEIGHT_FACTORS),
+            )
+        ),
+    )
+
+
+@st.composite
+def conversations(draw, max_batch: int = 3, max_continuations: int = 2) -> Conversation:
+    """A random conversation: a batch of 1..`max_batch` rows and up to `max_continuations` continuations.
+
+    In a batch of several rows either every row has an image or none has: the suite's `collate` helpers take the
+    pixel inputs' keys from the first row. A continuation appends the same extension to every row, so a batch stays
+    aligned with its left padding and the returned cache can be passed back.
+    """
+    batch = draw(st.integers(min_value=1, max_value=max_batch))
+    if batch == 1:
+        first_rows = (draw(rows()),)
+    else:
+        with_images = draw(st.booleans())
+        first_rows = tuple(
+            draw(rows(min_images=1 if with_images else 0, max_images=3 if with_images else 0)) for _ in range(batch)
+        )
+    salt = draw(SALTS)
+    continuations = tuple(
+        (draw(rows(max_images=2, opening=False)), draw(call_options(continuation=True, salt=salt)))
+        for _ in range(draw(st.integers(min_value=0, max_value=max_continuations)))
+    )
+    return Conversation(first_rows, draw(call_options(continuation=False, salt=salt)), continuations)
+
+
+def _store_options(**changes) -> CallOptions:
+    options = {
+        "max_new_tokens": 2,
+        "chunk_size": None,
+        "salt": None,
+        "use_prefix_store": True,
+        "cached_fraction": None,
+        "reuse_returned_cache": False,
+        "weight_change": None,
+    }
+    return CallOptions(**{**options, **changes})
+
+
+# Run on every family besides the drawn ones: each call resumes from blocks the previous one stored (prompt and
+# answer), with adjacent images and a chunked call; the last call changes a weight first, so the stored blocks are stale.
+STORE_HIT_CONVERSATION = Conversation(
+    rows=(Row((list(SYSTEM_PROMPT), IMAGE, IMAGE, [30, 31, 32]), (1, 2)),),
+    first=_store_options(),
+    continuations=(
+        (Row(([40, 41, 42], IMAGE, [43]), (3,)), _store_options(chunk_size=5)),
+        (Row(([50, 51, 52, 53],), ()), _store_options(weight_change=WeightChange(index=0, factor=1.1))),
+    ),
+)
