@@ -75,6 +75,10 @@ class VisionFacts:
             modalities besides images (e.g. videos), each with its own placeholder and pixel inputs.
         image_token_type (`int`, *optional*):
             `ModalityFacts.token_type` of the images, when another modality shares their placeholder id.
+        positions_from_cache_length (`bool`, *optional*, defaults to `False`):
+            whether the decoder ignores `position_ids` and numbers tokens by their place in the cache, left padding
+            included (EXAONE 4.5, HyperCLOVAX): a token's KV then depends on its row's padding, which the prefix cache's
+            keys must see.
     """
 
     placeholder_attr: str = "image_token_id"
@@ -88,6 +92,7 @@ class VisionFacts:
     features_as_list: bool = False
     other_modalities: tuple[ModalityFacts, ...] = ()
     image_token_type: int | None = None
+    positions_from_cache_length: bool = False
 
     @property
     def modalities(self) -> tuple[ModalityFacts, ...]:

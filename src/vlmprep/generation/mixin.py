@@ -367,6 +367,10 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
                 )
             model_kwargs["position_ids"] = position_ids
 
+        if facts.positions_from_cache_length:
+            # The decoder ignores them (its positions count padding): keys must not take them for the real ones
+            model_kwargs.pop("position_ids", None)
+
         # 4.4 A prefix-cache hit becomes the cache, when the caller passed none.
         blocks = self._bidirectional_blocks(token_types, attention_mask)
         intervals = merge_blocks(blocks)

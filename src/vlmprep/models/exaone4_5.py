@@ -6,6 +6,7 @@ The vision tower's rope is 2D inside each image, but the decoder's positions are
 from the cache length on every forward), so no multimodal positions are needed.
 """
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -46,4 +47,4 @@ class Exaone4_5_ForConditionalGeneration(
     """
 
     # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = QWEN2_VL_FACTS
+    vision_facts = replace(QWEN2_VL_FACTS, positions_from_cache_length=True)

@@ -5,6 +5,8 @@ Images and videos come as Qwen2-VL's do (`pixel_values` rows with one `image_gri
 the decoder's positions are plain 1D (upstream recomputes them on every forward), as in EXAONE 4.5.
 """
 
+from dataclasses import replace
+
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
@@ -35,4 +37,4 @@ class HyperCLOVAXVisionV2ForConditionalGeneration(
     """
 
     # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = QWEN2_VL_FACTS
+    vision_facts = replace(QWEN2_VL_FACTS, positions_from_cache_length=True)
