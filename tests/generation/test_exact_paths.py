@@ -10,7 +10,7 @@ import transformers
 
 import vlmprep
 from conftest import model_pair
-from helpers import Prompt, assert_close, generate_logits
+from helpers import Prompt, assert_close, collate, generate_logits
 from vlmprep.testing import IMAGE, tiny_gemma3_config
 
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
@@ -97,3 +97,19 @@ def test_non_finite_pixels_are_refused_before_encoding(family, bad_value):
     inputs["pixel_values"].view(-1)[3] = bad_value
     with pytest.raises(ValueError, match="NaN or infinite"):
         ours.generate(**inputs, max_new_tokens=1)
+
+
+@pytest.mark.parametrize("family", ["exaone4_5", "hyperclovax_vision_v2", "llava"])
+def test_prefix_store_serves_no_kv_computed_at_another_padding_offset(family):
+    # EXAONE 4.5 and HyperCLOVAX number decoder positions by cache place, left padding included: a row stored at one
+    # padding offset must not serve a row at another (found by the differential test).
+    upstream, ours = model_pair(family)
+    pad = ours.generation_config.pad_token_id
+    store = vlmprep.PrefixCache()
+    first, second, third = (Prompt(ours.config, [ids]) for ids in (list(range(5, 25)), list(range(30, 42)), SYSTEM))
+    generate_logits(ours, collate([first, second], pad), max_new_tokens=1, prefix_cache=store)
+    batch = collate([third, second], pad)
+    _, logits = generate_logits(ours, batch, max_new_tokens=2, prefix_cache=store)
+    _, expected = generate_logits(upstream, batch, max_new_tokens=2)
+    for step, expected_step in zip(logits, expected, strict=True):
+        assert_close(step, expected_step)
