@@ -257,24 +257,76 @@ def run_demo(args: argparse.Namespace) -> int:
 # -- generate and chat --------------------------------------------------------------------------------------------
 
 
-def load_model_and_processor(path: str, device: str | None = None) -> tuple[Any, Any]:
+def resolve_device(device: str | None) -> str:
+    """Check a `--device` value before anything is loaded: it must name a device this machine has.
+
+    Args:
+        device (`str`, *optional*): a torch device string (`cpu`, `cuda`, `cuda:1`, `mps`, ...); `None` picks `cuda`
+            when available, else `cpu`.
+
+    Returns:
+        `str`: the device to load the model on.
+
+    Raises:
+        `CLIError` (exit code 2): the device is unknown to torch, or not available on this machine.
+    """
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise CLIError(
+            f"unknown device {device!r}; pass --device cpu, cuda, cuda:N or mps (or leave --device out: cuda when "
+            "available, else cpu)",
+            exit_code=2,
+        ) from None
+    if parsed.type == "cpu":
+        return device
+    if parsed.type == "meta":
+        raise CLIError("--device meta holds no weights and cannot generate; pass --device cpu or cuda", exit_code=2)
+    # mps has no device_count; the other accelerators (cuda, xpu, npu, ...) have a torch.<type> module with both.
+    backend = torch.backends.mps if parsed.type == "mps" else getattr(torch, parsed.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if not callable(is_available) or not is_available():
+        raise CLIError(
+            f"device {device!r} is not available: this torch build or machine has no {parsed.type} device; "
+            "pass --device cpu (or leave --device out: cuda when available, else cpu)",
+            exit_code=2,
+        )
+    device_count = getattr(backend, "device_count", None)
+    count = device_count() if callable(device_count) else 1
+    if parsed.index is not None and parsed.index >= count:
+        raise CLIError(
+            f"device {device!r} is not available: {count} {parsed.type} device(s) visible; pass --device "
+            f"{parsed.type}:0{f' to {parsed.type}:{count - 1}' if count > 1 else ''}",
+            exit_code=2,
+        )
+    return device
+
+
+def load_model_and_processor(path: str, device: str | None = None, progress: IO[str] | None = None) -> tuple[Any, Any]:
     """Load a local checkpoint of a supported family: `AutoProcessor` and `vlmprep.AutoModelForImageTextToText`.
 
     Args:
         path (`str`): a checkpoint directory.
         device (`str`, *optional*): torch device; defaults to `cuda` when available, else `cpu`.
+        progress (`IO[str]`, *optional*): where to report loading (a line before, transformers' weight-loading
+            progress bar, a line after); nothing is reported when `None`.
 
     Returns:
         `tuple[PreTrainedModel, ProcessorMixin]`
 
     Raises:
-        `CLIError`: the directory or its config is missing, or the model type has no vlmprep drop-in class.
+        `CLIError`: the device is unknown or unavailable, the directory or its config is missing, or the model type
+            has no vlmprep drop-in class.
     """
-    import torch
     from transformers import AutoConfig, AutoProcessor
 
     from .models.auto import DROP_IN_CLASSES, AutoModelForImageTextToText
 
+    device = resolve_device(device)
     if not Path(path).is_dir():
         raise CLIError(f"model directory not found: {path} (pass a local checkpoint directory)")
     if not (Path(path) / "config.json").is_file():
@@ -285,12 +337,37 @@ def load_model_and_processor(path: str, device: str | None = None) -> tuple[Any,
             f"unsupported model type {config.model_type!r} in {path}; vlmprep supports: "
             f"{', '.join(sorted(DROP_IN_CLASSES))}"
         )
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    started = time.perf_counter()
+    if progress is not None:
+        print(f"{PROG}: loading {path} ({config.model_type}) on {device} ...", file=progress, flush=True)
     processor = AutoProcessor.from_pretrained(path)
     if getattr(processor, "chat_template", None) is None:
         raise CLIError(f"the processor in {path} has no chat template; vlmprep chat/generate need one")
-    model = AutoModelForImageTextToText.from_pretrained(path, config=config, dtype="auto").to(device).eval()
+    with _progress_bars(enabled=progress is not None):
+        model = AutoModelForImageTextToText.from_pretrained(path, config=config, dtype="auto").to(device).eval()
+    if progress is not None:
+        print(f"{PROG}: loaded in {time.perf_counter() - started:.1f} s", file=progress, flush=True)
     return model, processor
+
+
+def _loading_progress() -> IO[str] | None:
+    # Loading reports go to stderr when a person watches it; piped or captured runs keep stderr for errors only.
+    return sys.stderr if sys.stderr.isatty() else None
+
+
+@contextlib.contextmanager
+def _progress_bars(enabled: bool) -> Iterator[None]:
+    """Turn transformers' progress bars (e.g. "Loading weights") on for the block, whatever `_quiet_transformers` did."""
+    from transformers.utils import logging as hf_logging
+
+    if not enabled or hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.enable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.disable_progress_bar()
 
 
 def load_image(path: str):
@@ -350,7 +427,56 @@ def user_message(prompt: str, images: list) -> dict:
     return {"role": "user", "content": content}
 
 
-def answer(model, processor, messages: list[dict], max_new_tokens: int) -> tuple[str, dict[str, int]]:
+class AnswerStreamer:
+    """A `generate` streamer writing the answer to `stream` as tokens come, prompt and special tokens skipped.
+
+    transformers' `TextStreamer` decodes (it knows when a piece of text is final); this class only redirects its output
+    from `print` to `stream`. It wraps rather than subclasses, so that importing the CLI does not import transformers.
+    Leading whitespace is not written, so the streamed text is the stripped answer; the stream ends with a newline.
+
+    Args:
+        tokenizer (`PreTrainedTokenizerBase` or `ProcessorMixin`): decodes the new tokens.
+        stream (`IO[str]`): where the text goes (flushed after every piece).
+    """
+
+    def __init__(self, tokenizer, stream: IO[str]):
+        from transformers import TextStreamer
+
+        self.decoder = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        self.decoder.on_finalized_text = self.on_finalized_text
+        self.stream = stream
+        self.text = ""  # what was written so far, without the final newline
+        self.line_open = False  # some text written and no newline after it yet
+
+    def put(self, value) -> None:
+        """Called by `generate` with the prompt, then with each new token."""
+        self.decoder.put(value)
+
+    def end(self) -> None:
+        """Called by `generate` when the answer is complete."""
+        self.decoder.end()
+
+    def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+        """Write a piece of the answer that will not change any more."""
+        if not self.text:
+            text = text.lstrip()
+        if text:
+            self.stream.write(text)
+            self.text += text
+            self.line_open = True
+        if stream_end:
+            self.close_line()
+        self.stream.flush()
+
+    def close_line(self) -> None:
+        """End the streamed line (at the end of the answer, or when generation fails part-way)."""
+        self.stream.write("\n")
+        self.line_open = False
+
+
+def answer(
+    model, processor, messages: list[dict], max_new_tokens: int, stream: IO[str] | None = None
+) -> tuple[str, dict[str, int]]:
     """Generate the model's next turn for a conversation, re-sending all of it (caches skip what was computed).
 
     Args:
@@ -358,6 +484,8 @@ def answer(model, processor, messages: list[dict], max_new_tokens: int) -> tuple
         processor (`ProcessorMixin`): its processor, with a chat template.
         messages (`list[dict]`): the conversation so far, ending with the user's message.
         max_new_tokens (`int`): answer length.
+        stream (`IO[str]`, *optional*): where to write the answer as its tokens come (an `AnswerStreamer`, ending
+            with a newline); nothing is written when `None`.
 
     Returns:
         `tuple[str, dict[str, int]]`: the answer, and `images_encoded`, `prompt_tokens`, `tokens_reused`.
@@ -372,8 +500,15 @@ def answer(model, processor, messages: list[dict], max_new_tokens: int) -> tuple
     encoder_before = model.encoder_cache.stats.misses if model.encoder_cache is not None else 0
     prefix_before = model.prefix_cache.stats.tokens_reused if model.prefix_cache is not None else 0
     prompt_length = inputs["input_ids"].shape[1]
-    with torch.inference_mode():
-        sequences = model.generate(**inputs, max_new_tokens=max_new_tokens)
+    streamer = AnswerStreamer(getattr(processor, "tokenizer", processor), stream) if stream is not None else None
+    try:
+        with torch.inference_mode():
+            sequences = model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=streamer)
+    except BaseException:
+        if streamer is not None and streamer.line_open:
+            streamer.close_line()  # the error line that follows starts on a line of its own
+            stream.flush()
+        raise
     text = processor.decode(sequences[0, prompt_length:], skip_special_tokens=True).strip()
     stats = {
         "images_encoded": (model.encoder_cache.stats.misses - encoder_before) if model.encoder_cache else 0,
@@ -384,7 +519,7 @@ def answer(model, processor, messages: list[dict], max_new_tokens: int) -> tuple
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    """`vlmprep generate`: answer one prompt about the given images and print the answer.
+    """`vlmprep generate`: answer one prompt about the given images, printing the answer as its tokens come.
 
     Args:
         args (`argparse.Namespace`): `model`, `image`, `prompt`, `max_new_tokens`, `device`.
@@ -392,11 +527,11 @@ def run_generate(args: argparse.Namespace) -> int:
     Returns:
         `int`: 0.
     """
+    device = resolve_device(args.device)  # everything the user passed is checked before the (slow) model load
     images = [load_image(path) for path in args.image]
-    message = user_message(args.prompt, images)  # checked before the (slow) model load
-    model, processor = load_model_and_processor(args.model, args.device)
-    text, _ = answer(model, processor, [message], args.max_new_tokens)
-    print(text)
+    message = user_message(args.prompt, images)
+    model, processor = load_model_and_processor(args.model, device, progress=_loading_progress())
+    answer(model, processor, [message], args.max_new_tokens, stream=sys.stdout)
     return 0
 
 
@@ -418,7 +553,8 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
 
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
-    model, processor = load_model_and_processor(args.model, args.device)
+    device = resolve_device(args.device)
+    model, processor = load_model_and_processor(args.model, device, progress=_loading_progress())
     model.prefix_cache = PrefixCache()
     interactive = stdin.isatty()
     print(f"vlmprep chat with {args.model} ({model.config.model_type}); {CHAT_HELP}", file=stdout)
@@ -445,8 +581,8 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
                 if not path:
                     raise CLIError("usage: /image FILE")
                 pending_images.append(load_image(path))
-            except CLIError as error:
-                print(f"{PROG}: error: {error}", file=sys.stderr)  # the chat goes on
+            except CLIError as error:  # the chat goes on, with the images attached before
+                print(f"{PROG}: error: {error}{_still_attached(pending_images)}", file=sys.stderr)
                 continue
             print(f"(image {path} attached to your next message)", file=stdout)
             continue
@@ -456,17 +592,20 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
 
         start = time.perf_counter()
         try:
-            text, stats = answer(
-                model, processor, [*messages, user_message(line, pending_images)], args.max_new_tokens
+            message = user_message(line, pending_images)
+            text, stats = answer(model, processor, [*messages, message], args.max_new_tokens, stream=stdout)
+        except Exception as error:  # a bad prompt, a generate error: drop the message, keep the chat and its images
+            if getattr(args, "debug", False):
+                traceback.print_exc()
+            print(
+                f"{PROG}: error: {_one_line(error)} (message dropped{_still_attached(pending_images)})",
+                file=sys.stderr,
+                flush=True,
             )
-        except (ValueError, CLIError) as error:  # e.g. a bad prompt: drop this message, keep the conversation
-            pending_images = []
-            print(f"{PROG}: error: {_one_line(error)} (message dropped)", file=sys.stderr)
             continue
-        messages.append(user_message(line, pending_images))
+        messages.append(message)
         messages.append({"role": "assistant", "content": [{"type": "text", "text": text}]})
         pending_images = []
-        print(text, file=stdout)
         print(
             f"[images encoded: {stats['images_encoded']}, tokens reused: {stats['tokens_reused']} of "
             f"{stats['prompt_tokens']}, {time.perf_counter() - start:.2f} s]",
@@ -474,6 +613,14 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
             flush=True,
         )
     return 0
+
+
+def _still_attached(images: list) -> str:
+    # Said after a failed turn or attachment, so the user knows a retry needs no new /image.
+    if not images:
+        return ""
+    count = f"{len(images)} image{'s' if len(images) > 1 else ''}"
+    return f"; {count} still attached to your next message, /reset drops {'them' if len(images) > 1 else 'it'}"
 
 
 # -- bench --------------------------------------------------------------------------------------------------------
