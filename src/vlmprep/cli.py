@@ -594,6 +594,8 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
         try:
             message = user_message(line, pending_images)
             text, stats = answer(model, processor, [*messages, message], args.max_new_tokens, stream=stdout)
+        except BrokenPipeError:  # the reader of stdout left: there is no one to chat with
+            raise
         except Exception as error:  # a bad prompt, a generate error: drop the message, keep the chat and its images
             if getattr(args, "debug", False):
                 traceback.print_exc()
