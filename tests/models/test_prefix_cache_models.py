@@ -68,8 +68,8 @@ def test_five_turn_conversation_prefills_each_token_once(family):
         previous_known = sequences.shape[1] - 1  # KV of prompt + answer, except the last answer token
         segments.append(sequences[0, prompt.length :].tolist())
     assert vision_runs == 2
-    # Block-granular sharing: each later turn may recompute the partial block before its resume point.
-    assert ideal_prefilled <= total_prefilled <= ideal_prefilled + (len(user_turns) - 1) * (store.block_size - 1)
+    # Token-granular sharing: each turn prefills exactly the tokens no earlier call computed.
+    assert total_prefilled == ideal_prefilled
     assert store.stats.tokens_prefilled == total_prefilled
 
 
