@@ -31,7 +31,8 @@ def _insert(store: PrefixCache, tokens: list[int], images=_no_images, root=ROOT)
     return store.insert(root, tokens, images, _kv_for(tokens))
 
 
-TOKEN_BYTES = 2 * 2 * 4  # layers x (k, v) x float32, one head of dim 1
+# layers x (k, v) x float32 (one head of dim 1), and the key: the id and 4 columns of image hash, int64
+TOKEN_BYTES = 2 * 2 * 4 + 5 * 8
 
 
 def test_longest_prefix_to_the_token():
@@ -82,8 +83,12 @@ def test_token_keys_carry_the_image_covering_each_token():
         return [digest for low, high, digest in spans if low < end and high > start]
 
     keys = PrefixCache.token_keys([(10, 0)] * 8, images)
-    assert keys == [(10, 0), (10, 0), *[(10, 0, "A")] * 3, *[(10, 0, "B")] * 2, (10, 0)]
-    assert PrefixCache.token_keys([4, 5], lambda start, end: ["C"]) == [(4, "C"), (5, "C")]
+    assert keys.shape == (8, 2 + 4) and (keys[:, :2] == torch.tensor([10, 0])).all()
+    rows = [tuple(row) for row in keys[:, 2:].tolist()]
+    no_image, image_a, image_b = rows[0], rows[2], rows[5]
+    assert no_image == (0, 0, 0, 0) and len({no_image, image_a, image_b}) == 3
+    assert rows == [no_image] * 2 + [image_a] * 3 + [image_b] * 2 + [no_image]
+    assert PrefixCache.token_keys([], images).shape[0] == 0
 
 
 def test_shared_prefixes_are_stored_once_and_only_leaves_are_evicted():

@@ -28,6 +28,10 @@ BlockKV = list[tuple[torch.Tensor, torch.Tensor]]
 Interval = tuple[int, int, bytes]
 # One token's key material: its id alone, or its id followed by its per-token inputs.
 TokenKey = int | tuple[int, ...]
+# Key material of a row: token ids, each token's key material, or `key_material_tensor`'s `(seq_len, fields)`.
+RowKeys = Sequence[TokenKey] | torch.Tensor
+# Columns a token's key gives to the content hash of the image covering it (sha256: 4 x 64 bits).
+_IMAGE_COLUMNS = 4
 # Content hashes of the images whose placeholders overlap positions `[start, end)` of a row, in order.
 ImagesBetween = Callable[[int, int], Sequence[str]]
 
@@ -57,12 +61,15 @@ def token_key_material(input_ids: torch.Tensor, per_token: dict[str, torch.Tenso
 
     ```
     """
+    return [tuple(token) for token in key_material_tensor(input_ids, per_token).tolist()]
+
+
+def key_material_tensor(input_ids: torch.Tensor, per_token: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`token_key_material` as a CPU `torch.LongTensor` of shape `(seq_len, fields)` (what the store compares)."""
     length = input_ids.shape[-1]
-    if length == 0:
-        return []
-    columns = [input_ids.reshape(1, length)]
-    columns += [per_token[name].reshape(-1, length).to(input_ids.device) for name in sorted(per_token)]
-    return [tuple(token) for token in torch.cat(columns).long().T.tolist()]  # (seq_len, fields)
+    columns = [input_ids.reshape(1, length).cpu()]
+    columns += [per_token[name].reshape(-1, length).cpu() for name in sorted(per_token)]
+    return torch.cat([column.long() for column in columns]).T.contiguous()
 
 
 def key_material_layout(per_token: dict[str, torch.Tensor]) -> tuple[str, ...]:
@@ -104,14 +111,14 @@ class _Node:
 
     __slots__ = ("uid", "keys", "kv", "start", "parent", "children", "intervals", "nbytes")
 
-    def __init__(self, uid: int, keys: list, kv: BlockKV, start: int, parent: _Node | None, intervals: tuple):
+    def __init__(self, uid: int, keys: torch.Tensor, kv: BlockKV, start: int, parent: _Node | None, intervals: tuple):
         self.uid, self.keys, self.kv, self.start, self.parent = uid, keys, kv, start, parent
         self.children: dict = {}  # first token key of the child's edge -> child
         # Bidirectional blocks of the stored row overlapping this edge, as (start, end, digest) in row positions: the
         # stored KV before a resume point is exact only where the new prompt has the very same blocks before it
         # (see `PrefixMatch.open_intervals`).
         self.intervals = intervals
-        self.nbytes = _kv_bytes(kv)
+        self.nbytes = _node_bytes(keys, kv)
 
     @property
     def end(self) -> int:
@@ -218,40 +225,47 @@ class PrefixCache:
         return hashlib.sha256("\x1f".join(map(str, namespace)).encode()).digest()
 
     @staticmethod
-    def interval_digest(tokens: Sequence[TokenKey], image_hashes: Sequence[str]) -> bytes:
+    def interval_digest(tokens: RowKeys, image_hashes: Sequence[str]) -> bytes:
         """The identity of a bidirectional block: its tokens' key material and images (what its KV saw after it)."""
         hasher = hashlib.sha256(b"bidirectional")
-        hasher.update(b"T" + repr(list(tokens)).encode())
+        if isinstance(tokens, torch.Tensor):
+            hasher.update(b"K" + str(tuple(tokens.shape)).encode() + tokens.long().contiguous().numpy().tobytes())
+        else:
+            hasher.update(b"T" + repr(list(tokens)).encode())
         hasher.update(b"I" + ",".join(image_hashes).encode())
         return hasher.digest()
 
     @staticmethod
-    def token_keys(tokens: Sequence[TokenKey], images_between: ImagesBetween) -> list:
-        """Each token's key: its key material, followed by the content hashes of the images covering it.
+    def token_keys(tokens: RowKeys, images_between: ImagesBetween) -> torch.Tensor:
+        """Each token's key: its key material, followed by the content hash of the images covering it (zeros if none).
 
         Args:
-            tokens (`Sequence[int | tuple[int, ...]]`): token ids, or each token's key material.
+            tokens (`Sequence[int | tuple[int, ...]]` or `torch.Tensor`):
+                token ids, or each token's key material (`token_key_material`, `key_material_tensor`).
             images_between (`Callable[[int, int], Sequence[str]]`):
                 content hashes of the images whose placeholders overlap positions `[start, end)`, in order.
 
         Returns:
-            `list`: one hashable key per token.
+            `torch.LongTensor` of shape `(seq_len, fields + 4)`: one row per token.
         """
-        keys = list(tokens)
-        for position, hashes in _image_labels(len(keys), images_between).items():
-            token = keys[position]
-            keys[position] = (*(token if isinstance(token, tuple) else (token,)), *hashes)
-        return keys
+        material = tokens if isinstance(tokens, torch.Tensor) else torch.tensor(list(tokens), dtype=torch.long)
+        material = material.reshape(len(material), -1 if len(material) else 1).long()
+        images = torch.zeros(len(material), _IMAGE_COLUMNS, dtype=torch.long)
+        for (start, end), hashes in _image_runs(len(material), images_between).items():
+            digest = hashlib.sha256("\x1f".join(hashes).encode()).digest()
+            images[start:end] = torch.frombuffer(bytearray(digest), dtype=torch.int64)
+        return torch.cat([material, images], dim=1)
 
     # -- lookup and insert -----------------------------------------------------------------------------------------
 
-    def match(self, root: bytes, tokens: Sequence[TokenKey], images_between: ImagesBetween) -> PrefixMatch:
+    def match(self, root: bytes, tokens: RowKeys, images_between: ImagesBetween) -> PrefixMatch:
         """The longest stored prefix of `tokens`, to the token.
 
         Args:
             root (`bytes`): `root_key(namespace)`.
-            tokens (`Sequence[int | tuple[int, ...]]`):
-                the row's prompt without padding: token ids, or each token's key material (`token_key_material`).
+            tokens (`Sequence[int | tuple[int, ...]]` or `torch.Tensor`):
+                the row's prompt without padding: token ids, or each token's key material (`token_key_material`,
+                `key_material_tensor`).
             images_between (`Callable[[int, int], Sequence[str]]`):
                 content hashes of the images whose placeholders overlap positions `[start, end)`, in order.
 
@@ -280,7 +294,7 @@ class PrefixCache:
     def insert(
         self,
         root: bytes,
-        tokens: Sequence[TokenKey],
+        tokens: RowKeys,
         images_between: ImagesBetween,
         kv_between: Callable[[int, int], BlockKV],
         intervals: Sequence[Interval] = (),
@@ -292,7 +306,7 @@ class PrefixCache:
 
         Args:
             root (`bytes`): `root_key(namespace)`.
-            tokens (`Sequence[int | tuple[int, ...]]`):
+            tokens (`Sequence[int | tuple[int, ...]]` or `torch.Tensor`):
                 the row's tokens whose KV is known (prompt and generated), without padding, as for `match`.
             images_between (`Callable[[int, int], Sequence[str]]`): as for `match`.
             kv_between (`Callable[[int, int], BlockKV]`):
@@ -303,12 +317,12 @@ class PrefixCache:
             `int`: tokens newly stored.
         """
         keys = self.token_keys(tokens, images_between)
-        if not keys:
+        if len(keys) == 0:
             return 0
         with self._lock:
             parent = self._roots.get(root)
             if parent is None:
-                parent = self._roots[root] = _Node(-1, [], [], 0, None, ())
+                parent = self._roots[root] = _Node(-1, keys[:0], [], 0, None, ())
             path = self._walk(parent, keys)
             for node, _ in path:
                 self._recency.move_to_end(node.uid)
@@ -320,7 +334,7 @@ class PrefixCache:
             if start == len(keys):
                 return 0
             kv = kv_between(start, len(keys))
-            per_token = _kv_bytes(kv) // (len(keys) - start)
+            per_token = _node_bytes(keys[start:], kv) // (len(keys) - start)
             protect, ancestor = set(), parent
             while ancestor is not None:  # the new edge's path to the root must stay
                 protect.add(ancestor.uid)
@@ -332,38 +346,31 @@ class PrefixCache:
             kv = [(k[:, :take].detach().clone(), v[:, :take].detach().clone()) for k, v in kv]
             end = start + take
             overlapping = tuple(interval for interval in intervals if interval[0] < end and interval[1] > start)
-            self._attach(_Node(next(self._uids), keys[start:end], kv, start, parent, overlapping))
+            self._attach(_Node(next(self._uids), keys[start:end].clone(), kv, start, parent, overlapping))
             return take
 
     # -- the tree (every method below runs under the lock) ---------------------------------------------------------
 
     @staticmethod
-    def _walk(root: _Node | None, keys: list) -> list[tuple[_Node, int]]:
+    def _walk(root: _Node | None, keys: torch.Tensor) -> list[tuple[_Node, int]]:
         """The nodes along the longest stored prefix of `keys`, each with how many of its edge's tokens match."""
         path, position, node = [], 0, root
-        while node is not None and position < len(keys):
-            child = node.children.get(keys[position])
-            if child is None:
+        total, width = keys.shape
+        while node is not None and position < total:
+            child = node.children.get(tuple(keys[position].tolist()))
+            if child is None or child.keys.shape[1] != width:
                 break
-            length = len(child.keys)
-            common = length if child.keys == keys[position : position + length] else None
-            if common is None:
-                # Equality of prefixes is monotone in their length: bisect on whole-slice comparisons (fast in C)
-                low, high = 1, min(length, len(keys) - position)  # keys[position] matched already
-                while low < high:
-                    middle = (low + high + 1) // 2
-                    if child.keys[:middle] == keys[position : position + middle]:
-                        low = middle
-                    else:
-                        high = middle - 1
-                common = low
+            edge = child.keys.shape[0]
+            length = min(edge, total - position)
+            differs = (child.keys[:length] != keys[position : position + length]).any(dim=1)
+            common = int(differs.int().argmax()) if bool(differs.any()) else length
             path.append((child, common))
             position += common
-            node = child if common == length else None
+            node = child if common == edge else None
         return path
 
     def _attach(self, node: _Node) -> None:
-        node.parent.children[node.keys[0]] = node
+        node.parent.children[_first(node)] = node
         self._recency[node.uid] = node
         self._stats.bytes += node.nbytes
         self._stats.tokens += len(node.keys)
@@ -374,12 +381,12 @@ class PrefixCache:
         middle = node.start + length
         upper_kv = [(k[:, :length].clone(), v[:, :length].clone()) for k, v in node.kv]
         upper_intervals = tuple(i for i in node.intervals if i[0] < middle)
-        upper = _Node(next(self._uids), node.keys[:length], upper_kv, node.start, node.parent, upper_intervals)
-        node.parent.children[upper.keys[0]] = upper
+        upper = _Node(next(self._uids), node.keys[:length].clone(), upper_kv, node.start, node.parent, upper_intervals)
+        node.parent.children[_first(upper)] = upper
         # Copies, not views: the halves may be evicted apart, and a view would keep the whole edge's memory alive
         self._replace_tail(node, length)
         node.start, node.parent, node.intervals = middle, upper, tuple(i for i in node.intervals if i[1] > middle)
-        upper.children[node.keys[0]] = node
+        upper.children[_first(node)] = node
         self._recency[upper.uid] = upper
         self._recency.move_to_end(node.uid)
         self._stats.bytes += upper.nbytes
@@ -390,9 +397,9 @@ class PrefixCache:
     def _replace_tail(self, node: _Node, dropped: int) -> None:
         """Keep only the tokens of `node`'s edge after its first `dropped` ones (new tensors, old ones freed)."""
         before, count = node.nbytes, len(node.keys)
-        node.keys = node.keys[dropped:]
+        node.keys = node.keys[dropped:].clone()
         node.kv = [(k[:, dropped:].clone(), v[:, dropped:].clone()) for k, v in node.kv]
-        node.nbytes = _kv_bytes(node.kv)
+        node.nbytes = _node_bytes(node.keys, node.kv)
         self._stats.bytes -= before - node.nbytes
         self._stats.tokens -= count - len(node.keys)
 
@@ -411,9 +418,9 @@ class PrefixCache:
             trimmed = -(-excess // per_token) if per_token else len(victim.keys)
             if trimmed < len(victim.keys):
                 before, count = victim.nbytes, len(victim.keys)
-                victim.keys = victim.keys[:-trimmed]
+                victim.keys = victim.keys[:-trimmed].clone()
                 victim.kv = [(k[:, :-trimmed].clone(), v[:, :-trimmed].clone()) for k, v in victim.kv]
-                victim.nbytes = _kv_bytes(victim.kv)
+                victim.nbytes = _node_bytes(victim.keys, victim.kv)
                 self._stats.bytes -= before - victim.nbytes
                 self._stats.tokens -= count - len(victim.keys)
                 continue
@@ -421,7 +428,7 @@ class PrefixCache:
         return max(0, self._max_bytes - self._stats.bytes)
 
     def _remove_leaf(self, node: _Node) -> None:
-        del node.parent.children[node.keys[0]]
+        del node.parent.children[_first(node)]
         del self._recency[node.uid]
         self._stats.bytes -= node.nbytes
         self._stats.tokens -= len(node.keys)
@@ -444,13 +451,23 @@ def _kv_bytes(kv: BlockKV) -> int:
     return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
 
 
-def _image_labels(length: int, images_between: ImagesBetween) -> dict[int, tuple[str, ...]]:
-    """Positions covered by image placeholders, with the content hashes covering each.
+def _node_bytes(keys: torch.Tensor, kv: BlockKV) -> int:
+    # The token keys are stored with the KV and count against the budget too
+    return keys.numel() * keys.element_size() + _kv_bytes(kv)
+
+
+def _first(node: _Node) -> tuple[int, ...]:
+    """The key of the first token of `node`'s edge: how its parent finds it."""
+    return tuple(node.keys[0].tolist())
+
+
+def _image_runs(length: int, images_between: ImagesBetween) -> dict[tuple[int, int], tuple[str, ...]]:
+    """Runs of positions covered by the same image placeholders, with the content hashes covering them.
 
     Bisects `[0, length)`: a range with no image is skipped whole, and a range whose one image covers both its ends
     lies inside that image's (contiguous) span, so the callable runs a few times per image rather than per token.
     """
-    labels: dict[int, tuple[str, ...]] = {}
+    runs: dict[tuple[int, int], tuple[str, ...]] = {}
     pending = [(0, length)] if length else []
     while pending:
         low, high = pending.pop()
@@ -460,8 +477,8 @@ def _image_labels(length: int, images_between: ImagesBetween) -> dict[int, tuple
         if high - low == 1 or (
             len(found) == 1 and tuple(images_between(low, low + 1)) == found == tuple(images_between(high - 1, high))
         ):
-            labels.update(dict.fromkeys(range(low, high), found))
+            runs[(low, high)] = found
             continue
         middle = (low + high) // 2
         pending += [(low, middle), (middle, high)]
-    return labels
+    return runs

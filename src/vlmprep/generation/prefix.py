@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache, StaticLayer, StaticSlidingWindowLaye
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 from transformers.utils import logging
 
-from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_layout, token_key_material
+from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_layout, key_material_tensor
 from .spans import Block, ImageSpan, resolve_resume_point
 
 logger = logging.get_logger("vlmprep")
@@ -115,7 +115,7 @@ class PrefixRequest:
         for row in range(batch_size):
             mask = attention_mask[row] if attention_mask is not None else None
             pad, exact = _leading_padding(mask, width)
-            material = token_key_material(input_ids[row, pad:], _row_inputs(self.per_token, row, pad, width))
+            material = key_material_tensor(input_ids[row, pad:], _row_inputs(self.per_token, row, pad, width))
             row_spans = [(s.start - pad, s.end - pad, image_hashes[s.image_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = _Row(row, pad, material, row_spans, row_blocks, storable=exact)
@@ -176,7 +176,7 @@ class PrefixRequest:
                 continue
             known = min(length, *(value.shape[-1] for value in per_token.values()))
             row_inputs = _row_inputs(per_token, record.row, record.pad, known)
-            material = token_key_material(sequences[record.row, record.pad : known], row_inputs)
+            material = key_material_tensor(sequences[record.row, record.pad : known], row_inputs)
 
             def kv_between(start: int, end: int, record=record) -> list:
                 lo, hi = record.pad + start, record.pad + end
