@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -67,6 +68,9 @@ def token_key_material(input_ids: torch.Tensor, per_token: dict[str, torch.Tenso
 def key_material_tensor(input_ids: torch.Tensor, per_token: dict[str, torch.Tensor]) -> torch.Tensor:
     """`token_key_material` as a CPU `torch.LongTensor` of shape `(seq_len, fields)` (what the store compares)."""
     length = input_ids.shape[-1]
+    if length == 0:
+        fields = 1 + sum(math.prod(value.shape[:-1]) for value in per_token.values())
+        return torch.zeros(0, fields, dtype=torch.long)
     columns = [input_ids.reshape(1, length).cpu()]
     columns += [per_token[name].reshape(-1, length).cpu() for name in sorted(per_token)]
     return torch.cat([column.long() for column in columns]).T.contiguous()
