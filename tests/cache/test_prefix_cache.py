@@ -52,6 +52,7 @@ def test_divergence_splits_an_edge_and_a_longer_row_extends_it():
     store = PrefixCache()
     first = [1, 2, 3, 4, 5, 6]
     _insert(store, first)
+    assert _insert(store, [1, 2, 3]) == 0 and store.stats.entries == 1  # stored already: no split
     assert _insert(store, [1, 2, 3, 9, 9]) == 2  # the shared 3 tokens are stored once
     assert (store.stats.entries, store.stats.tokens, store.stats.bytes) == (3, 8, 8 * TOKEN_BYTES)
     assert _insert(store, [*first, 7, 8]) == 2  # a turn's answer extends the stored row, whatever its length

@@ -330,13 +330,13 @@ class PrefixCache:
             path = self._walk(parent, keys)
             for node, _ in path:
                 self._recency.move_to_end(node.uid)
+            if sum(common for _, common in path) == len(keys):
+                return 0  # stored already, maybe as the start of a longer row: nothing to split
             if path:
                 parent, common = path[-1]
                 if common < len(parent.keys):
                     parent = self._split(parent, common)
             start = parent.end
-            if start == len(keys):
-                return 0
             kv = kv_between(start, len(keys))
             per_token = _node_bytes(keys[start:], kv) // (len(keys) - start)
             protect, ancestor = set(), parent
@@ -346,6 +346,8 @@ class PrefixCache:
             room = self._make_room(per_token * (len(keys) - start), protect)
             take = min(len(keys) - start, room // per_token if per_token else len(keys) - start)
             if take == 0:
+                if not self._roots[root].children:
+                    del self._roots[root]
                 return 0
             kv = [(k[:, :take].detach().clone(), v[:, :take].detach().clone()) for k, v in kv]
             end = start + take
