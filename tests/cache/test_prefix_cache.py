@@ -1,4 +1,4 @@
-"""Unit tests of the prefix store: chained keys, image-aware sharing, LRU eviction of leaves within the budget."""
+"""Unit tests of the prefix store: a radix tree over token keys, image-aware sharing, LRU eviction within the budget."""
 
 from __future__ import annotations
 
@@ -31,34 +31,69 @@ def _insert(store: PrefixCache, tokens: list[int], images=_no_images, root=ROOT)
     return store.insert(root, tokens, images, _kv_for(tokens))
 
 
-def test_longest_prefix_in_whole_blocks():
-    store = PrefixCache(block_size=4)
-    tokens = list(range(10, 21))  # 11 tokens: 2 whole blocks
-    assert _insert(store, tokens) == 2
+# layers x (k, v) x float32 (one head of dim 1), and the key: the id and 4 columns of image hash, int64
+TOKEN_BYTES = 2 * 2 * 4 + 5 * 8
+
+
+def test_longest_prefix_to_the_token():
+    store = PrefixCache()
+    tokens = list(range(10, 21))
+    assert _insert(store, tokens) == 11
     match = store.match(ROOT, [*tokens[:6], 99, 98, 97], _no_images)
-    assert match.tokens == 4
+    assert match.tokens == 6
     keys, values = match.layer_kv(1, 3)
     assert keys.flatten().tolist() == [10, 11, 12] and values.flatten().tolist() == [11, 12, 13]
-    assert store.match(ROOT, tokens, _no_images).tokens == 8
+    assert store.match(ROOT, tokens, _no_images).tokens == 11
+    assert store.match(ROOT, [*tokens, 5, 6], _no_images).tokens == 11
     assert store.match(PrefixCache.root_key(("other model",)), tokens, _no_images).tokens == 0
 
 
+def test_divergence_splits_an_edge_and_a_longer_row_extends_it():
+    store = PrefixCache()
+    first = [1, 2, 3, 4, 5, 6]
+    _insert(store, first)
+    assert _insert(store, [1, 2, 3]) == 0 and store.stats.entries == 1  # stored already: no split
+    assert _insert(store, [1, 2, 3, 9, 9]) == 2  # the shared 3 tokens are stored once
+    assert (store.stats.entries, store.stats.tokens, store.stats.bytes) == (3, 8, 8 * TOKEN_BYTES)
+    assert _insert(store, [*first, 7, 8]) == 2  # a turn's answer extends the stored row, whatever its length
+    for row in ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 9, 9]):
+        match = store.match(ROOT, row, _no_images)
+        assert match.tokens == len(row)
+        assert match.layer_kv(0, len(row))[0].flatten().tolist() == row
+    assert store.match(ROOT, [1, 2, 3, 9, 7], _no_images).tokens == 4
+
+
 def test_images_are_part_of_the_key():
-    store = PrefixCache(block_size=4)
+    store = PrefixCache()
     tokens = [1, 2, 3, 4, 5, 9, 9, 9, 9, 6, 7, 8, 0]
 
     def image(digest):
         return lambda start, end: [digest] if start < 9 and end > 5 else []
 
     _insert(store, tokens, image("A"))
-    assert store.match(ROOT, tokens, image("A")).tokens == 12
-    # Same ids, other image: the text block before the image is shared, nothing from the image's block on.
-    assert store.match(ROOT, tokens, image("B")).tokens == 4
+    assert store.match(ROOT, tokens, image("A")).tokens == 13
+    # Same ids, other image: the text before the image is shared, nothing from the image's first token on.
+    assert store.match(ROOT, tokens, image("B")).tokens == 5
+    assert store.match(ROOT, tokens, _no_images).tokens == 5
+
+
+def test_token_keys_carry_the_image_covering_each_token():
+    spans = [(2, 5, "A"), (5, 7, "B")]
+
+    def images(start, end):
+        return [digest for low, high, digest in spans if low < end and high > start]
+
+    keys = PrefixCache.token_keys([(10, 0)] * 8, images)
+    assert keys.shape == (8, 2 + 4) and (keys[:, :2] == torch.tensor([10, 0])).all()
+    rows = [tuple(row) for row in keys[:, 2:].tolist()]
+    no_image, image_a, image_b = rows[0], rows[2], rows[5]
+    assert no_image == (0, 0, 0, 0) and len({no_image, image_a, image_b}) == 3
+    assert rows == [no_image] * 2 + [image_a] * 3 + [image_b] * 2 + [no_image]
+    assert PrefixCache.token_keys([], images).shape[0] == 0
 
 
 def test_shared_prefixes_are_stored_once_and_only_leaves_are_evicted():
-    block_bytes = 2 * 2 * 4 * 4  # layers x (k, v) x 4 tokens x float32
-    store = PrefixCache(block_size=4, max_bytes=3 * block_bytes)
+    store = PrefixCache(max_bytes=12 * TOKEN_BYTES)
     trunk = [1, 2, 3, 4]
     _insert(store, [*trunk, 5, 6, 7, 8])
     _insert(store, [*trunk, 9, 9, 9, 9])
@@ -69,9 +104,35 @@ def test_shared_prefixes_are_stored_once_and_only_leaves_are_evicted():
     assert store.match(ROOT, [*trunk, 7, 7, 7, 7], _no_images).tokens == 8
 
 
+def test_a_leaf_is_trimmed_only_as_much_as_needed():
+    store = PrefixCache(max_bytes=10 * TOKEN_BYTES)
+    _insert(store, [1, 2, 3, 4, 5, 6, 7, 8])
+    assert _insert(store, [9, 8, 7, 6, 5, 4, 3, 2]) == 8
+    assert store.stats.bytes == 10 * TOKEN_BYTES and store.stats.evictions == 1
+    match = store.match(ROOT, [1, 2, 3, 4, 5, 6, 7, 8], _no_images)
+    assert match.tokens == 2 and match.layer_kv(1, 2)[1].flatten().tolist() == [2, 3]
+    # A row longer than the whole budget stores the first tokens that fit
+    store = PrefixCache(max_bytes=3 * TOKEN_BYTES)
+    assert _insert(store, [1, 2, 3, 4, 5]) == 3
+    assert store.match(ROOT, [1, 2, 3, 4, 5], _no_images).tokens == 3
+    assert _insert(store, [1, 2, 3, 4, 5]) == 0
+    assert PrefixCache(max_bytes=0).insert(ROOT, [1, 2], _no_images, _kv_for([1, 2])) == 0
+
+
+def test_intervals_follow_the_edges_they_overlap():
+    store = PrefixCache()
+    block = (2, 5, b"block")
+    store.insert(ROOT, [1, 2, 3, 4, 5, 6, 7], _no_images, _kv_for([1, 2, 3, 4, 5, 6, 7]), [block])
+    _insert(store, [1, 2, 3, 4, 9])  # splits inside the block
+    assert store.match(ROOT, [1, 2, 3], _no_images).open_intervals == [block]
+    assert store.match(ROOT, [1, 2], _no_images).open_intervals == []
+    match = store.match(ROOT, [1, 2, 3, 4, 5, 6, 7], _no_images)
+    assert match.tokens == 7 and set(match.open_intervals) == {block}
+
+
 def test_budget_holds_over_a_random_workload():
     rng = random.Random(0)
-    store = PrefixCache(block_size=4, max_bytes=40 * 2 * 2 * 4 * 4)
+    store = PrefixCache(max_bytes=40 * TOKEN_BYTES)
     prefixes = [[rng.randint(0, 5) for _ in range(rng.randint(0, 12))] for _ in range(6)]
     for _ in range(400):
         tokens = rng.choice(prefixes) + [rng.randint(0, 50) for _ in range(rng.randint(1, 30))]
@@ -83,11 +144,11 @@ def test_budget_holds_over_a_random_workload():
             assert keys.flatten().tolist() == tokens[: match.tokens]  # evictions never break a stored chain
         stats = store.stats
         assert stats.bytes <= stats.max_bytes
-        assert stats.entries == len(store)
+        assert stats.entries == len(store) and stats.bytes == stats.tokens * TOKEN_BYTES
 
 
 def test_threads_share_one_store():
-    store = PrefixCache(block_size=2, max_bytes=4096)
+    store = PrefixCache(max_bytes=4096)
     errors = []
 
     def work(seed):
@@ -126,14 +187,21 @@ def test_bad_arguments_are_refused_at_construction(kwargs, error, message):
         PrefixCache(**kwargs)
 
 
+def test_block_size_is_accepted_and_ignored():
+    store = PrefixCache(block_size=4)
+    _insert(store, [1, 2, 3, 4, 5, 6])
+    assert store.match(ROOT, [1, 2, 3, 4, 5, 9], _no_images).tokens == 5
+    assert store.block_size == 4
+
+
 def test_key_material_separates_what_changes_kv():
-    store = PrefixCache(block_size=2)
+    store = PrefixCache()
     ids = torch.tensor([5, 6, 7, 8])
     causal = token_key_material(ids, {"token_type_ids": torch.zeros(4)})
     bidirectional = token_key_material(ids, {"token_type_ids": torch.tensor([0, 1, 1, 0])})
     store.insert(ROOT, causal, _no_images, _kv_for([5, 6, 7, 8]))
     assert store.match(ROOT, causal, _no_images).tokens == 4
-    assert store.match(ROOT, bidirectional, _no_images).tokens == 0
+    assert store.match(ROOT, bidirectional, _no_images).tokens == 1
     positions = token_key_material(ids, {"position_ids": torch.arange(4).expand(3, 4)})
     shifted = token_key_material(ids, {"position_ids": torch.tensor([[0, 1, 2, 3], [0, 1, 1, 3], [0, 1, 2, 3]])})
     store.insert(ROOT, positions, _no_images, _kv_for([5, 6, 7, 8]))

@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache, StaticLayer, StaticSlidingWindowLaye
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 from transformers.utils import logging
 
-from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_layout, token_key_material
+from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_layout, key_material_tensor
 from .spans import Block, ImageSpan, resolve_resume_point
 
 logger = logging.get_logger("vlmprep")
@@ -115,7 +115,7 @@ class PrefixRequest:
         for row in range(batch_size):
             mask = attention_mask[row] if attention_mask is not None else None
             pad, exact = _leading_padding(mask, width)
-            material = token_key_material(input_ids[row, pad:], _row_inputs(self.per_token, row, pad, width))
+            material = key_material_tensor(input_ids[row, pad:], _row_inputs(self.per_token, row, pad, width))
             row_spans = [(s.start - pad, s.end - pad, image_hashes[s.image_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = _Row(row, pad, material, row_spans, row_blocks, storable=exact)
@@ -142,6 +142,10 @@ class PrefixRequest:
                     if length <= 0:
                         continue
                     row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
+                    if batch_size == 1 and record.pad == 0:
+                        # One unpadded row: its KV as is (the cache copies it: stored KV is never written to)
+                        keys, values = row_keys.unsqueeze(0).to(device), row_values.unsqueeze(0).to(device)
+                        break
                     if keys is None:
                         shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
                         keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
@@ -155,7 +159,7 @@ class PrefixRequest:
         return cache, resume, trusted
 
     def finish(self, sequences: torch.Tensor) -> None:
-        """Store every row's prompt and generated tokens whose KV the cache now holds exactly."""
+        """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""
         if self.cache is None or self.root is None:
             return
         length = int(self.cache.get_seq_length())
@@ -172,13 +176,13 @@ class PrefixRequest:
                 continue
             known = min(length, *(value.shape[-1] for value in per_token.values()))
             row_inputs = _row_inputs(per_token, record.row, record.pad, known)
-            material = token_key_material(sequences[record.row, record.pad : known], row_inputs)
+            material = key_material_tensor(sequences[record.row, record.pad : known], row_inputs)
 
-            def block_kv(start: int, end: int, record=record) -> list:
+            def kv_between(start: int, end: int, record=record) -> list:
                 lo, hi = record.pad + start, record.pad + end
                 return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
-            self.store.insert(self.root, material, record.images_between, block_kv, record.intervals_with(material))
+            self.store.insert(self.root, material, record.images_between, kv_between, record.intervals_with(material))
 
     def _with_generated(self, length: int) -> dict[str, torch.Tensor]:
         # The per-token inputs of the generated tokens as decoding built them: the model's own update rule (e.g.
