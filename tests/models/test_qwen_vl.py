@@ -168,7 +168,8 @@ def test_no_state_kept_on_the_model_between_requests():
     ours.model.rope_deltas = torch.tensor([[1000], [-1000]])  # garbage: a broadcast error if it were read
     _, logits = generate_logits(ours, a_turn_2.inputs(), cache=a_cache, max_new_tokens=1)
     assert_close(logits[0], reference)
-    assert ours.model.rope_deltas.flatten().tolist() == [1000, -1000]  # nor written
+    # Written afterwards as upstream's generate writes it (code may read it), from this request's prompt
+    assert ours.model.rope_deltas.flatten().tolist() != [1000, -1000]
 
 
 @pytest.mark.parametrize("family", QWEN_FAMILIES)
@@ -309,7 +310,7 @@ def _case_missing_video(model, prompt):
 def _case_grid_without_pixels(model, prompt):
     inputs = prompt.inputs()
     inputs.pop("pixel_values")
-    return inputs, "`image_grid_thw` was passed without `pixel_values`"
+    return inputs, "no `pixel_values` was passed"
 
 
 def _case_patch_rows_of_another_size(model, prompt):

@@ -87,6 +87,18 @@ class ImageEncodingMixin:
                     deepstack[index] = tuple(layer[position] for layer in per_layer)
         return features, deepstack
 
+    def _check_pixels_present(self, indices: list[int], span_of: dict, model_kwargs: dict[str, Any]) -> None:
+        # Items prefill must encode need their pixels; other per-item inputs (grids) alone only serve cached items.
+        for index in indices:
+            span = span_of[index]
+            pixel_keys = self._modality_facts(span.modality).pixel_keys
+            if all(model_kwargs.get(key) is None for key in pixel_keys):
+                raise ValueError(
+                    f"{span.modality.capitalize()} {span.input_index} (placeholders at row {span.row}, position "
+                    f"{span.start}) is not in the cache, but no `{pixel_keys[0]}` was passed. Pass the pixel inputs "
+                    f"of every {span.modality} of the prompt (with their grids)."
+                )
+
     def _image_features(
         self,
         needed: list[int],
@@ -105,6 +117,7 @@ class ImageEncodingMixin:
         given_features, given_deepstack = supplied or ({}, {})
         features = {index: given_features[index] for index in needed if index in given_features}
         deepstack = {index: given_deepstack[index] for index in features if index in given_deepstack}
+        self._check_pixels_present([index for index in needed if index not in features], span_of, model_kwargs)
         keys: dict[int, tuple] = {}
         if use_cache:
             identity = self._encoder_cache_identity()
@@ -125,13 +138,6 @@ class ImageEncodingMixin:
             group = [index for index in misses if span_of[index].modality == modality.name]
             if not group:
                 continue
-            if all(model_kwargs.get(key) is None for key in modality.pixel_keys):
-                first = span_of[group[0]]
-                raise ValueError(
-                    f"{modality.name.capitalize()} {first.input_index} (placeholders at row {first.row}, position "
-                    f"{first.start}) is not in the cache, but no `{modality.pixel_keys[0]}` was passed. Pass the pixel "
-                    f"inputs of every {modality.name} of the prompt."
-                )
             inputs = self._item_inputs(span_of[group[0]], [span_of[i].input_index for i in group], model_kwargs)
             check_finite_pixels(inputs, modality.pixel_keys)
             shared = self._shared_encoder_kwargs(modality.name, model_kwargs)
