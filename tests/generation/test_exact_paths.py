@@ -113,3 +113,31 @@ def test_prefix_store_serves_no_kv_computed_at_another_padding_offset(family):
     _, expected = generate_logits(upstream, batch, max_new_tokens=2)
     for step, expected_step in zip(logits, expected, strict=True):
         assert_close(step, expected_step)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        ({"num_beams": 2}, "beam search"),
+        ({"use_cache": False}, "use_cache=False"),
+        ({"num_return_sequences": 2, "do_sample": True}, "num_return_sequences"),
+        ({"cache": "caller"}, "a `cache` is passed"),
+    ],
+    ids=["beams", "no_cache", "return_sequences", "passed_cache"],
+)
+def test_a_skipped_prefix_cache_says_why_once(kwargs, reason, capsys):
+    import logging as std_logging
+
+    from transformers import DynamicCache
+
+    _, ours = model_pair("llava")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
+    if kwargs.get("cache") == "caller":
+        kwargs = {"cache": DynamicCache(config=ours.config)}
+    std_logging.Logger.warning_once.cache_clear()  # once per process: start from a clean slate
+    store = vlmprep.PrefixCache()
+    for _ in range(2):
+        ours.generate(**prompt.inputs(), max_new_tokens=1, prefix_cache=store, **kwargs)
+        kwargs.pop("cache", None)
+    err = capsys.readouterr().err
+    assert err.count("The prefix cache is not used") == 1 and reason in err

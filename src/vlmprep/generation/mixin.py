@@ -29,6 +29,7 @@ from transformers import GenerationMixin
 from ..cache.encoder_cache import EncoderCache
 from ..cache.identity import cache_identity, check_cache_salt, salt_namespace
 from ..cache.prefix_cache import PrefixCache
+from ..utils.logging import get_logger
 from .cache_rollback import roll_back_cache
 from .encoding import ImageEncodingMixin, select_images
 from .facts import VisionFacts
@@ -59,6 +60,7 @@ TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids
 PER_TOKEN_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 DEFAULT_ENCODER_CACHE_BYTES = 512 * 2**20
 _UNSET = object()
+logger = get_logger(__name__)
 
 
 class VisionPrepGenerationMixin(ImageEncodingMixin):
@@ -142,6 +144,11 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
             )
         store = prefix_cache if prefix_cache is not None else self.prefix_cache
         if store is None or self.training:
+            if store is not None:
+                logger.warning_once(
+                    "The prefix cache is not used with the model in train mode (dropout changes the KV); this call "
+                    "prefills the whole prompt."
+                )
             return super().generate(*args, **kwargs)
         request = PrefixRequest(store)
         output = super().generate(*args, vlmprep_prefix_request=request, **kwargs)
@@ -376,6 +383,10 @@ class VisionPrepGenerationMixin(ImageEncodingMixin):
         intervals = merge_blocks(blocks)
         image_hashes: dict[int, str] = {}
         trusted = False
+        if request is not None and cache is not None:
+            logger.warning_once(
+                "The prefix cache is not used when a `cache` is passed: the call resumes from that cache as it is."
+            )
         if request is not None and cache is None and request.applies(self, generation_config, batch_size):
             image_hashes = self._image_hashes(sorted({s.image_index for s in spans}), spans, model_kwargs, salt)
             namespace = (*self._encoder_cache_identity(part="model"), salt_namespace(salt))

@@ -63,13 +63,18 @@ class PrefixRequest:
                 ": that cache keeps no exact KV to store or restore. Use a dynamic or static cache to reuse prefixes."
             )
             return False
-        return (
-            generation_config.use_cache
-            and generation_config.num_beams == 1
-            and generation_config.num_return_sequences == 1
-            and batch_size >= 1
-            and not model.training
-        )
+        reason = None
+        if not generation_config.use_cache:
+            reason = "`use_cache=False` (no KV is kept to store)"
+        elif generation_config.num_beams > 1:
+            reason = "beam search (beams reorder the cache rows)"
+        elif generation_config.num_return_sequences > 1:
+            reason = "`num_return_sequences > 1` (the cache rows are repeated)"
+        elif model.training:
+            reason = "the model in train mode (dropout changes the KV)"
+        if reason is not None:
+            logger.warning_once(f"The prefix cache is not used with {reason}; this call prefills the whole prompt.")
+        return reason is None and batch_size >= 1
 
     def restore(
         self,
