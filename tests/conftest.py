@@ -9,6 +9,10 @@ import torch
 
 import vlmprep
 from family_registry import FAMILY_CASES
+from vlmprep.testing import tiny_model
+
+# Tiny models: one thread avoids the scheduling overhead that dominates their matmuls on a shared 2-core machine.
+torch.set_num_threads(1)
 
 FOUNDATION_FAMILIES = ["gemma3", "paligemma", "llava"]
 ALL_FAMILIES = sorted(FAMILY_CASES)
@@ -17,12 +21,16 @@ _PAIRS: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
 
 
 def model_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """(transformers model, vlmprep drop-in) with the same random weights, through the real loading path."""
+    """(transformers model, vlmprep drop-in) with the same random weights, through the real loading path.
+
+    The weights are `vlmprep.testing.tiny_model`'s: upstream's initialisation with seed 0, with the multimodal
+    weights upstream leaves zero re-drawn, so every image changes the logits (tests/conformance/
+    test_image_sensitivity.py checks it per family).
+    """
     if family not in _PAIRS:
-        torch.manual_seed(0)
         directory = tempfile.mkdtemp(prefix=f"vlmprep-{family}-")
         case = FAMILY_CASES[family]
-        case.upstream_class(case.make_config()).save_pretrained(directory)
+        tiny_model(case.upstream_class, case.make_config(), seed=0).save_pretrained(directory)
         upstream = case.upstream_class.from_pretrained(directory).eval()
         ours = vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
         _PAIRS[family] = (upstream, ours)

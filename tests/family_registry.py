@@ -29,6 +29,9 @@ class FamilyCase:
         pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
         skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
         collate: `(prompts, pad_token_id) -> dict`, for families whose batches are not left-pad + concatenate.
+        answer_token_types: per-token input -> its value at generated (text) tokens, where it is not 0: what the
+            family's `generate` appends, so an uncached forward of a prompt and its answer is the reference of each
+            step (PaliGemma's suffix tokens are 1, causal; its prompt is one bidirectional prefix of 0s).
     """
 
     name: str
@@ -39,6 +42,7 @@ class FamilyCase:
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     skip: dict[str, str] = field(default_factory=dict)
     collate: Callable | None = None
+    answer_token_types: dict[str, int] = field(default_factory=dict)
 
 
 FAMILY_CASES: dict[str, FamilyCase] = {}

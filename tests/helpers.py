@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from transformers import DynamicCache
 
 from family_registry import FAMILY_CASES
+from vlmprep.testing import TINY_VOCAB_SIZE, random_pixels
 
 ATOL = 1e-5
+# Ids above 100 are special tokens (placeholders, image and vision start/end): a random model must not answer with
+# them, or the prompt continued with its answer is no longer valid (`generate(..., **NO_SPECIAL_TOKENS)`).
+NO_SPECIAL_TOKENS = {"suppress_tokens": list(range(100, TINY_VOCAB_SIZE))}
 
 
 class Prompt:
@@ -55,19 +61,66 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
         "input_ids": torch.cat([left_pad(p.input_ids, pad_token_id) for p in prompts]),
         "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), 0) for p in prompts]),
     }
-    for key in prompts[0].full_inputs:
+    keys = dict.fromkeys(key for prompt in prompts for key in prompt.full_inputs)  # rows without images lack pixels
+    for key in keys:
         if key in case.per_token_keys:
             values = [left_pad(prompt.full_inputs[key], 0) for prompt in prompts]
             batch[key] = torch.cat(values, dim=1 if values[0].ndim == 3 else 0)  # 3D: (3, batch, seq) positions
         elif key in case.pixel_keys:
-            batch[key] = torch.cat([p.full_inputs[key] for p in prompts])
+            batch[key] = torch.cat([p.full_inputs[key] for p in prompts if key in p.full_inputs])
     return batch
 
 
-def reference_next_logits(upstream, prompt: Prompt) -> torch.Tensor:
-    """Last-position logits of one uncached forward of the whole prompt: the exactness reference."""
+def reference_next_logits(upstream, prompt: Prompt, new_tokens: Sequence[int] = ()) -> torch.Tensor:
+    """Last-position logits of one uncached forward of the whole prompt: the exactness reference.
+
+    `new_tokens` (generated text) are appended to the prompt first, with the per-token inputs of answer tokens.
+    """
     with torch.no_grad():
-        return upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
+        return upstream(**continued(prompt, new_tokens), use_cache=False).logits[:, -1]
+
+
+def continued(prompt: Prompt, new_tokens: Sequence[int]) -> dict:
+    """The prompt's inputs with `new_tokens` appended, as `generate` continues a prompt with its answer."""
+    inputs = prompt.inputs()
+    new_tokens = [int(token) for token in new_tokens]
+    if not new_tokens:
+        return inputs
+    inputs["input_ids"] = torch.cat([inputs["input_ids"], torch.tensor([new_tokens])], dim=-1)
+    for key in prompt.case.per_token_keys:
+        if key in inputs:
+            value = prompt.case.answer_token_types.get(key, 0)
+            inputs[key] = torch.nn.functional.pad(inputs[key], (0, len(new_tokens)), value=value)
+    return inputs
+
+
+def assert_steps_match_upstream(upstream, prompt: Prompt, fed_tokens: torch.Tensor, logits, row: int = 0) -> None:
+    """Each step's logits of a generation equal upstream's: one uncached forward of the prompt and the answer.
+
+    The answer's tokens are causal text, so the forward's logits at the prompt's last position and at each answer
+    token are those of one uncached forward of the prompt and the answer up to there.
+
+    Args:
+        prompt: the row's own prompt (unpadded).
+        fed_tokens: the tokens generated after the prompt (for a batch, the row's part of `sequences` after the
+            padded prompt), in order; step `k`'s logits follow the prompt and `fed_tokens[:k]`.
+        logits: per-step logits of the generation, `(batch, vocab)` each.
+        row: the row of the batch that `prompt` is.
+    """
+    steps = len(logits)
+    with torch.no_grad():
+        forward = upstream(**continued(prompt, fed_tokens[: steps - 1].tolist()), use_cache=False)
+    expected = forward.logits[0, prompt.length - 1 :]
+    for step, step_logits in enumerate(logits):
+        diff = (step_logits[row] - expected[step]).abs().max().item()
+        assert diff <= ATOL, f"row {row}, step {step}: max abs diff {diff:.3e} > {ATOL} against transformers"
+
+
+def assert_batch_matches_upstream(upstream, prompts: list[Prompt], sequences: torch.Tensor, logits) -> None:
+    """Every row of a left-padded batch's generation equals upstream's uncached forward of that row's prompt alone."""
+    width = sequences.shape[1] - len(logits)
+    for row, prompt in enumerate(prompts):
+        assert_steps_match_upstream(upstream, prompt, sequences[row, width:], logits, row=row)
 
 
 def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
@@ -99,3 +152,75 @@ def assert_same_steps(actual, expected) -> None:
     """Per-step logits of two generations are allclose."""
     for step_actual, step_expected in zip(actual, expected, strict=True):
         assert_close(step_actual, step_expected)
+
+
+def _first_rows(container, rows: int):
+    """The first `rows` feature rows of an encoder output field, in the same container (list, or batched tensor)."""
+    if isinstance(container, (list, tuple)):
+        flat = torch.cat([piece.reshape(-1, piece.shape[-1]) for piece in container])
+        return [flat[:rows]]
+    flat = container.reshape(-1, container.shape[-1])[:rows]
+    return flat if container.ndim == 2 else flat.unsqueeze(0)
+
+
+def truncated_cache(upstream, prompt: Prompt, cut: int) -> DynamicCache:
+    """The cache of upstream's forward over the prompt's first `cut` tokens, cut inside an image, as a caller who
+    truncated the prompt mid-image would have it: the image's first rows of features, whole-prompt positions.
+
+    Everything comes from upstream: the features its own vision encoder gives in an uncached forward of the whole
+    prompt (recorded on `get_image_features`), and the positions its language model received in that forward.
+    """
+    recorded = {}
+    owner = upstream.model
+    encode = owner.get_image_features
+
+    def recording(*args, **kwargs):
+        recorded["features"] = encode(*args, **kwargs)
+        return recorded["features"]
+
+    def record_positions(module, args, kwargs):
+        recorded["position_ids"] = kwargs.get("position_ids")
+
+    owner.get_image_features = recording
+    handle = upstream.get_decoder().register_forward_pre_hook(record_positions, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            upstream(**prompt.inputs(), use_cache=False)
+    finally:
+        handle.remove()
+        del owner.get_image_features  # the instance attribute; the class method shows through again
+    features = recorded["features"]
+    placeholders = int((prompt.input_ids[0, :cut] == upstream.config.image_token_id).sum())
+    fields = {"pooler_output": _first_rows(features.pooler_output, placeholders)}
+    if getattr(features, "deepstack_features", None) is not None:  # Qwen3-VL: the same rows of every extra layer
+        fields["deepstack_features"] = [_first_rows(layer, placeholders) for layer in features.deepstack_features]
+    inputs = prompt.inputs(length=cut, with_pixels=False)
+    if recorded["position_ids"] is not None:
+        inputs["position_ids"] = recorded["position_ids"][..., :cut]
+    cache = DynamicCache(config=upstream.config)
+    with torch.no_grad():
+        upstream(**inputs, mm_encoder_outputs={"image": type(features)(**fields)}, cache=cache, use_cache=True)
+    return cache
+
+
+def gemma3_image_effect(model, seeds: tuple[int, int] = (0, 28)) -> float:
+    """Max abs difference of a Gemma3 model's logits after an image between two different images (0: images never
+    reach the logits). The prompt uses the model's own special token ids, so it suits any Gemma3 checkpoint."""
+    config = model.config
+    text = [10, 11, 12]
+    ids = [
+        *text,
+        config.boi_token_id,
+        *[config.image_token_id] * config.mm_tokens_per_image,
+        config.eoi_token_id,
+        *text,
+    ]
+    input_ids = torch.tensor([ids])
+    inputs = {"input_ids": input_ids, "token_type_ids": (input_ids == config.image_token_id).long()}
+    size = config.vision_config.image_size
+    with torch.no_grad():
+        logits = [
+            model(**inputs, pixel_values=random_pixels(1, seed, size=size), use_cache=False).logits[0, -len(text) :]
+            for seed in seeds
+        ]
+    return (logits[0] - logits[1]).abs().max().item()

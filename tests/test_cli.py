@@ -14,6 +14,7 @@ import types
 import pytest
 from PIL import Image
 
+from helpers import gemma3_image_effect
 from vlmprep.cli import format_summary, main
 from vlmprep.demo import DEMO_TURNS, demo_cache_dir, demo_images, ensure_demo_checkpoint
 
@@ -104,6 +105,13 @@ def test_demo_checkpoint_ids_match_its_tokenizer(checkpoint):
     assert config.boi_token_id == tokenizer.boi_token_id
     assert config.eoi_token_id == tokenizer.eoi_token_id
     assert config.text_config.vocab_size >= len(tokenizer)
+
+
+def test_demo_checkpoint_is_image_sensitive(checkpoint):
+    import transformers
+
+    model = transformers.Gemma3ForConditionalGeneration.from_pretrained(checkpoint).eval()
+    assert gemma3_image_effect(model) > 1e-3
 
 
 # -- generate and chat ------------------------------------------------------------------------------------------------

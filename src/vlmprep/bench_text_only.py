@@ -104,11 +104,12 @@ def build_checkpoint(path: str, config=None) -> dict:
     Returns:
         `dict`: `path`, parameter counts (`total`, `text`, `vision`) and the checkpoint size in MiB.
     """
-    import torch
     from transformers import Gemma3ForConditionalGeneration
 
-    torch.manual_seed(0)
-    model = Gemma3ForConditionalGeneration(config if config is not None else text_only_bench_config())
+    from .testing import tiny_model
+
+    # Image-sensitive random weights: the benchmark's "same tokens" check must be able to fail on images.
+    model = tiny_model(Gemma3ForConditionalGeneration, config if config is not None else text_only_bench_config())
     model.save_pretrained(path)
     total = model.num_parameters()
     text = model.model.language_model.num_parameters()  # lm_head is tied to the embeddings

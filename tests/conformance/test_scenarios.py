@@ -8,9 +8,16 @@ from transformers import DynamicCache
 
 from conftest import model_pair
 from family_registry import families_for
-from helpers import Prompt, assert_close, collate, generate_logits, reference_next_logits
-from vlmprep.generation.prepared import PreparedImages
-from vlmprep.generation.spans import find_image_spans
+from helpers import (
+    NO_SPECIAL_TOKENS,
+    Prompt,
+    assert_batch_matches_upstream,
+    assert_close,
+    collate,
+    generate_logits,
+    reference_next_logits,
+    truncated_cache,
+)
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
@@ -152,21 +159,7 @@ def test_cache_from_prompt_truncated_inside_image(family):
     """A cache computed over a prompt cut mid-image never saw the rest of the image: only a roll-back is exact."""
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
-    cut = _mid_image(prompt, ours.config.image_token_id)
-    inputs = prompt.inputs()
-    with torch.no_grad():
-        spans = find_image_spans(prompt.input_ids, ours.config.image_token_id, ours.image_token_counts(inputs))
-        # The drop-in's own encoding step (features, plus deepstack features where the family has them)
-        features, deepstack = ours._image_features(sorted({s.image_index for s in spans}), spans, inputs, None)
-        prepared = PreparedImages(
-            spans=spans, features=features, as_list=ours.vision_facts.features_as_list, deepstack=deepstack
-        )
-        partial = prepared.encoder_outputs_between(0, cut)
-        truncated = prompt.inputs(length=cut, with_pixels=False)
-        positions = ours.vision_position_ids(prompt.input_ids, dict(inputs))  # multimodal rope: whole-prompt positions
-        if positions is not None:
-            truncated["position_ids"] = positions[..., :cut]
-        cache = upstream(**truncated, mm_encoder_outputs=partial).cache
+    cache = truncated_cache(upstream, prompt, _mid_image(prompt, ours.config.image_token_id))
     _, logits = generate_logits(ours, prompt.inputs(), cache=cache)
     _, expected_logits = generate_logits(upstream, prompt.inputs())
     for step_actual, step_expected in zip(logits, expected_logits, strict=True):
@@ -178,17 +171,15 @@ def test_cache_from_prompt_truncated_inside_image(family):
 
 @pytest.mark.parametrize("family", families_for("left_padded_batch_matches_solo_runs"))
 def test_left_padded_batch_matches_solo_runs(family):
+    """Each row of the batch equals transformers on that row's prompt alone (uncached forwards), one vision run."""
     upstream, ours = model_pair(family)
     one = Prompt(ours.config, [SYSTEM, IMAGE, USER], image_seeds=[3])
     two = Prompt(ours.config, [[2, 50], IMAGE, [51], IMAGE, [52, 53]], image_seeds=[4, 5])
     batch = collate([one, two], ours.generation_config.pad_token_id)
     with VisionRunCounter(ours) as runs:
-        _, batch_logits = generate_logits(ours, batch, max_new_tokens=2)
+        sequences, logits = generate_logits(ours, batch, max_new_tokens=2, **NO_SPECIAL_TOKENS)
     assert runs.calls == 1 and runs.images == 3
-    for row, prompt in enumerate((one, two)):
-        _, solo_logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2)
-        for step_batch, step_solo in zip(batch_logits, solo_logits, strict=True):
-            assert_close(step_batch[row], step_solo[0], atol=1e-4)
+    assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
 
 
 # -- 7. Gemma3 without token_type_ids --------------------------------------------------------------------------------
@@ -200,9 +191,10 @@ def test_gemma3_derives_token_type_ids():
     inputs = prompt.inputs()
     inputs.pop("token_type_ids")
     _, logits = generate_logits(ours, inputs, max_new_tokens=1)
-    assert_close(logits[0], reference_next_logits(upstream, prompt))
+    reference = reference_next_logits(upstream, prompt)
+    assert_close(logits[0], reference)
     _, upstream_logits = generate_logits(upstream, inputs, max_new_tokens=1)
-    assert not torch.allclose(upstream_logits[0], logits[0], atol=1e-4), "upstream drops the bidirectional mask"
+    assert not torch.allclose(upstream_logits[0], reference, atol=1e-4), "upstream drops the bidirectional mask"
 
 
 @pytest.mark.parametrize("family", families_for("interleaved_requests_share_no_state"))

@@ -28,6 +28,7 @@ register(
         transformers.PaliGemmaForConditionalGeneration,
         tiny_paligemma_config,
         build_fixed_resolution_inputs,
+        answer_token_types={"token_type_ids": 1},
     )
 )
 register(

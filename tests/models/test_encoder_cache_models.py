@@ -62,13 +62,16 @@ def test_different_images_with_identical_shapes_never_hit(fresh_cache):
 
 
 def test_same_pixels_with_other_encoder_arguments_do_not_hit(fresh_cache):
-    _, ours = model_pair("llava")
+    upstream, ours = model_pair("llava")
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1])
     with VisionRunCounter(ours) as runs:
-        _, last_layer = generate_logits(ours, prompt.inputs(), max_new_tokens=1, vision_feature_layer=-1)
-        _, other_layer = generate_logits(ours, prompt.inputs(), max_new_tokens=1, vision_feature_layer=-2)
+        for layer in (-1, -2):
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, vision_feature_layer=layer)
+            with torch.no_grad():
+                expected = upstream(**prompt.inputs(), vision_feature_layer=layer, use_cache=False).logits[:, -1]
+            assert_close(logits[0], expected)
     assert runs.calls == 2
-    assert not torch.allclose(last_layer[0], other_layer[0])
+    assert not torch.allclose(expected, reference_next_logits(upstream, prompt), atol=1e-3), "the layer matters"
 
 
 def test_salt_isolates_tenants(fresh_cache):

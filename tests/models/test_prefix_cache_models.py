@@ -5,10 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
 from conftest import FOUNDATION_FAMILIES, model_pair
-from helpers import Prompt, assert_close, collate, generate_logits
+from helpers import NO_SPECIAL_TOKENS, Prompt, assert_batch_matches_upstream, assert_close, collate, generate_logits
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 
@@ -110,7 +109,7 @@ def test_hit_ending_mid_image_is_exact_for_gemma3():
 
 @pytest.mark.parametrize("family", FOUNDATION_FAMILIES)
 def test_left_padded_batch_with_rows_hitting_different_lengths(family):
-    """The batch resumes from the shortest row's hit (in padded positions); each row stays exact."""
+    """The batch resumes from the shortest row's hit (in padded positions); each row equals transformers alone."""
     upstream, ours = model_pair(family)
     store = PrefixCache(block_size=4)
     long_row = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
@@ -118,29 +117,51 @@ def test_left_padded_batch_with_rows_hitting_different_lengths(family):
     generate_logits(ours, long_row.inputs(), max_new_tokens=1, prefix_cache=store)
     generate_logits(ours, short_row.inputs(), max_new_tokens=1, prefix_cache=store)
     batch = collate([long_row, short_row], ours.generation_config.pad_token_id)
-    _, logits = generate_logits(ours, batch, max_new_tokens=2, prefix_cache=store)
-    _, expected = generate_logits(ours, batch, max_new_tokens=2)
-    for step_actual, step_expected in zip(logits, expected, strict=True):
-        assert_close(step_actual, step_expected, atol=1e-4)
+    sequences, logits = generate_logits(ours, batch, max_new_tokens=2, prefix_cache=store, **NO_SPECIAL_TOKENS)
+    assert_batch_matches_upstream(upstream, [long_row, short_row], sequences, logits)
 
 
-def test_budget_and_exactness_over_a_random_workload():
-    upstream, ours = model_pair("gemma3")
+RANDOM_CALLS = 40  # per family; every step of every row is checked against transformers
+
+
+def _random_row(rng: random.Random, system_prompts: list, history: list) -> tuple[list, list]:
+    """Segments and image seeds of one row: a system prompt or an earlier row with its answer, then 0-2 images
+    (text between them) and new text."""
+    if history and rng.random() < 0.3:
+        segments, seeds = rng.choice(history)
+        segments, seeds = list(segments), list(seeds)
+    else:
+        segments, seeds = [rng.choice(system_prompts)], []
+    for _ in range(rng.choice([0, 0, 1, 2])):
+        segments += [IMAGE, [rng.randint(10, 99)]]
+        seeds.append(rng.randint(0, 3))
+    segments.append([rng.randint(10, 99) for _ in range(rng.randint(1, 6))])
+    return segments, seeds
+
+
+@pytest.mark.parametrize("family", ["gemma3", "llava"])  # PaliGemma's prompt is one bidirectional block: no hits
+def test_budget_and_exactness_over_a_random_workload(family):
+    """Random calls through one small store: batches of 1-3 left-padded rows with 0-2 images each, rows that continue
+    an earlier row's answer, 1-3 new tokens. Every step of every row equals transformers' uncached forward of that
+    row's prompt and answer so far; the store stays within its budget, evicts, and hits."""
+    upstream, ours = model_pair(family)
     rng = random.Random(0)
-    store = PrefixCache(block_size=4, max_bytes=64 * 1024)
+    store = PrefixCache(block_size=4, max_bytes=32 * 1024)
     system_prompts = [[2, *rng.sample(range(10, 99), 8)] for _ in range(3)]
-    for call in range(300):
-        segments = [rng.choice(system_prompts)]
-        if rng.random() < 0.5:
-            segments.append(IMAGE)
-        segments.append([rng.randint(10, 99) for _ in range(rng.randint(1, 6))])
-        prompt = Prompt(ours.config, segments, image_seeds=[rng.randint(0, 3)] * (len(segments) - 2))
-        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store)
+    history: list[tuple[list, list]] = []
+    for _ in range(RANDOM_CALLS):
+        rows = [_random_row(rng, system_prompts, history) for _ in range(rng.choice([1, 1, 2, 3]))]
+        prompts = [Prompt(ours.config, segments, image_seeds=seeds) for segments, seeds in rows]
+        inputs = prompts[0].inputs() if len(prompts) == 1 else collate(prompts, ours.generation_config.pad_token_id)
+        sequences, logits = generate_logits(
+            ours, inputs, max_new_tokens=rng.randint(1, 3), prefix_cache=store, **NO_SPECIAL_TOKENS
+        )
         assert store.stats.bytes <= store.max_bytes
-        if call % 25 == 0:
-            with torch.no_grad():
-                expected = upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
-            assert_close(logits[0], expected)
+        assert_batch_matches_upstream(upstream, prompts, sequences, logits)
+        width = sequences.shape[1] - len(logits)
+        history += [
+            ([*segments, sequences[row, width:].tolist()], seeds) for row, (segments, seeds) in enumerate(rows)
+        ]
     assert store.stats.evictions > 0 and store.stats.hits > 0
 
 

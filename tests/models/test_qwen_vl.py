@@ -15,7 +15,17 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
-from helpers import Prompt, assert_close, assert_same_steps, cache_of, generate_logits, reference_next_logits
+from helpers import (
+    NO_SPECIAL_TOKENS,
+    Prompt,
+    assert_batch_matches_upstream,
+    assert_close,
+    assert_same_steps,
+    cache_of,
+    collate,
+    generate_logits,
+    reference_next_logits,
+)
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE
 
@@ -117,31 +127,15 @@ def test_cache_ending_anywhere_in_a_video_with_chunks(family):
 
 @pytest.mark.parametrize("family", QWEN_FAMILIES)
 def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
-    _, ours = model_pair(family)
+    """Each row equals transformers on that row's prompt alone (uncached forwards); one encoder run per modality."""
+    upstream, ours = model_pair(family)
     one = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[1])
     two = Prompt(ours.config, [[2, 50], IMAGE, [51], VIDEO, [52], IMAGE, [53]], image_seeds=[2, 3, 4])
-    width = max(one.length, two.length)
-
-    def left_pad(value: torch.Tensor, fill: int) -> torch.Tensor:
-        return torch.nn.functional.pad(value, (width - value.shape[-1], 0), value=fill)
-
-    prompts = (one, two)
-    batch = {
-        "input_ids": torch.cat([left_pad(p.input_ids, ours.generation_config.pad_token_id) for p in prompts]),
-        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), 0) for p in prompts]),
-        "mm_token_type_ids": torch.cat([left_pad(p.full_inputs["mm_token_type_ids"], 0) for p in prompts]),
-    }
-    for key in ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts"):
-        values = [p.full_inputs[key] for p in prompts if key in p.full_inputs]
-        if values:
-            batch[key] = torch.cat(values)  # patch rows and grid rows of every prompt, in prompt order
+    batch = collate([one, two], ours.generation_config.pad_token_id)  # patch and grid rows in prompt order
     with EncoderRuns(ours) as runs:
-        _, batch_logits = generate_logits(ours, batch, max_new_tokens=2)
+        sequences, logits = generate_logits(ours, batch, max_new_tokens=2, **NO_SPECIAL_TOKENS)
     assert runs.items == [2, 2]
-    for row, prompt in enumerate(prompts):
-        _, solo_logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2)
-        for step_batch, step_solo in zip(batch_logits, solo_logits, strict=True):
-            assert_close(step_batch[row], step_solo[0], atol=1e-4)
+    assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
 
 
 def test_no_state_kept_on_the_model_between_requests():
