@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
 
+import vlmprep
 from family_registry import FAMILY_CASES
 from vlmprep.testing import TINY_VOCAB_SIZE, random_pixels
 
@@ -224,3 +227,16 @@ def gemma3_image_effect(model, seeds: tuple[int, int] = (0, 28)) -> float:
             for seed in seeds
         ]
     return (logits[0] - logits[1]).abs().max().item()
+
+
+@functools.cache
+def strong_image_gemma3_pair(std: float) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A Gemma3 (transformers, drop-in) pair whose projector is drawn with `std`, so images move the logits a lot."""
+    torch.manual_seed(0)
+    case = FAMILY_CASES["gemma3"]
+    model = case.upstream_class(case.make_config())
+    torch.nn.init.normal_(model.model.multi_modal_projector.mm_input_projection_weight, std=std)
+    directory = tempfile.mkdtemp(prefix="vlmprep-gemma3-strong-")
+    model.save_pretrained(directory)
+    upstream = case.upstream_class.from_pretrained(directory).eval()
+    return upstream, vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()

@@ -6,35 +6,22 @@ prompt, or upstream `generate` where the reference needs its positions (masks wi
 
 from __future__ import annotations
 
-import functools
 import importlib.util
-import tempfile
 
 import pytest
 import torch
 
-import vlmprep
 from conftest import model_pair
 from family_registry import FAMILY_CASES
-from helpers import Prompt, assert_close, assert_same_steps, collate, generate_logits
+from helpers import Prompt, assert_close, assert_same_steps, collate, generate_logits, strong_image_gemma3_pair
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID
 
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 
 
-@functools.cache
 def image_sensitive_gemma3_pair():
-    """A Gemma3 pair whose images reach the logits (upstream's init zeroes `mm_input_projection_weight`)."""
-    torch.manual_seed(0)
-    case = FAMILY_CASES["gemma3"]
-    model = case.upstream_class(case.make_config())
-    torch.nn.init.normal_(model.model.multi_modal_projector.mm_input_projection_weight, std=0.02)
-    directory = tempfile.mkdtemp(prefix="vlmprep-gemma3-sensitive-")
-    model.save_pretrained(directory)
-    upstream = case.upstream_class.from_pretrained(directory).eval()
-    ours = vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
-    return upstream, ours
+    return strong_image_gemma3_pair(0.02)
 
 
 def uncached_logits(upstream, inputs: dict) -> torch.Tensor:

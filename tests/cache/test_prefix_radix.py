@@ -6,17 +6,13 @@ prompt (or upstream `generate` on the same padded batch).
 
 from __future__ import annotations
 
-import functools
 import random
-import tempfile
 
 import pytest
 import torch
 
-import vlmprep
 from conftest import model_pair
-from family_registry import FAMILY_CASES
-from helpers import Prompt, assert_close, collate, generate_logits
+from helpers import Prompt, assert_close, collate, generate_logits, strong_image_gemma3_pair
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 
@@ -26,18 +22,8 @@ CHAT_FAMILIES = ["gemma3", "llava", "llava_next", "qwen2_vl", "idefics3"]
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33, 34]], [[35], IMAGE, [36, 37]], [[38, 39]], [[40, 41, 42]]]
 
 
-@functools.cache
 def image_sensitive_gemma3_pair():
-    """A Gemma3 pair whose images move the logits a lot (upstream's init zeroes `mm_input_projection_weight`)."""
-    torch.manual_seed(0)
-    case = FAMILY_CASES["gemma3"]
-    model = case.upstream_class(case.make_config())
-    torch.nn.init.normal_(model.model.multi_modal_projector.mm_input_projection_weight, std=0.5)
-    directory = tempfile.mkdtemp(prefix="vlmprep-gemma3-radix-")
-    model.save_pretrained(directory)
-    upstream = case.upstream_class.from_pretrained(directory).eval()
-    ours = vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
-    return upstream, ours
+    return strong_image_gemma3_pair(0.5)
 
 
 def family_pair(family: str):
