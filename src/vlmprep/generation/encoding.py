@@ -1,14 +1,17 @@
-"""Vision encoding for the mixin: encoder-cache lookups first, then one batched encoder call per modality."""
+"""`ItemEncoder`: the features of one call's items (images, videos), encoder-cache lookups first, then one batched
+encoder call per modality."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
 import torch
 
 from ..cache.hashing import hash_image_inputs
-from .facts import ModalityFacts
+from .hooks import call_hook
+from .hooks import select_items as select_images  # noqa: F401  (the name families imported before `hooks`)
 from .prepared import PlannedEncoderOutputs, split_per_image
 from .spans import ImageSpan
 
@@ -16,68 +19,86 @@ from .spans import ImageSpan
 SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]
 
 
-class ImageEncodingMixin:
-    """The encoding half of `VisionPrepGenerationMixin`: content hashes, encoder-cache lookups, batched encoder calls.
+@functools.lru_cache(maxsize=256)
+def _encoder_argument_names(encoder_class: type, modality: str, skip: frozenset[str]) -> tuple[str, ...]:
+    # `get_<modality>_features` arguments besides the per-item inputs (e.g. `vision_feature_layer`): read once per
+    # class, they change an item's features and are hashed with it.
+    parameters = inspect.signature(getattr(encoder_class, f"get_{modality}_features")).parameters
+    return tuple(name for name in parameters if name not in skip and name != "self")
 
-    Expects the host to provide `vision_facts`, `encoder_cache`, `_encoder_cache_identity` and the family hooks
-    (`select_image_inputs`, ...), as `VisionPrepGenerationMixin` does.
+
+class ItemEncoder:
+    """Content hashes and features of the items of one `generate` call.
+
+    Args:
+        model: the drop-in model (its `vision_facts`, family hooks, `encoder_cache` and `model.get_<modality>_features`).
+        model_kwargs (`dict[str, Any]`): the call's inputs, pixel inputs included.
+        spans (`list[ImageSpan]`): every span of the prompt.
+        salt (`str`, *optional*): the call's cache salt, hashed into every content hash.
     """
 
-    def _modality_facts(self, name: str) -> ModalityFacts:
-        return next(modality for modality in self.vision_facts.modalities if modality.name == name)
+    def __init__(self, model, model_kwargs: dict[str, Any], spans: list[ImageSpan], salt: str | None = None):
+        self.model = model
+        self.model_kwargs = model_kwargs
+        self.salt = salt
+        self.span_of = {span.image_index: span for span in spans}
+        self.lengths = _item_lengths(spans)  # placeholder tokens of each item, over all of its pieces
 
-    @staticmethod
-    def _modality_hook(hook, name: str, *args):
-        # Single-modality families override the hooks without `modality`: images are asked as they always were.
-        return hook(*args) if name == "image" else hook(*args, modality=name)
+    def encoder_argument_names(self, modality: str) -> tuple[str, ...]:
+        """Arguments of `get_<modality>_features` that are not per-item inputs (read from the call's inputs)."""
+        facts = self.model.vision_facts.modality(modality)
+        skip = frozenset({"kwargs", *facts.pixel_keys, *facts.per_item_keys})
+        return _encoder_argument_names(type(self.model.model), modality, skip)
 
-    def _encoder_kwarg_names(self, modality: str = "image") -> list[str]:
-        parameters = inspect.signature(getattr(self.model, f"get_{modality}_features")).parameters
-        facts = self._modality_facts(modality)
-        skip = {"kwargs", *facts.pixel_keys, *facts.per_item_keys}
-        return [name for name in parameters if name not in skip]
+    def _shared_arguments(self, modality: str) -> dict[str, Any]:
+        names = self.encoder_argument_names(modality)
+        return {name: self.model_kwargs[name] for name in names if self.model_kwargs.get(name) is not None}
 
-    def _shared_encoder_kwargs(self, modality: str, model_kwargs: dict[str, Any]) -> dict[str, Any]:
-        names = self._encoder_kwarg_names(modality)
-        return {name: model_kwargs[name] for name in names if model_kwargs.get(name) is not None}
+    def _item_inputs(self, modality: str, indices: list[int]) -> dict[str, Any]:
+        # Pixel inputs of the items at `indices` (indices among the items of `modality`).
+        return call_hook(self.model.select_image_inputs, modality, self.model_kwargs, indices)
 
-    def _item_inputs(self, span: ImageSpan, indices: list[int], model_kwargs: dict[str, Any]) -> dict[str, Any]:
-        # Pixel inputs of the items at `indices` (indices among the items of `span.modality`).
-        return self._modality_hook(self.select_image_inputs, span.modality, model_kwargs, indices)
+    def hashes(self, indices: list[int]) -> dict[int, str]:
+        """The content hash of each item: its pixel inputs and per-item extras, plus every encoder argument.
 
-    def _image_hashes(
-        self, indices: list[int], spans: list[ImageSpan], model_kwargs: dict[str, Any], salt: str | None
-    ) -> dict[int, str]:
-        # The content hash of each item: its pixel inputs and per-item extras, plus every encoder argument.
-        span_of = {span.image_index: span for span in spans}
+        Args:
+            indices (`list[int]`): item indices (numbered over every modality, as `ImageSpan.image_index`).
+
+        Returns:
+            `dict[int, str]`
+        """
         hashes = {}
         for index in indices:
-            span = span_of[index]
-            inputs = self._item_inputs(span, [span.input_index], model_kwargs)
-            shared = self._shared_encoder_kwargs(span.modality, model_kwargs)
-            hashes[index] = hash_image_inputs({**inputs, **shared}, salt=salt)
+            span = self.span_of[index]
+            inputs = self._item_inputs(span.modality, [span.input_index])
+            hashes[index] = hash_image_inputs({**inputs, **self._shared_arguments(span.modality)}, salt=self.salt)
         return hashes
 
-    def _supplied_features(self, supplied: dict | None, spans: list[ImageSpan]) -> SuppliedFeatures:
+    def supplied_features(self, supplied: dict | None) -> SuppliedFeatures:
         """Per-item features the caller passed as `mm_encoder_outputs` instead of pixels (transformers accepts them).
 
         Two forms: a main model's `PlannedEncoderOutputs` (an assistant model that is a drop-in gets the main
         model's kwargs), whose per-item features are read as they are; or upstream's raw encoder outputs per modality
         (`get_<modality>_features(..., return_dict=True)` of every item of the prompt), split per item here.
+
+        Args:
+            supplied (`dict`, *optional*): the `mm_encoder_outputs` the call was given.
+
+        Returns:
+            `tuple[dict, dict]`: features and deepstack features by item index.
         """
         if not supplied:
             return {}, {}
         if isinstance(supplied, PlannedEncoderOutputs):
             return dict(supplied.prepared.features), dict(supplied.prepared.deepstack)
-        lengths = _item_lengths(spans)
         features: dict[int, torch.Tensor] = {}
         deepstack: dict[int, tuple[torch.Tensor, ...]] = {}
-        for modality in self.vision_facts.modalities:
+        for modality in self.model.vision_facts.modalities:
             output = supplied.get(modality.name)
-            items = sorted({span.image_index for span in spans if span.modality == modality.name})
+            items = sorted(index for index, span in self.span_of.items() if span.modality == modality.name)
             if output is None or not items:
                 continue
-            counts = [lengths[index] for index in items]
+            counts = [self.lengths[index] for index in items]
             pooled = _split_checked(output.pooler_output, counts, modality.name)
             layers = deepstack_layers(output)
             per_layer = [_split_checked(layer, counts, modality.name) for layer in layers] if layers else None
@@ -87,43 +108,50 @@ class ImageEncodingMixin:
                     deepstack[index] = tuple(layer[position] for layer in per_layer)
         return features, deepstack
 
-    def _check_pixels_present(self, indices: list[int], span_of: dict, model_kwargs: dict[str, Any]) -> None:
+    def _check_pixels_present(self, indices: list[int]) -> None:
         # Items prefill must encode need their pixels; other per-item inputs (grids) alone only serve cached items.
         for index in indices:
-            span = span_of[index]
-            pixel_keys = self._modality_facts(span.modality).pixel_keys
-            if all(model_kwargs.get(key) is None for key in pixel_keys):
+            span = self.span_of[index]
+            pixel_keys = self.model.vision_facts.modality(span.modality).pixel_keys
+            if all(self.model_kwargs.get(key) is None for key in pixel_keys):
                 raise ValueError(
                     f"{span.modality.capitalize()} {span.input_index} (placeholders at row {span.row}, position "
                     f"{span.start}) is not in the cache, but no `{pixel_keys[0]}` was passed. Pass the pixel inputs "
                     f"of every {span.modality} of the prompt (with their grids)."
                 )
 
-    def _image_features(
+    def features(
         self,
         needed: list[int],
-        spans: list[ImageSpan],
-        model_kwargs: dict[str, Any],
-        salt: str | None,
-        image_hashes: dict[int, str] | None = None,
+        known_hashes: dict[int, str] | None = None,
         supplied: SuppliedFeatures | None = None,
-    ) -> tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]:
-        # Features (and per-layer deepstack features, when the encoder returns them) of every needed item.
-        span_of = {span.image_index: span for span in spans}
-        lengths = _item_lengths(spans)  # placeholder tokens of each item, over all of its pieces
+    ) -> SuppliedFeatures:
+        """Features (and per-layer deepstack features, when the encoder returns them) of every needed item.
 
-        cache = self.encoder_cache
-        use_cache = cache is not None and not self.training and not torch.is_grad_enabled()
+        Supplied features are used as they are; the rest come from the encoder cache, then from one encoder call per
+        modality for the misses, which are stored.
+
+        Args:
+            needed (`list[int]`): item indices prefill needs.
+            known_hashes (`dict[int, str]`, *optional*): content hashes already computed (by the prefix lookup).
+            supplied (`SuppliedFeatures`, *optional*): features the caller passed.
+
+        Returns:
+            `tuple[dict, dict]`: features `(tokens, dim)` and deepstack features by item index.
+        """
+        model = self.model
+        cache = model.encoder_cache
+        use_cache = cache is not None and not model.training and not torch.is_grad_enabled()
         given_features, given_deepstack = supplied or ({}, {})
         features = {index: given_features[index] for index in needed if index in given_features}
         deepstack = {index: given_deepstack[index] for index in features if index in given_deepstack}
-        self._check_pixels_present([index for index in needed if index not in features], span_of, model_kwargs)
+        self._check_pixels_present([index for index in needed if index not in features])
         keys: dict[int, tuple] = {}
         if use_cache:
-            identity = self._encoder_cache_identity()
-            known = image_hashes or {}
+            identity = model._encoder_cache_identity()
+            known = known_hashes or {}
             missing_hashes = [index for index in needed if index not in known and index not in features]
-            hashes = {**known, **self._image_hashes(missing_hashes, spans, model_kwargs, salt)}
+            hashes = {**known, **self.hashes(missing_hashes)}
             for index in needed:
                 if index in features:
                     continue
@@ -134,35 +162,37 @@ class ImageEncodingMixin:
                 elif hit is not None:
                     features[index] = hit
         misses = [index for index in needed if index not in features]
-        for modality in self.vision_facts.modalities:
-            group = [index for index in misses if span_of[index].modality == modality.name]
+        for modality in model.vision_facts.modalities:
+            group = [index for index in misses if self.span_of[index].modality == modality.name]
             if not group:
                 continue
-            inputs = self._item_inputs(span_of[group[0]], [span_of[i].input_index for i in group], model_kwargs)
+            inputs = self._item_inputs(modality.name, [self.span_of[index].input_index for index in group])
             check_finite_pixels(inputs, modality.pixel_keys)
-            shared = self._shared_encoder_kwargs(modality.name, model_kwargs)
-            outputs = getattr(self.model, f"get_{modality.name}_features")(**inputs, **shared, return_dict=True)
-            counts = [lengths[index] for index in group]
+            encode = getattr(model.model, f"get_{modality.name}_features")
+            outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
+            counts = [self.lengths[index] for index in group]
             pooled = split_per_image(outputs.pooler_output, counts)
             layers = deepstack_layers(outputs)
             per_layer = [split_per_image(layer, counts) for layer in layers] if layers is not None else None
             for position, index in enumerate(group):
-                features[index] = pooled[position]
-                entry = features[index]
+                features[index] = entry = pooled[position]
                 if per_layer is not None:
                     deepstack[index] = tuple(layer[position] for layer in per_layer)
                     entry = {"features": features[index], "deepstack": deepstack[index]}
                 if use_cache:
                     cache.put(keys[index], entry)
-        for index in needed:
-            if features[index].shape[0] != lengths[index]:
-                name = span_of[index].modality.capitalize()
-                raise ValueError(
-                    f"{name} {span_of[index].input_index} has {lengths[index]} placeholder tokens but its vision "
-                    f"features have {features[index].shape[0]} rows. The prompt was built for another "
-                    f"{span_of[index].modality} size or model config; build it with this model's processor."
-                )
+        self._check_feature_rows(needed, features)
         return features, deepstack
+
+    def _check_feature_rows(self, needed: list[int], features: dict[int, torch.Tensor]) -> None:
+        for index in needed:
+            span = self.span_of[index]
+            if features[index].shape[0] != self.lengths[index]:
+                raise ValueError(
+                    f"{span.modality.capitalize()} {span.input_index} has {self.lengths[index]} placeholder tokens "
+                    f"but its vision features have {features[index].shape[0]} rows. The prompt was built for another "
+                    f"{span.modality} size or model config; build it with this model's processor."
+                )
 
 
 def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> None:
@@ -196,13 +226,6 @@ def _split_checked(output, counts: list[int], modality: str) -> list[torch.Tenso
             "pass the pixel inputs instead."
         )
     return split_per_image(output, counts)
-
-
-def select_images(value: Any, indices: list[int]) -> Any:
-    """The entries of a per-image input (tensor or list) for the given image indices, in that order."""
-    if isinstance(value, torch.Tensor):
-        return value[indices]
-    return [value[index] for index in indices]
 
 
 def deepstack_layers(outputs) -> list | None:

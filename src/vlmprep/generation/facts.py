@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,13 +95,17 @@ class VisionFacts:
     image_token_type: int | None = None
     positions_from_cache_length: bool = False
 
-    @property
+    @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:
         """Every modality of the family, images first (in that order the mixin numbers their items)."""
         image = ModalityFacts(
             "image", self.placeholder_attr, self.pixel_keys, self.per_image_keys, self.image_token_type
         )
         return (image, *self.other_modalities)
+
+    def modality(self, name: str) -> ModalityFacts:
+        """The facts of the modality called `name` (`"image"`, `"video"`, ...)."""
+        return next(modality for modality in self.modalities if modality.name == name)
 
     def features_as_list_by_modality(self) -> dict[str, bool]:
         """Per modality, whether the model reads its `pooler_output` as a list of tensors."""

@@ -13,8 +13,7 @@ The restored prefix becomes the call's cache, of the kind the call asks for (`ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import DynamicCache
@@ -22,8 +21,12 @@ from transformers.cache_utils import Cache, StaticLayer, StaticSlidingWindowLaye
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 from transformers.utils import logging
 
+from ..cache.identity import cache_identity, salt_namespace
 from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_layout, key_material_tensor
-from .spans import Block, ImageSpan, resolve_resume_point
+from .spans import resolve_resume_point
+
+if TYPE_CHECKING:
+    from .plan import PromptPlan
 
 logger = logging.get_logger("vlmprep")
 
@@ -81,13 +84,10 @@ class PrefixRequest:
         model,
         input_ids: torch.Tensor,
         model_kwargs: dict[str, Any],
-        spans: Sequence[ImageSpan],
-        image_hashes: dict[int, str],
-        blocks: Sequence[Block],
-        intervals: Sequence[tuple[int, int]],
-        namespace: Sequence[str],
+        plan: PromptPlan,
+        salt: str | None,
         generation_config,
-    ) -> tuple[Cache, int, bool]:
+    ) -> tuple[Cache, int]:
         """A fresh cache of the kind the call asks for, holding the longest stored prefix shared by every row.
 
         Args:
@@ -96,18 +96,17 @@ class PrefixRequest:
             model_kwargs (`dict[str, Any]`):
                 the call's inputs after token types and positions were prepared (`attention_mask`, token types,
                 `position_ids` are read).
-            spans (`Sequence[ImageSpan]`): image spans of the prompt.
-            image_hashes (`dict[int, str]`): content hash of every image.
-            blocks (`Sequence[Block]`): bidirectional blocks of every row.
-            intervals (`Sequence[tuple[int, int]]`): the blocks of all rows merged.
-            namespace (`Sequence[str]`): model identity and cache salt.
+            plan (`PromptPlan`): the prompt's spans, blocks and the content hash of every item.
+            salt (`str`, *optional*): the call's cache salt (with the model's identity, the keys' namespace).
             generation_config: the call's generation config; its `cache_implementation` is consumed here, as the
                 restored cache becomes the call's cache.
 
         Returns:
-            `tuple[Cache, int, bool]`: the cache, the tokens it holds, and whether that resume point may stay
-            inside a bidirectional block (batch of one, and the stored KV saw the very same blocks).
+            `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
+            inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
+        spans, image_hashes, blocks, intervals = plan.spans, plan.image_hashes, plan.blocks, plan.intervals
+        namespace = (*cache_identity(model, part="model"), salt_namespace(salt))
         batch_size, width = input_ids.shape
         attention_mask = model_kwargs.get("attention_mask")
         self.per_token = _per_token_inputs(model_kwargs, input_ids)
@@ -133,8 +132,7 @@ class PrefixRequest:
             ends.append(pad + record.hit if pad < width else 0)
 
         resume = min(ends)
-        trusted = batch_size == 1 and resume > 0
-        if not trusted:
+        if batch_size > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
             resume = resolve_resume_point(resume, intervals)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
@@ -161,7 +159,7 @@ class PrefixRequest:
         for record in self.rows:
             reused = max(0, resume - record.pad)
             self.store.record_use(reused, len(record.material) - reused)
-        return cache, resume, trusted
+        return cache, resume
 
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""

@@ -1,0 +1,127 @@
+"""`FamilyHooks`: the per-family facts that are computed rather than stated, with the defaults most families use.
+
+A family overrides a hook when its facts need code (placeholder counts from image sizes, flattened pixel inputs,
+multimodal positions). Every hook has one signature: the call's inputs first, then the modality (`"image"` unless the
+family has others, see `VisionFacts.other_modalities`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .facts import ModalityFacts, VisionFacts
+from .validation import check_pixel_dims, check_pixel_shapes
+
+
+def select_items(value: Any, indices: list[int]) -> Any:
+    """The entries of a per-item input (tensor or list) for the given item indices, in that order."""
+    if isinstance(value, torch.Tensor):
+        return value[indices]
+    return [value[index] for index in indices]
+
+
+def call_hook(hook, modality: str, *args):
+    """Call a family hook for `modality` (images are asked without the keyword, as single-modality hooks expect)."""
+    return hook(*args) if modality == "image" else hook(*args, modality=modality)
+
+
+class FamilyHooks:
+    """The family hooks the generation mixin calls, with their defaults; a drop-in states `vision_facts`.
+
+    Hosts must provide `config` and `vision_facts` (a `VisionFacts`), as every drop-in class does.
+    """
+
+    vision_facts: VisionFacts = VisionFacts()
+
+    def _modality_facts(self, name: str) -> ModalityFacts:
+        return self.vision_facts.modality(name)
+
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
+        """Placeholder tokens of each image (one count for all, a list per image, or `None`: one image per run).
+
+        An item whose placeholders come in several runs (a video with one run per frame) has a list of its pieces.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (some families read image sizes from them).
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count tokens of.
+
+        Returns:
+            `int`, `list[int | list[int]]` or `None`
+        """
+        return self.vision_facts.fixed_tokens_per_image(self.config) if modality == "image" else None
+
+    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """How many images (items of `modality`) the call's pixel inputs hold (`None` when there are none).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+
+        Returns:
+            `int` or `None`
+        """
+        pixel_keys = self._modality_facts(modality).pixel_keys
+        pixel_values = next((model_kwargs[k] for k in pixel_keys if model_kwargs.get(k) is not None), None)
+        if pixel_values is None:
+            return None
+        return len(pixel_values) if isinstance(pixel_values, (list, tuple)) else pixel_values.shape[0]
+
+    def select_image_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The per-image inputs (pixels and per-image extras) of the given images, in that order.
+
+        Families whose pixel inputs are not one entry per image (e.g. flattened patches) override this.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): image indices (indices among the items of `modality`).
+            modality (`str`, *optional*, defaults to `"image"`): whose items.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments for the family's `get_image_features` (`get_<modality>_features`).
+        """
+        facts = self._modality_facts(modality)
+        keys = (*facts.pixel_keys, *facts.per_item_keys)
+        return {key: select_items(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` when pixel inputs do not fit the vision tower, before anything is encoded.
+
+        The default checks the image pixels by `VisionFacts.pixel_layout` (transformers would fail with a raw shape
+        error deep in the tower); families with other layouts (flattened patches) override this or check their
+        inputs in `count_images`.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose pixel inputs to check.
+        """
+        facts = self.vision_facts
+        key = self._modality_facts(modality).pixel_keys[0]
+        pixel_values = model_kwargs.get(key)
+        if modality != "image" or not isinstance(pixel_values, torch.Tensor):
+            return
+        vision_config = getattr(self.config, "vision_config", None)
+        if facts.pixel_layout == "images" and facts.fixed_resolution:
+            check_pixel_shapes(pixel_values, vision_config)
+        elif facts.pixel_layout == "crops":
+            check_pixel_dims(pixel_values, vision_config, ("num_images", "crops"), key)
+        elif facts.pixel_layout == "up_to_size":
+            check_pixel_dims(pixel_values, vision_config, ("num_images",), key, up_to_size=True)
+
+    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
+        """Position ids of the whole prompt for families with multimodal rope, from the prompt alone.
+
+        The default `None` keeps transformers' 1D positions. A family returning a tensor gets it sliced per prefill
+        chunk (last dimension) and extended by one per decoded token.
+
+        Args:
+            input_ids (`torch.Tensor`): the whole prompt.
+            model_kwargs (`dict[str, Any]`): the call's inputs (pixel inputs still present).
+
+        Returns:
+            `torch.Tensor` or `None`
+        """
+        return None

@@ -1,0 +1,312 @@
+"""`PromptPlan`: what one `generate` call's prompt holds, worked out once in input preparation.
+
+`plan_prompt` reads the prompt, the cache and the family's facts once: where the prompt starts in the sequence, its
+token types, the spans of its items (images, videos), the bidirectional blocks, the positions, and the point prefill
+resumes from (after a prefix-cache lookup and, for a caller's cache that ends inside a block, a roll back). Every later
+step (encoding, chunk planning, slicing the features per chunk) reads the plan instead of working these out again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..utils.logging import get_logger
+from .cache_rollback import roll_back_cache
+from .encoding import ItemEncoder, SuppliedFeatures
+from .hooks import call_hook
+from .spans import (
+    Block,
+    ImageSpan,
+    blocks_from_prefix,
+    blocks_from_runs,
+    find_image_spans,
+    merge_blocks,
+    resolve_resume_point,
+    shift_spans,
+)
+from .validation import check_cache_matches_model, check_sequence_input
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class PromptPlan:
+    """The facts of one call's prompt that every step after input preparation reads.
+
+    Args:
+        offset (`int`): sequence position of `input_ids[:, 0]` (non-zero when the caller passes only new tokens).
+        prompt_length (`int`): tokens of `input_ids`.
+        spans (`list[ImageSpan]`): every item's placeholder spans, every modality, in sequence coordinates.
+        blocks (`list[Block]`): bidirectional blocks of every row.
+        intervals (`list[tuple[int, int]]`): the blocks of all rows merged: no prefill chunk ends inside one.
+        resume_point (`int`): the cache length prefill starts from.
+        encoder (`ItemEncoder`): hashes and features of the call's items.
+        supplied (`SuppliedFeatures`): features the caller passed instead of pixels, by item index.
+        image_hashes (`dict[int, str]`): content hashes already computed (by the prefix-cache lookup).
+    """
+
+    offset: int
+    prompt_length: int
+    spans: list[ImageSpan]
+    blocks: list[Block]
+    intervals: list[tuple[int, int]]
+    resume_point: int
+    encoder: ItemEncoder
+    supplied: SuppliedFeatures = ({}, {})
+    image_hashes: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        """One past the last position of the prompt."""
+        return self.offset + self.prompt_length
+
+    def needed_items(self) -> list[int]:
+        """The items prefill needs: those with a placeholder after the resume point (the others are in the cache)."""
+        return sorted({span.image_index for span in self.spans if span.end > self.resume_point})
+
+
+def plan_prompt(
+    model,
+    input_ids: torch.Tensor,
+    model_kwargs: dict[str, Any],
+    generation_config,
+    salt: str | None = None,
+    prefix_request=None,
+    supplied: dict | None = None,
+) -> PromptPlan:
+    """Check a call's inputs against its prompt and cache, and plan its prefill.
+
+    `model_kwargs` is completed on the way, as the forward needs it: token types derived or padded, multimodal
+    positions, and the cache (restored from the prefix cache, or rolled back out of a bidirectional block).
+
+    Args:
+        model: the drop-in model.
+        input_ids (`torch.Tensor` of shape `(batch_size, prompt_length)`): the prompt.
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        generation_config: the call's generation config.
+        salt (`str`, *optional*): the call's cache salt.
+        prefix_request (`PrefixRequest`, *optional*): the call's prefix-cache request.
+        supplied (`dict`, *optional*): `mm_encoder_outputs` the caller passed.
+
+    Returns:
+        `PromptPlan`
+    """
+    facts = model.vision_facts
+    batch_size, prompt_length = input_ids.shape
+
+    # 4.1 The cache: what it holds, and that it can belong to this model and this prompt.
+    cache = model_kwargs.get("cache")
+    past_length = cache.get_seq_length() if cache is not None else 0
+    if cache is not None:
+        check_cache_matches_model(cache, model.config, batch_size)
+    offset = _prompt_offset(model_kwargs, generation_config, batch_size, prompt_length, past_length)
+
+    # 4.2 Token types: derived from the placeholders when the family needs them and the caller left them out.
+    token_types = _prepare_token_types(model, input_ids, model_kwargs, past_length, offset)
+
+    # 4.3 Spans, and which items the prompt refers to.
+    spans = shift_spans(find_item_spans(model, input_ids, model_kwargs, token_types), offset)
+    encoder = ItemEncoder(model, model_kwargs, spans, salt)
+    given = encoder.supplied_features(supplied)
+    check_items_match_spans(model, spans, model_kwargs, past_length, set(given[0]))
+    if given[0]:
+        prefix_request = None  # features without pixels have no content hash to key a stored prefix by
+    position_ids = model.vision_position_ids(input_ids, model_kwargs)
+    if position_ids is not None:
+        if position_ids.shape[-1] != offset + prompt_length:
+            raise ValueError(
+                "This model's multimodal positions are computed from the whole prompt, but only the "
+                f"{prompt_length} tokens after the {offset} cached ones were passed. Pass the whole conversation "
+                "as `input_ids` (with its pixel inputs and token types) together with the cache."
+            )
+        model_kwargs["position_ids"] = position_ids
+    if facts.positions_from_cache_length:
+        # The decoder ignores them (its positions count padding): keys must not take them for the real ones
+        model_kwargs.pop("position_ids", None)
+
+    blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask"))
+    plan = PromptPlan(offset, prompt_length, spans, blocks, merge_blocks(blocks), past_length, encoder, given)
+
+    # 4.4 A prefix-cache hit becomes the cache (when the caller passed none), with its exact resume point.
+    if prefix_request is not None and cache is not None:
+        logger.warning_once(
+            "The prefix cache is not used when a `cache` is passed: the call resumes from that cache as it is."
+        )
+    elif prefix_request is not None and prefix_request.applies(model, generation_config, batch_size):
+        plan.image_hashes = encoder.hashes(sorted({span.image_index for span in spans}))
+        model_kwargs["cache"], plan.resume_point = prefix_request.restore(
+            model, input_ids, model_kwargs, plan, salt, generation_config
+        )
+        return plan
+
+    # 4.5 Otherwise the caller's cache: resume never strictly inside a bidirectional block.
+    resume_point = resolve_resume_point(past_length, plan.intervals)
+    if resume_point < offset:
+        raise ValueError(
+            f"The cache ends at position {past_length}, inside a bidirectional block that starts at "
+            f"{resume_point}, and only the tokens after the cache were passed, so the block cannot be recomputed "
+            "whole. Pass the whole prompt as `input_ids` (with its attention mask)."
+        )
+    if resume_point < past_length:
+        resume_point = roll_back_cache(cache, past_length, resume_point)
+    plan.resume_point = resume_point
+    return plan
+
+
+def _prompt_offset(
+    model_kwargs: dict[str, Any], generation_config, batch_size: int, prompt_length: int, past_length: int
+) -> int:
+    # A caller may pass only the new tokens with a mask covering cache + new tokens (a transformers idiom).
+    attention_mask = model_kwargs.get("attention_mask")
+    mask_length = attention_mask.shape[-1] if attention_mask is not None else None
+    # `generate` drops an all-ones mask before input preparation and keeps only its length
+    mask_length = mask_length or getattr(generation_config, "_mask_length", None) or prompt_length
+    offset = past_length if past_length and mask_length == past_length + prompt_length else 0
+    if attention_mask is None and mask_length not in (prompt_length, offset + prompt_length):
+        raise ValueError(
+            f"`attention_mask` has shape {(batch_size, mask_length)} but `input_ids` needs "
+            f"({batch_size}, {prompt_length}). Pass the `attention_mask` the processor returned together with these "
+            "`input_ids` (same batch and padding)."
+        )
+    check_sequence_input("attention_mask", attention_mask, batch_size, {prompt_length, offset + prompt_length})
+    if prompt_length == 0:
+        raise ValueError("`input_ids` is empty: pass at least one prompt token (e.g. the BOS token).")
+    if offset == 0 and past_length >= prompt_length:
+        raise ValueError(
+            f"The cache already holds {past_length} tokens but the prompt has {prompt_length}: at least the last "
+            "prompt token must be computed to get logits. Pass the cache of a shorter prefix of this prompt "
+            "(e.g. `cache.crop(...)`), or no cache."
+        )
+    return offset
+
+
+def _prepare_token_types(
+    model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], past_length: int, offset: int
+) -> torch.Tensor | None:
+    facts = model.vision_facts
+    batch_size, prompt_length = input_ids.shape
+    token_types = model_kwargs.get(facts.token_type_key)
+    if token_types is not None and token_types.ndim == 2 and token_types.shape[-1] < prompt_length:
+        # `input_ids` grew past the types (generated tokens appended to ids and mask only, as transformers' own
+        # continuation idiom does): the tokens past them are what generation appends, text or suffix.
+        fill = 1 if facts.bidirectional == "prefix" else 0
+        token_types = torch.nn.functional.pad(token_types, (0, prompt_length - token_types.shape[-1]), value=fill)
+        model_kwargs[facts.token_type_key] = token_types
+    check_sequence_input(facts.token_type_key, token_types, batch_size, {prompt_length, offset + prompt_length})
+    if facts.bidirectional is None:
+        return token_types
+    if token_types is None:
+        token_types = derive_token_types(model, input_ids, past_length - offset if past_length else None)
+    if token_types.shape[-1] < offset + prompt_length:
+        token_types = torch.nn.functional.pad(token_types, (offset, 0))  # cached part: text
+    model_kwargs[facts.token_type_key] = token_types
+    return token_types
+
+
+def derive_token_types(model, input_ids: torch.Tensor, cached: int | None) -> torch.Tensor:
+    """The token types the family's processor would have returned for `input_ids`.
+
+    1 on image placeholders (Gemma3), or an all-0 prefix covering the whole prompt (PaliGemma without a suffix).
+    Continuing from a cache (`cached` of these ids are in it), PaliGemma's new tokens are the generated suffix, as
+    upstream treats them: causal, type 1.
+
+    Args:
+        model: the drop-in model.
+        input_ids (`torch.Tensor`): the prompt.
+        cached (`int`, *optional*): how many of these ids the cache holds; `None` without a cache.
+
+    Returns:
+        `torch.Tensor` shaped like `input_ids`
+    """
+    facts = model.vision_facts
+    if facts.bidirectional == "image":
+        return (input_ids == facts.placeholder_id(model.config)).long()
+    token_types = torch.zeros_like(input_ids)
+    if cached is not None:
+        token_types[:, max(cached, 0) :] = 1
+    return token_types
+
+
+def bidirectional_blocks(model, token_types: torch.Tensor | None, attention_mask: torch.Tensor | None) -> list[Block]:
+    """The bidirectional blocks of every row: image runs (Gemma3) or the unpadded prefix (PaliGemma)."""
+    bidirectional = model.vision_facts.bidirectional
+    if bidirectional is None or token_types is None:
+        return []
+    if bidirectional == "image":
+        return blocks_from_runs(token_types == 1)
+    prefix = token_types == 0
+    if attention_mask is not None and attention_mask.shape == prefix.shape:
+        prefix = prefix & attention_mask.bool()  # padding is masked out, it belongs to no block
+    return blocks_from_prefix(prefix)
+
+
+def find_item_spans(
+    model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], token_types: torch.Tensor | None
+) -> list[ImageSpan]:
+    """The placeholder spans of every item of every modality in `input_ids` (positions relative to it).
+
+    Items of every modality are numbered together, images first, so features and hashes key on one index.
+    """
+    token_type_key = model.vision_facts.token_type_key
+    spans: list[ImageSpan] = []
+    for modality in model.vision_facts.modalities:
+        counts = call_hook(model.image_token_counts, modality.name, model_kwargs)
+        first_index = len({span.image_index for span in spans})
+        ids = input_ids
+        if modality.token_type is not None and token_types is not None:
+            # The placeholder id is shared with another modality: only the positions of this one's type count
+            ids = input_ids.masked_fill(token_types[..., -input_ids.shape[-1] :] != modality.token_type, -1)
+        elif modality.token_type is not None and modality.name != "image":
+            if call_hook(model.count_images, modality.name, model_kwargs) is not None:
+                raise ValueError(
+                    f"This model's {modality.name}s share the image placeholder token, so only `{token_type_key}` "
+                    f"tells their placeholders apart. Pass `{token_type_key}` as the processor returns it."
+                )
+            continue  # without token types, shared placeholders are images (what the processor marks)
+        spans += find_image_spans(ids, modality.placeholder_id(model.config), counts, modality.name, first_index)
+    return sorted(spans, key=lambda span: (span.row, span.start))
+
+
+def check_items_match_spans(
+    model, spans: list[ImageSpan], model_kwargs: dict[str, Any], past_length: int, given: set[int] = frozenset()
+) -> None:
+    """Raise when the pixel inputs do not match the prompt's placeholder runs (one item per run, in prompt order).
+
+    Args:
+        model: the drop-in model.
+        spans (`list[ImageSpan]`): the prompt's spans.
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        past_length (`int`): tokens in the cache (items wholly inside it need no pixels).
+        given (`set[int]`, *optional*): items whose features the caller supplied.
+    """
+    for modality in model.vision_facts.modalities:
+        name = modality.name
+        modality_spans = [span for span in spans if span.modality == name]
+        num_items = call_hook(model.count_images, name, model_kwargs)
+        has_pixels = any(model_kwargs.get(key) is not None for key in modality.pixel_keys)
+        if has_pixels and any(span.image_index in given for span in modality_spans):
+            raise ValueError(
+                f"Both `{modality.pixel_keys[0]}` and `mm_encoder_outputs['{name}']` were passed. Pass one of them: "
+                "the pixel inputs (vlmprep encodes them once) or the precomputed encoder outputs."
+            )
+        if num_items is None:
+            uncached = [s for s in modality_spans if s.end > past_length and s.image_index not in given]
+            if uncached:
+                raise ValueError(
+                    f"The prompt has {len(uncached)} {name} placeholder run(s) after the {past_length} cached tokens "
+                    f"(first at row {uncached[0].row}, position {uncached[0].start}) but no pixel inputs were passed "
+                    f"(transformers would run them as text). Pass `{modality.pixel_keys[0]}` for every {name} of "
+                    "the prompt."
+                )
+            continue
+        num_runs = len({span.image_index for span in modality_spans})
+        if num_items != num_runs:
+            raise ValueError(
+                f"{num_items} {name}(s) were passed but the prompt has {num_runs} {name} placeholder run(s). Pass "
+                f"exactly one {name} per placeholder run, in prompt order (all {name}s of the conversation, also "
+                "those already in the cache), or fix the prompt."
+            )
+        call_hook(model.check_pixel_inputs, name, model_kwargs)
