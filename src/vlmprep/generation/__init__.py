@@ -2,13 +2,23 @@
 
 from .facts import VisionFacts
 from .mixin import VisionPrepGenerationMixin
-from .prepared import PreparedImages
-from .spans import Block, ImageSpan, find_image_spans, merge_blocks, plan_prefill_chunks, resolve_resume_point
+from .prepared import PreparedImages, PreparedItems
+from .spans import (
+    Block,
+    ImageSpan,
+    ItemSpan,
+    find_image_spans,
+    merge_blocks,
+    plan_prefill_chunks,
+    resolve_resume_point,
+)
 
 __all__ = [
     "Block",
     "ImageSpan",
+    "ItemSpan",
     "PreparedImages",
+    "PreparedItems",
     "VisionFacts",
     "VisionPrepGenerationMixin",
     "find_image_spans",

@@ -13,7 +13,7 @@ from ..cache.hashing import hash_image_inputs
 from .hooks import call_hook
 from .hooks import select_items as select_images  # noqa: F401  (the name families imported before `hooks`)
 from .prepared import PlannedEncoderOutputs, split_per_image
-from .spans import ImageSpan
+from .spans import ItemSpan
 
 # Per-item features handed in by the caller, and their per-layer deepstack features, by item index.
 SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]
@@ -33,15 +33,15 @@ class ItemEncoder:
     Args:
         model: the drop-in model (its `vision_facts`, family hooks, `encoder_cache` and `model.get_<modality>_features`).
         model_kwargs (`dict[str, Any]`): the call's inputs, pixel inputs included.
-        spans (`list[ImageSpan]`): every span of the prompt.
+        spans (`list[ItemSpan]`): every span of the prompt.
         salt (`str`, *optional*): the call's cache salt, hashed into every content hash.
     """
 
-    def __init__(self, model, model_kwargs: dict[str, Any], spans: list[ImageSpan], salt: str | None = None):
+    def __init__(self, model, model_kwargs: dict[str, Any], spans: list[ItemSpan], salt: str | None = None):
         self.model = model
         self.model_kwargs = model_kwargs
         self.salt = salt
-        self.span_of = {span.image_index: span for span in spans}
+        self.span_of = {span.item_index: span for span in spans}
         self.lengths = _item_lengths(spans)  # placeholder tokens of each item, over all of its pieces
 
     def encoder_argument_names(self, modality: str) -> tuple[str, ...]:
@@ -62,7 +62,7 @@ class ItemEncoder:
         """The content hash of each item: its pixel inputs and per-item extras, plus every encoder argument.
 
         Args:
-            indices (`list[int]`): item indices (numbered over every modality, as `ImageSpan.image_index`).
+            indices (`list[int]`): item indices (numbered over every modality, as `ItemSpan.item_index`).
 
         Returns:
             `dict[int, str]`
@@ -208,10 +208,10 @@ def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> 
                 )
 
 
-def _item_lengths(spans: list[ImageSpan]) -> dict[int, int]:
+def _item_lengths(spans: list[ItemSpan]) -> dict[int, int]:
     lengths: dict[int, int] = {}
     for span in spans:
-        lengths[span.image_index] = lengths.get(span.image_index, 0) + span.length
+        lengths[span.item_index] = lengths.get(span.item_index, 0) + span.length
     return lengths
 
 

@@ -34,7 +34,7 @@ from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
 from .plan import plan_prompt
 from .prefix import PrefixRequest
-from .prepared import PlannedEncoderOutputs, PreparedImages
+from .prepared import PlannedEncoderOutputs, PreparedItems
 from .spans import plan_prefill_chunks
 from .validation import check_no_block_after_cache_in_static_cache
 
@@ -154,7 +154,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 model_kwargs.setdefault(key, value)
         plan = plan_prompt(self, inputs_tensor, model_kwargs, generation_config, salt, request, supplied)
         features, deepstack = plan.encoder.features(plan.needed_items(), plan.image_hashes, plan.supplied)
-        prepared = PreparedImages(
+        prepared = PreparedItems(
             spans=plan.spans,
             features=features,
             intervals=plan.intervals,

@@ -19,7 +19,7 @@ from .encoding import ItemEncoder, SuppliedFeatures
 from .hooks import call_hook
 from .spans import (
     Block,
-    ImageSpan,
+    ItemSpan,
     blocks_from_prefix,
     blocks_from_runs,
     find_image_spans,
@@ -39,7 +39,7 @@ class PromptPlan:
     Args:
         offset (`int`): sequence position of `input_ids[:, 0]` (non-zero when the caller passes only new tokens).
         prompt_length (`int`): tokens of `input_ids`.
-        spans (`list[ImageSpan]`): every item's placeholder spans, every modality, in sequence coordinates.
+        spans (`list[ItemSpan]`): every item's placeholder spans, every modality, in sequence coordinates.
         blocks (`list[Block]`): bidirectional blocks of every row.
         intervals (`list[tuple[int, int]]`): the blocks of all rows merged: no prefill chunk ends inside one.
         resume_point (`int`): the cache length prefill starts from.
@@ -50,7 +50,7 @@ class PromptPlan:
 
     offset: int
     prompt_length: int
-    spans: list[ImageSpan]
+    spans: list[ItemSpan]
     blocks: list[Block]
     intervals: list[tuple[int, int]]
     resume_point: int
@@ -65,7 +65,7 @@ class PromptPlan:
 
     def needed_items(self) -> list[int]:
         """The items prefill needs: those with a placeholder after the resume point (the others are in the cache)."""
-        return sorted({span.image_index for span in self.spans if span.end > self.resume_point})
+        return sorted({span.item_index for span in self.spans if span.end > self.resume_point})
 
 
 def plan_prompt(
@@ -136,7 +136,7 @@ def plan_prompt(
             "The prefix cache is not used when a `cache` is passed: the call resumes from that cache as it is."
         )
     elif prefix_request is not None and prefix_request.applies(model, generation_config, batch_size):
-        plan.image_hashes = encoder.hashes(sorted({span.image_index for span in spans}))
+        plan.image_hashes = encoder.hashes(sorted({span.item_index for span in spans}))
         model_kwargs["cache"], plan.resume_point = prefix_request.restore(
             model, input_ids, model_kwargs, plan, salt, generation_config
         )
@@ -245,16 +245,16 @@ def bidirectional_blocks(model, token_types: torch.Tensor | None, attention_mask
 
 def find_item_spans(
     model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], token_types: torch.Tensor | None
-) -> list[ImageSpan]:
+) -> list[ItemSpan]:
     """The placeholder spans of every item of every modality in `input_ids` (positions relative to it).
 
     Items of every modality are numbered together, images first, so features and hashes key on one index.
     """
     token_type_key = model.vision_facts.token_type_key
-    spans: list[ImageSpan] = []
+    spans: list[ItemSpan] = []
     for modality in model.vision_facts.modalities:
         counts = call_hook(model.image_token_counts, modality.name, model_kwargs)
-        first_index = len({span.image_index for span in spans})
+        first_index = len({span.item_index for span in spans})
         ids = input_ids
         if modality.token_type is not None and token_types is not None:
             # The placeholder id is shared with another modality: only the positions of this one's type count
@@ -271,13 +271,13 @@ def find_item_spans(
 
 
 def check_items_match_spans(
-    model, spans: list[ImageSpan], model_kwargs: dict[str, Any], past_length: int, given: set[int] = frozenset()
+    model, spans: list[ItemSpan], model_kwargs: dict[str, Any], past_length: int, given: set[int] = frozenset()
 ) -> None:
     """Raise when the pixel inputs do not match the prompt's placeholder runs (one item per run, in prompt order).
 
     Args:
         model: the drop-in model.
-        spans (`list[ImageSpan]`): the prompt's spans.
+        spans (`list[ItemSpan]`): the prompt's spans.
         model_kwargs (`dict[str, Any]`): the call's inputs.
         past_length (`int`): tokens in the cache (items wholly inside it need no pixels).
         given (`set[int]`, *optional*): items whose features the caller supplied.
@@ -287,13 +287,13 @@ def check_items_match_spans(
         modality_spans = [span for span in spans if span.modality == name]
         num_items = call_hook(model.count_images, name, model_kwargs)
         has_pixels = any(model_kwargs.get(key) is not None for key in modality.pixel_keys)
-        if has_pixels and any(span.image_index in given for span in modality_spans):
+        if has_pixels and any(span.item_index in given for span in modality_spans):
             raise ValueError(
                 f"Both `{modality.pixel_keys[0]}` and `mm_encoder_outputs['{name}']` were passed. Pass one of them: "
                 "the pixel inputs (vlmprep encodes them once) or the precomputed encoder outputs."
             )
         if num_items is None:
-            uncached = [s for s in modality_spans if s.end > past_length and s.image_index not in given]
+            uncached = [s for s in modality_spans if s.end > past_length and s.item_index not in given]
             if uncached:
                 raise ValueError(
                     f"The prompt has {len(uncached)} {name} placeholder run(s) after the {past_length} cached tokens "
@@ -302,7 +302,7 @@ def check_items_match_spans(
                     "the prompt."
                 )
             continue
-        num_runs = len({span.image_index for span in modality_spans})
+        num_runs = len({span.item_index for span in modality_spans})
         if num_items != num_runs:
             raise ValueError(
                 f"{num_items} {name}(s) were passed but the prompt has {num_runs} {name} placeholder run(s). Pass "

@@ -120,7 +120,7 @@ class PrefixRequest:
             mask = attention_mask[row] if attention_mask is not None else None
             pad, exact = _leading_padding(mask, width)
             material = key_material_tensor(input_ids[row, pad:], _row_inputs(self.per_token, row, pad, width))
-            row_spans = [(s.start - pad, s.end - pad, image_hashes[s.image_index]) for s in spans if s.row == row]
+            row_spans = [(s.start - pad, s.end - pad, image_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = _Row(row, pad, material, row_spans, row_blocks, storable=exact)
             if exact:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from .spans import ImageSpan
+from .spans import ItemSpan
 
 
 @dataclass
@@ -26,14 +26,14 @@ class EncoderRows(BaseModelOutputWithPooling):
 
 
 @dataclass
-class PreparedImages:
+class PreparedItems:
     """Spans of the prompt and the features of every image a prefill from `resume_point` needs.
 
     Features are kept once per distinct image, so expanding rows for beams or `num_return_sequences` shares them.
-    Items of every modality (images, videos) live here together, keyed by their `image_index`.
+    Items of every modality (images, videos) live here together, keyed by their `item_index`.
 
     Args:
-        spans (`list[ImageSpan]`): all spans of the prompt, every modality, in sequence coordinates.
+        spans (`list[ItemSpan]`): all spans of the prompt, every modality, in sequence coordinates.
         features (`dict[int, torch.Tensor]`): `(tokens, dim)` features of each needed item, by image index.
         intervals (`list[tuple[int, int]]`): merged bidirectional blocks, where no chunk may end.
         resume_point (`int`): the cache length prefill starts from.
@@ -45,7 +45,7 @@ class PreparedImages:
             `(tokens, dim)` tensor per layer; fed to the same placeholders as `features`.
     """
 
-    spans: list[ImageSpan]
+    spans: list[ItemSpan]
     features: dict[int, torch.Tensor]
     intervals: list[tuple[int, int]] = field(default_factory=list)
     resume_point: int = 0
@@ -53,7 +53,7 @@ class PreparedImages:
     as_list: bool | dict[str, bool] = False
     deepstack: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
 
-    def expand(self, expand_size: int) -> PreparedImages:
+    def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
         if expand_size == 1:
             return self
@@ -84,7 +84,7 @@ class PreparedImages:
         for span in self.spans:
             lo, hi = max(span.start, start), min(span.end, end)
             if span.modality == modality and lo < hi:
-                item = self.features[span.image_index] if layer is None else self.deepstack[span.image_index][layer]
+                item = self.features[span.item_index] if layer is None else self.deepstack[span.item_index][layer]
                 first = span.feature_start + lo - span.start  # the item's row of the placeholder at `lo`
                 pieces.append(item[first : first + hi - lo])
         if not pieces:
@@ -99,7 +99,7 @@ class PreparedImages:
             if rows is None:
                 continue
             output = EncoderRows(pooler_output=self._container(rows, modality))
-            items = [span.image_index for span in self.spans if span.modality == modality]
+            items = [span.item_index for span in self.spans if span.modality == modality]
             layers = next((len(self.deepstack[item]) for item in items if item in self.deepstack), None)
             if layers is not None:
                 output.deepstack_features = [
@@ -114,6 +114,10 @@ class PreparedImages:
         return [rows] if as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
 
 
+# The name from when items were only images; kept for code written against it.
+PreparedImages = PreparedItems
+
+
 class PlannedEncoderOutputs(dict):
     """`mm_encoder_outputs` in the form transformers' generation carries them, plus the plan they come from.
 
@@ -124,14 +128,14 @@ class PlannedEncoderOutputs(dict):
     vlmprep drop-in reads the per-item features from it rather than encoding again.
 
     Args:
-        prepared (`PreparedImages`): the call's spans and per-item features.
+        prepared (`PreparedItems`): the call's spans and per-item features.
         end (`int`): one past the last position of the prompt.
         item_extras (`dict`, *optional*):
             the per-item inputs besides pixels that input preparation took out of the kwargs (grids, image sizes), for
             an assistant model that needs them for its positions.
     """
 
-    def __init__(self, prepared: PreparedImages, end: int, item_extras: dict | None = None):
+    def __init__(self, prepared: PreparedItems, end: int, item_extras: dict | None = None):
         super().__init__(prepared.encoder_outputs_between(prepared.resume_point, end) or {})
         self.prepared = prepared
         self.end = end

@@ -13,19 +13,19 @@ import torch
 
 
 @dataclass(frozen=True)
-class ImageSpan:
-    """One image's run of placeholder tokens in one batch row (or one piece of a video's, for any modality).
+class ItemSpan:
+    """One item's run of placeholder tokens in one batch row: an image's, or one piece of a video's (any modality).
 
     Args:
         row (`int`): batch row of the prompt.
         start (`int`): first placeholder position.
         end (`int`): one past the last placeholder position.
-        image_index (`int`):
+        item_index (`int`):
             the item's index, unique across modalities: images are numbered first, in the order of the pixel inputs
             (placeholder order over rows, then positions), then the items of each other modality.
         modality (`str`, *optional*, defaults to `"image"`): the modality of the item (`"image"`, `"video"`, ...).
         modality_index (`int`, *optional*):
-            index of the item in its own modality's inputs; `None` when it equals `image_index` (images).
+            index of the item in its own modality's inputs; `None` when it equals `item_index` (images).
         feature_start (`int`, *optional*, defaults to 0):
             the item's first feature row this span holds; non-zero for the later pieces of an item whose
             placeholders are split into several runs (e.g. one run per video frame between timestamps).
@@ -34,7 +34,7 @@ class ImageSpan:
     row: int
     start: int
     end: int
-    image_index: int
+    item_index: int
     modality: str = "image"
     modality_index: int | None = None
     feature_start: int = 0
@@ -44,9 +44,18 @@ class ImageSpan:
         return self.end - self.start
 
     @property
+    def image_index(self) -> int:
+        """The item's index (the name from when items were only images)."""
+        return self.item_index
+
+    @property
     def input_index(self) -> int:
         """Index of the item in its own modality's inputs."""
-        return self.image_index if self.modality_index is None else self.modality_index
+        return self.item_index if self.modality_index is None else self.modality_index
+
+
+# The name from when items were only images; kept for code written against it.
+ImageSpan = ItemSpan
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,7 @@ def find_image_spans(
     tokens_per_image: Sequence[int | Sequence[int]] | int | None,
     modality: str = "image",
     first_index: int = 0,
-) -> list[ImageSpan]:
+) -> list[ItemSpan]:
     """The image spans of a prompt (or the spans of another modality's items).
 
     A run of placeholders may hold several images back to back; it is split by the images' token counts, taken in
@@ -101,11 +110,11 @@ def find_image_spans(
             placeholder tokens of each image (or of each piece of it), or one count for every image; `None` makes
             every run one image.
         modality (`str`, *optional*, defaults to `"image"`): the modality of the items, stored on the spans.
-        first_index (`int`, *optional*, defaults to 0): `image_index` of the first item (items of other modalities
+        first_index (`int`, *optional*, defaults to 0): `item_index` of the first item (items of other modalities
             numbered before these).
 
     Returns:
-        `list[ImageSpan]` in placeholder order.
+        `list[ItemSpan]` in placeholder order.
 
     Raises:
         `ValueError`: when a run's length does not fit the images' token counts.
@@ -118,7 +127,7 @@ def find_image_spans(
             for length in [count] if isinstance(count, int) else count:
                 pieces.append((item, feature_start, int(length)))
                 feature_start += int(length)
-    spans: list[ImageSpan] = []
+    spans: list[ItemSpan] = []
     for row, start, end in find_runs(input_ids == placeholder_id):
         position = start
         while position < end:
@@ -143,11 +152,11 @@ def find_image_spans(
                     f"inserts exactly the number of placeholders each {modality} needs."
                 )
             spans.append(
-                ImageSpan(
+                ItemSpan(
                     row=row,
                     start=position,
                     end=position + length,
-                    image_index=first_index + item,
+                    item_index=first_index + item,
                     modality=modality,
                     modality_index=None if modality == "image" and first_index == 0 else item,
                     feature_start=feature_start,
@@ -275,11 +284,11 @@ def plan_prefill_chunks(
     return chunks
 
 
-def shift_spans(spans: Sequence[ImageSpan], offset: int) -> list[ImageSpan]:
+def shift_spans(spans: Sequence[ItemSpan], offset: int) -> list[ItemSpan]:
     """Spans moved by `offset` positions (input ids that start after cached tokens they do not repeat)."""
     return [replace(span, start=span.start + offset, end=span.end + offset) for span in spans]
 
 
-def spans_after(spans: Sequence[ImageSpan], position: int) -> list[ImageSpan]:
+def spans_after(spans: Sequence[ItemSpan], position: int) -> list[ItemSpan]:
     """The spans that end after `position`: the images a prefill from `position` needs features for."""
     return [span for span in spans if span.end > position]
