@@ -15,6 +15,7 @@ from transformers import PreTrainedConfig
 from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from ...generation import VisionFacts
+from .vision_patches import vision_patch_count
 
 __all__ = ["AnyresCropsLayout", "dummy_crop_features", "tokens_per_crop", "trim_padding_crops"]
 
@@ -76,8 +77,7 @@ def tokens_per_crop(model: torch.nn.Module, strategy: str | None) -> int:
     Returns:
         `int`
     """
-    vision_config = model.config.vision_config
-    patches = (vision_config.image_size // vision_config.patch_size) ** 2
+    patches = vision_patch_count(model.config)
     emitted = getattr(getattr(model.vision_tower, "embeddings", None), "num_positions", patches)
     return emitted - (1 if strategy == "default" else 0)
 

@@ -16,6 +16,7 @@ from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
 from ...generation.validation import check_pixel_dims
+from .vision_patches import vision_patch_count
 
 __all__ = ["SubImagesLayout", "real_sub_images", "select_sub_images", "sub_image_tokens"]
 
@@ -80,8 +81,7 @@ class SubImagesLayout:
 
 def sub_image_tokens(config: PreTrainedConfig) -> int:
     """`image_seq_len` of the Idefics3/SmolVLM processors: `(image_size // patch_size) ** 2 // scale_factor ** 2`."""
-    vision_config = config.vision_config
-    return (vision_config.image_size // vision_config.patch_size) ** 2 // config.scale_factor**2
+    return vision_patch_count(config) // config.scale_factor**2
 
 
 def real_sub_images(pixel_values: torch.Tensor) -> torch.Tensor:
