@@ -1,4 +1,4 @@
-"""ONE table of what vlmprep states about every model type: drop-in class, layout, text-only rule, or why not adapted.
+"""One table of what vlmprep states about every model type: drop-in class, layout, text-only rule, or why not adapted.
 
 `FAMILY_SPECS` is keyed by model type (the `config_class.model_type` of the transformers class, which is how
 `vlmprep.AutoModelForImageTextToText` picks a drop-in). A model type with a drop-in names its class (imported only when
