@@ -12,8 +12,8 @@ import pytest
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from vlmprep.generation import VisionPrepGenerationMixin
-from vlmprep.models import DROP_IN_CLASSES, families
-from vlmprep.models.families import NOT_ADAPTED_REASONS
+from vlmprep.models import DROP_IN_CLASSES, registry
+from vlmprep.models.registry import NOT_ADAPTED_REASONS
 
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "utils" / "families_table.py"
 
@@ -57,10 +57,10 @@ def test_every_model_type_has_a_drop_in_or_a_reason():
         assert "\n" not in reason and len(reason) > 20, model_type
 
 
-def test_reasons_module_defines_no_drop_in_class():
+def test_registry_module_defines_no_drop_in_class():
     assert not [
         value
-        for value in vars(families).values()
+        for value in vars(registry).values()
         if isinstance(value, type) and issubclass(value, VisionPrepGenerationMixin)
     ]
 

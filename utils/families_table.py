@@ -1,9 +1,10 @@
 """Write `docs/families.md`: every image-text-to-text model type of transformers and what vlmprep does with it.
 
-For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table states the transformers class, the vlmprep
-drop-in class (`vlmprep.models.DROP_IN_CLASSES`) or why there is none (`vlmprep.models.families.NOT_ADAPTED_REASONS`),
-the conformance scenarios the drop-in runs and those it skips with their reasons (`tests/family_registry.py`), and
-whether `vlmprep.loading.text_only` loads its text decoder alone.
+For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table states the transformers class and what
+the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: the vlmprep drop-in class and its layout, or why there
+is none, and whether `vlmprep.loading.text_only` loads its text decoder alone. From the tests it reads only what they
+alone know: the conformance scenarios (the `families_for("<scenario>")` calls of `tests/conformance/`) and the ones each
+drop-in skips, with their reasons (`tests/family_registry.py`).
 
 Usage:
     python utils/families_table.py          # rewrite docs/families.md
@@ -22,9 +23,9 @@ import sys
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES
 from vlmprep.models import DROP_IN_CLASSES
-from vlmprep.models.families import NOT_ADAPTED_REASONS
+from vlmprep.models.layouts import LAYOUTS
+from vlmprep.models.registry import FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO_ROOT / "tests"
@@ -107,6 +108,7 @@ def build_table(
     cases: dict,
     scenarios: list[Scenario],
     text_only: set[str],
+    layouts: dict[str, str] | None = None,
 ) -> tuple[str, list[str], list[str]]:
     """The markdown of `docs/families.md`, with the problems that make it wrong and the warnings that do not.
 
@@ -117,17 +119,19 @@ def build_table(
         cases (`dict`): model type -> `FamilyCase` of the conformance suite.
         scenarios (`list[Scenario]`): the conformance scenarios.
         text_only (`set[str]`): model types whose text decoder loads alone.
+        layouts (`dict[str, str]`, *optional*): model type -> the drop-in's layout (a key of `LAYOUTS`).
 
     Returns:
         `tuple[str, list[str], list[str]]`: the document, errors (the table cannot be right), warnings.
     """
     errors, warnings = [], []
+    layouts = layouts or {}
     missing = sorted(set(mapping) - set(drop_ins) - set(reasons))
     if missing:
         errors.append(
             "no drop-in and no reason for: "
             + ", ".join(missing)
-            + ". Add a one-line reason to NOT_ADAPTED_REASONS in src/vlmprep/models/families.py."
+            + ". Add each to FAMILY_SPECS in src/vlmprep/models/registry.py (a drop-in, or a one-line reason)."
         )
     stale = sorted(set(reasons) & set(drop_ins))
     if stale:
@@ -159,7 +163,8 @@ def build_table(
         "its images are encoded as transformers does. *Conformance* counts the scenarios of `tests/conformance/` "
         "the drop-in runs (see [Conformance scenarios per drop-in](#conformance-scenarios-per-drop-in)); "
         "*text-only* says whether `vlmprep.loading.text_only` loads the text decoder alone, without reading "
-        "vision weights.",
+        "vision weights. *Layout* is how a drop-in's pixel inputs split into items and placeholders (see "
+        "[Layouts](#layouts)); all of it is read from `vlmprep.models.registry`.",
         "",
     ]
     adapted = sorted(set(mapping) & set(drop_ins))
@@ -167,8 +172,8 @@ def build_table(
         f"{len(adapted)} of {len(mapping)} model types have a drop-in class; "
         f"{len(set(mapping) & text_only)} load text-only.",
         "",
-        "| model type | transformers class | vlmprep | conformance | text-only | why not adapted |",
-        "|---|---|---|---|---|---|",
+        "| model type | transformers class | vlmprep | layout | conformance | text-only | why not adapted |",
+        "|---|---|---|---|---|---|---|",
     ]
     for model_type in sorted(mapping):
         text = "yes" if model_type in text_only else "—"
@@ -181,10 +186,12 @@ def build_table(
                 skipped = [s for s in scenarios if applies(s, model_type) and s.name in case.skip]
                 conformance = f"{len(ran)} run, {len(skipped)} skipped"
             status, reason = _class_path(drop_ins[model_type]), ""
+            layout = f"`{layouts[model_type]}`" if model_type in layouts else "—"
         else:
-            conformance, status = "—", NOT_ADAPTED
+            conformance, status, layout = "—", NOT_ADAPTED, "—"
             reason = _escape(reasons.get(model_type, "**missing reason**"))
-        lines.append(f"| `{model_type}` | `{mapping[model_type]}` | {status} | {conformance} | {text} | {reason} |")
+        row = f"| `{model_type}` | `{mapping[model_type]}` | {status} | {layout} | {conformance} | {text} | {reason} |"
+        lines.append(row)
 
     outside = sorted(set(drop_ins) - set(mapping))
     if outside:
@@ -210,6 +217,14 @@ def build_table(
             lines.append("Skipped: none.")
         lines.append("")
 
+    used = sorted(set(layouts.values()))
+    if used:
+        lines += ["## Layouts", "", "| layout | items and placeholders | drop-ins |", "|---|---|---|"]
+        for name in used:
+            families = ", ".join(f"`{model_type}`" for model_type, layout in sorted(layouts.items()) if layout == name)
+            lines.append(f"| `{name}` | {_escape(LAYOUTS[name].description)} | {families} |")
+        lines.append("")
+
     lines += ["## Scenarios", "", "| scenario | test file |", "|---|---|"]
     for scenario in scenarios:
         limited = f" (only {', '.join(scenario.families)})" if scenario.families is not None else ""
@@ -226,7 +241,8 @@ def render() -> tuple[str, list[str], list[str]]:
         reasons=dict(NOT_ADAPTED_REASONS),
         cases=load_family_cases(),
         scenarios=collect_scenarios(),
-        text_only=set(TEXT_ONLY_FAMILIES),
+        text_only={model_type for model_type, spec in FAMILY_SPECS.items() if spec.text_only is not None},
+        layouts={model_type: spec.layout for model_type, spec in FAMILY_SPECS.items() if spec.layout is not None},
     )
 
 

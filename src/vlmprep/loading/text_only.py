@@ -14,7 +14,6 @@ import copy
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -24,6 +23,9 @@ from safetensors import SafetensorError, safe_open
 from transformers import CONFIG_MAPPING, AutoConfig, GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
+
+from ..models.registry import FAMILY_SPECS
+from ..models.text_only_rules import TextOnlyFamily
 
 __all__ = [
     "TEXT_ONLY_FAMILIES",
@@ -38,102 +40,13 @@ __all__ = [
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
 
 
-@dataclass(frozen=True)
-class TextOnlyFamily:
-    """How to take the text decoder out of one multimodal family's checkpoint.
-
-    Args:
-        key_rules (`tuple[tuple[str, str | None], ...]`):
-            `(checkpoint prefix, decoder prefix)` pairs, tried in order. A checkpoint key that starts with a checkpoint
-            prefix belongs to the decoder and is renamed (a decoder prefix of `None` marks a prefix that is not the
-            decoder's, before a broader one); every other key (vision tower, projector, ...) is never read.
-        decoder_config_overrides (`tuple[tuple[str, Any], ...]`, *optional*, defaults to `()`):
-            `(attribute, value)` pairs set on the decoder's config so that the decoder computes what the multimodal
-            model computes on text.
-        decoder_model_type (`str`, *optional*):
-            For a text config with no causal-LM class of its own (`qwen2_vl_text`, ...): the model type of the
-            causal-LM config its attributes are carried over to (`qwen2`, ...), multimodal rope keys dropped.
-    """
-
-    key_rules: tuple[tuple[str, str | None], ...]
-    decoder_config_overrides: tuple[tuple[str, Any], ...] = ()
-    decoder_model_type: str | None = None
-
-    def decoder_key(self, checkpoint_key: str) -> str | None:
-        """The decoder's name for a checkpoint key, or `None` when the key is not a text-decoder tensor."""
-        for source, target in self.key_rules:
-            if checkpoint_key.startswith(source):
-                return None if target is None else target + checkpoint_key[len(source) :]
-        return None
-
-
-# `save_pretrained` (transformers 5.2x) writes the legacy names `language_model.model.*` / `language_model.lm_head.*`
-# for LLaVA-like families, and the module names `model.language_model.*` / `lm_head.*` for newer ones; Hub
-# checkpoints use either. One rule set accepts both; a checkpoint holding a tensor under both names is an error.
-_LANGUAGE_MODEL_KEYS = (
-    ("language_model.model.", "model."),
-    ("language_model.lm_head.", "lm_head."),
-    ("model.language_model.", "model."),
-    ("lm_head.", "lm_head."),
-)
-# Idefics2/3 and SmolVLM keep the decoder under `model.text_model`.
-_TEXT_MODEL_KEYS = (("model.text_model.", "model."), ("lm_head.", "lm_head."))
-
-_LANGUAGE_MODEL = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS)
-# Qwen-VL decoders are the Qwen2 / Qwen3 / Qwen3-MoE decoders with a multimodal rope. On text, the three position rows
-# (t, h, w) are the same 1D positions, so every frequency section (interleaved or not) gets the same angle as in the
-# 1D rope: the decoder is the plain causal LM, with the mrope keys dropped from its rope parameters.
-# Qwen2-VL and Qwen2.5-VL are saved (and published) with the decoder at the top level, `model.layers.*` next to
-# `visual.*`; Qwen3-VL under module names, `model.language_model.*` next to `model.visual.*`. Both are accepted.
-_QWEN_VL_KEYS = (
-    ("model.language_model.", "model."),
-    ("model.visual.", None),
-    ("model.", "model."),
-    ("lm_head.", "lm_head."),
-)
-_QWEN2_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen2")
-_QWEN3_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen3")
-# Qwen3-VL-MoE's router always renormalizes the top-k probabilities; Qwen3-MoE does so only with `norm_topk_prob`.
-_QWEN3_MOE_DECODER = TextOnlyFamily(
-    key_rules=_QWEN_VL_KEYS,
-    decoder_config_overrides=(("norm_topk_prob", True),),
-    decoder_model_type="qwen3_moe",
-)
-_TEXT_MODEL = TextOnlyFamily(key_rules=_TEXT_MODEL_KEYS)
-# Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
-# it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).
-_COHERE2_VISION = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_config_overrides=(("logit_scale", 1.0),))
-
-# model_type -> family, for the image-text-to-text families whose text config has a standalone causal-LM class in
-# `AutoModelForCausalLM`'s mapping. Each entry is tested (tests/loading/test_text_only.py) for logits equal to the
-# VLM's text-only forward. Not covered: GLM-4V, ... (their `*_text` configs have no causal-LM class),
-# Mllama (cross-attention decoder), Gemma3n/Gemma4, Llama4, Qwen3.5 (transformers' own mapping handles them).
+# model_type -> text-only rule, for the model types whose registry entry (`vlmprep.models.registry`) has one: the
+# image-text-to-text families whose text config has a standalone causal-LM class in `AutoModelForCausalLM`'s mapping.
+# Each is tested (tests/loading/test_text_only.py) for logits equal to the VLM's text-only forward. Not covered:
+# GLM-4V, ... (their `*_text` configs have no causal-LM class), Mllama (cross-attention decoder), Gemma3n/Gemma4,
+# Llama4, Qwen3.5 (transformers' own mapping handles them).
 TEXT_ONLY_FAMILIES: Mapping[str, TextOnlyFamily] = MappingProxyType(
-    {
-        "aya_vision": _COHERE2_VISION,
-        "cohere2_vision": _COHERE2_VISION,
-        "deepseek_vl": _LANGUAGE_MODEL,
-        "gemma3": _LANGUAGE_MODEL,
-        "got_ocr2": _LANGUAGE_MODEL,
-        "idefics2": _TEXT_MODEL,
-        "idefics3": _TEXT_MODEL,
-        "internvl": _LANGUAGE_MODEL,
-        "lfm2_vl": _LANGUAGE_MODEL,
-        "lighton_ocr": _LANGUAGE_MODEL,
-        "llava": _LANGUAGE_MODEL,
-        "llava_next": _LANGUAGE_MODEL,
-        "llava_next_video": _LANGUAGE_MODEL,
-        "llava_onevision": _LANGUAGE_MODEL,
-        "mistral3": _LANGUAGE_MODEL,
-        "paligemma": _LANGUAGE_MODEL,
-        "qwen2_5_vl": _QWEN2_DECODER,
-        "qwen2_vl": _QWEN2_DECODER,
-        "qwen3_vl": _QWEN3_DECODER,
-        "qwen3_vl_moe": _QWEN3_MOE_DECODER,
-        "smolvlm": _TEXT_MODEL,
-        "video_llava": _LANGUAGE_MODEL,
-        "vipllava": _LANGUAGE_MODEL,
-    }
+    {model_type: spec.text_only for model_type, spec in FAMILY_SPECS.items() if spec.text_only is not None}
 )
 
 
@@ -179,7 +92,7 @@ _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 
 def _carried_over_config(text_config: PreTrainedConfig, model_type: str) -> PreTrainedConfig:
-    """The text config's attributes in a config of `model_type`, with a 1D rope (see `_QWEN2_DECODER`)."""
+    """The text config's attributes in a config of `model_type`, with a 1D rope (see `text_only_rules.QWEN2_DECODER`)."""
     attributes = {key: value for key, value in text_config.to_dict().items() if key not in _NOT_CARRIED_OVER}
     rope_parameters = dict(attributes.get("rope_parameters") or {})
     for key in _MROPE_KEYS:

@@ -1,9 +1,11 @@
 """Drop-in model classes, one thin file per family; `DROP_IN_CLASSES` maps model types to them.
 
-Nothing here is imported until it is used: a family module imports its transformers modeling file (and the mixin), so
-importing them all up front would make `import vlmprep` as slow as importing every VLM of transformers.
-`DROP_IN_MODULES` is the static name -> module table that the lazy exports of `vlmprep` and `vlmprep.models` read;
-`utils/check_exports.py` checks it against the discovered `DROP_IN_CLASSES` (and `--fix` rewrites it).
+`registry.py` is the one table of what vlmprep states about each model type (drop-in class, layout, text-only rule, or
+why there is no drop-in); `layouts/` holds the pixel/placeholder layouts family files pick from, so that no family file
+imports another. Nothing here is imported until it is used: a family module imports its transformers modeling file
+(and the mixin), so importing them all up front would make `import vlmprep` as slow as importing every VLM of
+transformers. `DROP_IN_MODULES` is the static name -> module table that the lazy exports of `vlmprep` and
+`vlmprep.models` read; `utils/check_exports.py` checks it against the registry (and `--fix` rewrites it).
 """
 
 from __future__ import annotations

@@ -48,8 +48,16 @@ class AriaForConditionalGeneration(VisionPrepGenerationMixin, transformers.AriaF
     # Crop sizes are checked against the projector's accepted patch counts (`image_token_counts`), not `image_size`.
     vision_facts = VisionFacts(per_image_keys=("pixel_mask",), fixed_resolution=False)
 
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int | None:
-        """Placeholders per crop: the projector's query count for the crop's patch count."""
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Placeholders per crop: the projector's query count for the crop's patch count.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (the crops' pixels set the size).
+            modality (`str`, *optional*, defaults to `"image"`): this family has images only.
+
+        Returns:
+            `int` or `None` (no pixels and a vision config size the projector does not take)
+        """
         patch_size = self.config.vision_config.patch_size
         query_counts = self.config.projector_patch_to_query_dict
         pixel_values = model_kwargs.get("pixel_values")

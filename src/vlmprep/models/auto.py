@@ -1,16 +1,14 @@
-"""`AutoModelForImageTextToText`: model type -> vlmprep drop-in class."""
+"""`AutoModelForImageTextToText`: model type -> vlmprep drop-in class (`vlmprep.models.registry`)."""
 
 from __future__ import annotations
 
-import importlib
 import os
-import pathlib
-import pkgutil
 
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from ..utils.logging import get_logger
+from .registry import load_drop_in_classes
 
 logger = get_logger(__name__)
 
@@ -31,28 +29,9 @@ _CONFIG_LOCATION_KWARGS = (
 )
 
 
-def _discover_drop_in_classes() -> dict[str, type[PreTrainedModel]]:
-    """model_type -> drop-in class, for every family module in `vlmprep.models` (one thin file per family)."""
-    from ..generation import VisionPrepGenerationMixin
-
-    classes = {}
-    for module_info in pkgutil.iter_modules([str(pathlib.Path(__file__).parent)]):
-        if module_info.name in ("auto", "__init__"):
-            continue
-        module = importlib.import_module(f"{__package__}.{module_info.name}")
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, VisionPrepGenerationMixin)
-                and value.__module__ == module.__name__
-                and getattr(value, "config_class", None) is not None
-            ):
-                classes[value.config_class.model_type] = value
-    return dict(sorted(classes.items()))
-
-
-# model_type -> drop-in class. A model type missing here loads as the transformers class, with a warning.
-DROP_IN_CLASSES: dict[str, type[PreTrainedModel]] = _discover_drop_in_classes()
+# model_type -> drop-in class, from `vlmprep.models.registry` (this imports every family module). A model type missing
+# here loads as the transformers class, with a warning.
+DROP_IN_CLASSES: dict[str, type[PreTrainedModel]] = load_drop_in_classes()
 
 
 def _drop_in_class(config: PreTrainedConfig) -> type[PreTrainedModel] | None:

@@ -7,28 +7,14 @@ pixels, so each tile is one item of the mechanism: one row of `pixel_values`, on
 encoder cache. The mixin's "image" counts and messages therefore count tiles.
 """
 
-from typing import Any
-
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
-
-
-class PixelShuffledTiles:
-    """Family hooks shared by Aya Vision and Cohere2 Vision: tiles as items, pixel-shuffled by `downsample_factor`."""
-
-    # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
-    vision_facts = VisionFacts(per_image_keys=())
-
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
-        """Placeholders per tile: the tile's patch grid, pixel-shuffled by `downsample_factor` in each direction."""
-        vision_config = self.config.vision_config
-        side = vision_config.image_size // vision_config.patch_size // self.config.downsample_factor
-        return side * side
+from ..generation import VisionPrepGenerationMixin
+from .layouts.tiles import PixelShuffledTilesLayout
 
 
 class AyaVisionForConditionalGeneration(
-    PixelShuffledTiles, VisionPrepGenerationMixin, transformers.AyaVisionForConditionalGeneration
+    PixelShuffledTilesLayout, VisionPrepGenerationMixin, transformers.AyaVisionForConditionalGeneration
 ):
     """Drop-in `transformers.AyaVisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 

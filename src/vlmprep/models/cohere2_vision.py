@@ -2,17 +2,17 @@
 
 The processor writes an image as `<|START_OF_IMG|>`, per tile its placeholders and `<|IMG_LINE_BREAK|>`, then
 `<|END_OF_IMG|>`; `pixel_values` is `(total_tiles, C, H, W)` without the tiles-per-image count. See
-`vlmprep.models.aya_vision`: the mixin's "image" counts and messages count tiles.
+`vlmprep.models.layouts.tiles`: the mixin's "image" counts and messages count tiles.
 """
 
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .aya_vision import PixelShuffledTiles
+from .layouts.tiles import PixelShuffledTilesLayout
 
 
 class Cohere2VisionForConditionalGeneration(
-    PixelShuffledTiles, VisionPrepGenerationMixin, transformers.Cohere2VisionForConditionalGeneration
+    PixelShuffledTilesLayout, VisionPrepGenerationMixin, transformers.Cohere2VisionForConditionalGeneration
 ):
     """Drop-in `transformers.Cohere2VisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -1,13 +1,14 @@
 """DeepSeek-VL: a SigLIP tower at fixed resolution; every image is one run of its patch tokens."""
 
-from typing import Any
-
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
+from .layouts.vision_patches import VisionPatchesLayout
 
 
-class DeepseekVLForConditionalGeneration(VisionPrepGenerationMixin, transformers.DeepseekVLForConditionalGeneration):
+class DeepseekVLForConditionalGeneration(
+    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.DeepseekVLForConditionalGeneration
+):
     """Drop-in `transformers.DeepseekVLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -29,13 +30,6 @@ class DeepseekVLForConditionalGeneration(VisionPrepGenerationMixin, transformers
     ```
     """
 
-    # Images have the tower's fixed resolution and no extra per-image inputs.
+    # Images have the tower's fixed resolution and no extra per-image inputs; the aligner maps every SigLIP patch
+    # (there is no CLS token) to one placeholder.
     vision_facts = VisionFacts(per_image_keys=())
-
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
-        """Patches per image: the aligner maps every SigLIP patch (there is no CLS token) to one placeholder.
-
-        The count lives on the processor (`num_image_tokens`), not the config, so it is read off the tower's shape.
-        """
-        vision_config = self.config.vision_config
-        return (vision_config.image_size // vision_config.patch_size) ** 2

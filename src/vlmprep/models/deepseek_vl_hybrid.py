@@ -5,15 +5,14 @@ SAM encoding of `high_res_pixel_values` (one row per image too), so both are the
 per image together and both go into its content hash.
 """
 
-from typing import Any
-
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
+from .layouts.vision_patches import VisionPatchesLayout
 
 
 class DeepseekVLHybridForConditionalGeneration(
-    VisionPrepGenerationMixin, transformers.DeepseekVLHybridForConditionalGeneration
+    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.DeepseekVLHybridForConditionalGeneration
 ):
     """Drop-in `transformers.DeepseekVLHybridForConditionalGeneration` whose vision towers run once, in input preparation.
 
@@ -39,13 +38,6 @@ class DeepseekVLHybridForConditionalGeneration(
     ```
     """
 
-    # The low-resolution images have SigLIP's fixed resolution (the shape check reads the first pixel key).
+    # The low-resolution images have SigLIP's fixed resolution (the shape check reads the first pixel key); one
+    # placeholder per SigLIP patch: the SAM features are resized to the same grid before the aligner mixes them.
     vision_facts = VisionFacts(pixel_keys=("pixel_values", "high_res_pixel_values"), per_image_keys=())
-
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
-        """SigLIP patches per image: the SAM features are resized to the same grid before the aligner mixes them.
-
-        The count lives on the processor (`num_image_tokens`), not the config, so it is read off the tower's shape.
-        """
-        vision_config = self.config.vision_config
-        return (vision_config.image_size // vision_config.patch_size) ** 2

@@ -7,25 +7,15 @@ from the cache length on every forward), so no multimodal positions are needed.
 """
 
 from dataclasses import replace
-from typing import Any
 
-import torch
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .qwen2_vl import QWEN2_VL_FACTS, PatchGridVisionHooks
-
-
-class PatchGridTextPositions(PatchGridVisionHooks):
-    """Qwen2-VL's patch-grid hooks for families whose decoder has plain 1D positions (shared with HyperCLOVAX)."""
-
-    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
-        """No multimodal positions: the decoder's rope is 1D, so transformers' own positions are kept."""
-        return None
+from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridTextPositionsLayout
 
 
 class Exaone4_5_ForConditionalGeneration(
-    PatchGridTextPositions, VisionPrepGenerationMixin, transformers.Exaone4_5_ForConditionalGeneration
+    PatchGridTextPositionsLayout, VisionPrepGenerationMixin, transformers.Exaone4_5_ForConditionalGeneration
 ):
     """Drop-in `transformers.Exaone4_5_ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -47,4 +37,4 @@ class Exaone4_5_ForConditionalGeneration(
     """
 
     # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = replace(QWEN2_VL_FACTS, positions_from_cache_length=True)
+    vision_facts = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)

@@ -3,12 +3,11 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .glm4v import GLM4V_FACTS
-from .qwen3_vl import PerFrameVideoHooks
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
 
 
 class Glm46VForConditionalGeneration(
-    PerFrameVideoHooks, VisionPrepGenerationMixin, transformers.Glm46VForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Glm46VForConditionalGeneration
 ):
     """Drop-in `transformers.Glm46VForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -32,4 +31,4 @@ class Glm46VForConditionalGeneration(
     ```
     """
 
-    vision_facts = GLM4V_FACTS
+    vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS

@@ -2,29 +2,12 @@
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
-from ..generation.facts import ModalityFacts
-from .qwen2_vl import MM_TOKEN_TYPES
-from .qwen3_vl import PerFrameVideoHooks
-
-# A video frame's placeholders are image placeholders inside `<|begin_of_video|>...<|end_of_video|>`: only the
-# processor's `mm_token_type_ids` (1 image, 2 video) tell images and video frames apart.
-GLM4V_FACTS = VisionFacts(
-    token_type_key="mm_token_type_ids",
-    per_image_keys=("image_grid_thw",),
-    fixed_resolution=False,
-    features_as_list=True,
-    image_token_type=MM_TOKEN_TYPES["image"],
-    other_modalities=(
-        ModalityFacts(
-            "video", "image_token_id", ("pixel_values_videos",), ("video_grid_thw",), MM_TOKEN_TYPES["video"]
-        ),
-    ),
-)
+from ..generation import VisionPrepGenerationMixin
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
 
 
 class Glm4vForConditionalGeneration(
-    PerFrameVideoHooks, VisionPrepGenerationMixin, transformers.Glm4vForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Glm4vForConditionalGeneration
 ):
     """Drop-in `transformers.Glm4vForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -48,4 +31,5 @@ class Glm4vForConditionalGeneration(
     ```
     """
 
-    vision_facts = GLM4V_FACTS
+    # Video frames reuse the image placeholder: `mm_token_type_ids` (1 image, 2 video) tells them apart.
+    vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS

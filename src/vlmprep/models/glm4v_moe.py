@@ -3,12 +3,11 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .glm4v import GLM4V_FACTS
-from .qwen3_vl import PerFrameVideoHooks
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
 
 
 class Glm4vMoeForConditionalGeneration(
-    PerFrameVideoHooks, VisionPrepGenerationMixin, transformers.Glm4vMoeForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Glm4vMoeForConditionalGeneration
 ):
     """Drop-in `transformers.Glm4vMoeForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -33,4 +32,4 @@ class Glm4vMoeForConditionalGeneration(
     ```
     """
 
-    vision_facts = GLM4V_FACTS
+    vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS

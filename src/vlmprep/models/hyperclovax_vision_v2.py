@@ -10,12 +10,11 @@ from dataclasses import replace
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .exaone4_5 import PatchGridTextPositions
-from .qwen2_vl import QWEN2_VL_FACTS
+from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridTextPositionsLayout
 
 
 class HyperCLOVAXVisionV2ForConditionalGeneration(
-    PatchGridTextPositions, VisionPrepGenerationMixin, transformers.HyperCLOVAXVisionV2ForConditionalGeneration
+    PatchGridTextPositionsLayout, VisionPrepGenerationMixin, transformers.HyperCLOVAXVisionV2ForConditionalGeneration
 ):
     """Drop-in `transformers.HyperCLOVAXVisionV2ForConditionalGeneration`; its vision tower runs once, in input preparation.
 
@@ -37,4 +36,4 @@ class HyperCLOVAXVisionV2ForConditionalGeneration(
     """
 
     # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = replace(QWEN2_VL_FACTS, positions_from_cache_length=True)
+    vision_facts = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)

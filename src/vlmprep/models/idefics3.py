@@ -8,43 +8,14 @@ and mask. So each real sub-image is one item of the mechanism, numbered in `(sam
 order the model fills placeholders in; the mixin's "image" counts and messages count sub-images.
 """
 
-from typing import Any
-
-import torch
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
-from ..generation.validation import check_pixel_dims
-
-
-class SubImageItems:
-    """Family hooks shared by Idefics3 and SmolVLM: each real sub-image of `pixel_values` is one item."""
-
-    # 5D pixels, checked by `check_pixel_inputs`; the mask is split with the sub-images.
-    vision_facts = VisionFacts(per_image_keys=("pixel_attention_mask",), fixed_resolution=False, pixel_layout=None)
-
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any]) -> None:
-        """Every sub-image at the tower's `image_size`: each gets a fixed count of placeholders."""
-        pixel_values = model_kwargs.get("pixel_values")
-        if isinstance(pixel_values, torch.Tensor):
-            check_pixel_dims(pixel_values, self.config.vision_config, ("batch_size", "sub_images"))
-
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
-        """Placeholders per sub-image: its patch grid, pixel-shuffled by `scale_factor` in each direction."""
-        return sub_image_tokens(self.config)
-
-    def count_images(self, model_kwargs: dict[str, Any]) -> int | None:
-        """Real (not all-zero padding) sub-images of all samples."""
-        pixel_values = model_kwargs.get("pixel_values")
-        return None if pixel_values is None else int(real_sub_images(pixel_values).sum())
-
-    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The given real sub-images as one sample `(1, len(indices), ...)`, with their pixel masks."""
-        return select_sub_images(model_kwargs, indices)
+from ..generation import VisionPrepGenerationMixin
+from .layouts.sub_images import SubImagesLayout
 
 
 class Idefics3ForConditionalGeneration(
-    SubImageItems, VisionPrepGenerationMixin, transformers.Idefics3ForConditionalGeneration
+    SubImagesLayout, VisionPrepGenerationMixin, transformers.Idefics3ForConditionalGeneration
 ):
     """Drop-in `transformers.Idefics3ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -68,33 +39,3 @@ class Idefics3ForConditionalGeneration(
 
     ```
     """
-
-
-def sub_image_tokens(config: transformers.PreTrainedConfig) -> int:
-    """`image_seq_len` of the Idefics3/SmolVLM processors: `(image_size // patch_size) ** 2 // scale_factor ** 2`."""
-    vision_config = config.vision_config
-    return (vision_config.image_size // vision_config.patch_size) ** 2 // config.scale_factor**2
-
-
-def real_sub_images(pixel_values: torch.Tensor) -> torch.Tensor:
-    """`(batch_size, max_sub_images)` mask of the sub-images that are not all-zero padding, as the model decides."""
-    return pixel_values.flatten(2).ne(0).any(dim=-1)
-
-
-def select_sub_images(model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-    """`pixel_values` (and `pixel_attention_mask`) of the given real sub-images, as one sample.
-
-    Args:
-        model_kwargs (`dict[str, Any]`): the call's inputs.
-        indices (`list[int]`): indices among the real sub-images, in `(sample, sub-image)` order.
-
-    Returns:
-        `dict[str, Any]`: `pixel_values` `(1, len(indices), C, H, W)`, `pixel_attention_mask` `(1, len(indices), H, W)`.
-    """
-    pixel_values = model_kwargs["pixel_values"]
-    real = real_sub_images(pixel_values).flatten()  # (batch_size * max_sub_images,)
-    selected = {"pixel_values": pixel_values.flatten(0, 1)[real][indices].unsqueeze(0)}
-    mask = model_kwargs.get("pixel_attention_mask")
-    if mask is not None:
-        selected["pixel_attention_mask"] = mask.flatten(0, 1)[real][indices].unsqueeze(0)
-    return selected

@@ -39,8 +39,8 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
     ```
     """
 
-    # NaFlex rows: no fixed pixel shape (`check_pixel_inputs` checks the patch size); `pooler_output` is a list of per-row tensors. Shapes and masks are split
-    # with the rows (and hashed with them).
+    # NaFlex rows: no fixed pixel shape (`check_pixel_inputs` checks the patch size); `pooler_output` is a list of
+    # per-row tensors. Shapes and masks are split with the rows (and hashed with them).
     vision_facts = VisionFacts(
         per_image_keys=("spatial_shapes", "pixel_attention_mask"),
         fixed_resolution=False,
@@ -48,8 +48,13 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
         features_as_list=True,
     )
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any]) -> None:
-        """Rows of flattened patches, each `num_channels * patch_size**2` values, for the tower's patch embedding."""
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Rows of flattened patches, each `num_channels * patch_size**2` values, for the tower's patch embedding.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): this family has images only.
+        """
         pixel_values = model_kwargs.get("pixel_values")
         vision_config = self.config.vision_config
         patch_dim = vision_config.num_channels * vision_config.patch_size**2
@@ -61,8 +66,16 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
                 "image processor."
             )
 
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
-        """Placeholders per row: its patch grid merged `downsample_factor x downsample_factor`, as the model splits."""
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
+        """Placeholders per row: its patch grid merged `downsample_factor x downsample_factor`, as the model splits.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (`spatial_shapes`).
+            modality (`str`, *optional*, defaults to `"image"`): this family has images only.
+
+        Returns:
+            `list[int]` or `None` (no `spatial_shapes` passed)
+        """
         spatial_shapes = model_kwargs.get("spatial_shapes")
         if spatial_shapes is None:
             return None

@@ -8,13 +8,11 @@ come as one run per frame after the frame's timestamp, as Qwen3-VL's do. The dec
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .exaone4_5 import PatchGridTextPositions
-from .qwen2_vl import QWEN2_VL_FACTS
-from .qwen3_vl import PerFrameVideoHooks
+from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameTextPositionsLayout
 
 
 class Lfm3VlForConditionalGeneration(
-    PatchGridTextPositions, PerFrameVideoHooks, VisionPrepGenerationMixin, transformers.Lfm3VlForConditionalGeneration
+    PatchGridPerFrameTextPositionsLayout, VisionPrepGenerationMixin, transformers.Lfm3VlForConditionalGeneration
 ):
     """Drop-in `transformers.Lfm3VlForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -37,4 +35,4 @@ class Lfm3VlForConditionalGeneration(
     """
 
     # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = QWEN2_VL_FACTS
+    vision_facts = PATCH_GRID_FACTS

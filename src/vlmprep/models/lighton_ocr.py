@@ -1,14 +1,14 @@
 """LightOnOCR: Pixtral vision at any image size; an image is one run of `rows * columns` placeholders (no breaks)."""
 
-from typing import Any
-
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
-from .mistral3 import crop_batch_padding
+from ..generation import VisionPrepGenerationMixin
+from .layouts.pixtral import PixtralImagesLayout
 
 
-class LightOnOcrForConditionalGeneration(VisionPrepGenerationMixin, transformers.LightOnOcrForConditionalGeneration):
+class LightOnOcrForConditionalGeneration(
+    PixtralImagesLayout, VisionPrepGenerationMixin, transformers.LightOnOcrForConditionalGeneration
+):
     """Drop-in `transformers.LightOnOcrForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     `pixel_values` is `(num_images, C, max_height, max_width)` (padded) and `image_sizes` `(num_images, 2)`.
@@ -31,19 +31,3 @@ class LightOnOcrForConditionalGeneration(VisionPrepGenerationMixin, transformers
 
     ```
     """
-
-    # Images of any size up to the tower's `image_size` (its rope covers no more patches); `pooler_output` is a tuple of
-    # per-image tensors that the model concatenates.
-    vision_facts = VisionFacts(fixed_resolution=False, pixel_layout="up_to_size", features_as_list=True)
-
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
-        """Placeholders per image: its grid of merged patches, `(height // merged_patch) * (width // merged_patch)`."""
-        image_sizes = model_kwargs.get("image_sizes")
-        if image_sizes is None:
-            return None
-        merged_patch = self.config.vision_config.patch_size * self.config.spatial_merge_size
-        return [(int(height) // merged_patch) * (int(width) // merged_patch) for height, width in image_sizes]
-
-    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The images' pixels and sizes, without the padding a batch added (so hashes do not depend on it)."""
-        return crop_batch_padding(super().select_image_inputs(model_kwargs, indices))

@@ -1,13 +1,14 @@
 """LLaVA: causal attention everywhere; a CLIP-like tower whose CLS token is dropped by the default strategy."""
 
-from typing import Any
-
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
+from .layouts.vision_patches import VisionPatchesLayout
 
 
-class LlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers.LlavaForConditionalGeneration):
+class LlavaForConditionalGeneration(
+    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.LlavaForConditionalGeneration
+):
     """Drop-in `transformers.LlavaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -20,11 +21,5 @@ class LlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers.Llav
     ```
     """
 
+    counts_cls_token = True  # the `"full"` feature select strategy keeps CLIP's CLS token
     vision_facts = VisionFacts(features_as_list=True)
-
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
-        """Patches per image, plus the CLS token when the `"full"` feature strategy keeps it."""
-        vision_config = self.config.vision_config
-        patches = (vision_config.image_size // vision_config.patch_size) ** 2
-        strategy = model_kwargs.get("vision_feature_select_strategy") or self.config.vision_feature_select_strategy
-        return patches + (1 if strategy == "full" else 0)

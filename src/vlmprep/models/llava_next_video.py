@@ -1,16 +1,16 @@
 """LLaVA-NeXT-Video: LLaVA-NeXT's "anyres" images, and videos whose frames are pooled into one placeholder run."""
 
-from typing import Any
+from dataclasses import replace
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionPrepGenerationMixin
 from ..generation.facts import ModalityFacts
-from .llava_next import AnyresImages
+from .layouts.anyres import AnyresCropsLayout
 
 
 class LlavaNextVideoForConditionalGeneration(
-    AnyresImages, VisionPrepGenerationMixin, transformers.LlavaNextVideoForConditionalGeneration
+    AnyresCropsLayout, VisionPrepGenerationMixin, transformers.LlavaNextVideoForConditionalGeneration
 ):
     """Drop-in `transformers.LlavaNextVideoForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -38,26 +38,10 @@ class LlavaNextVideoForConditionalGeneration(
     ```
     """
 
-    # Videos are `(num_videos, frames, C, H, W)`, one entry per video; the model flattens each entry of the video
+    # Images as any-res crops. Videos are `(num_videos, frames, C, H, W)`, one entry per video and one run each
+    # (their features are checked against the run's length); the model flattens each entry of the video
     # `pooler_output` it is given, so the images' list container suits them too.
-    vision_facts = VisionFacts(
-        fixed_resolution=False,
-        pixel_layout="crops",  # images: `(num_images, crops, C, H, W)`, every crop at `image_size`
-        features_as_list=True,
+    vision_facts = replace(
+        AnyresCropsLayout.vision_facts,
         other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",)),),
     )
-
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
-        """Images: counted by upstream's packing. Videos: `None`, each video is one run (its features are checked
-        against the run's length)."""
-        if modality == "image":
-            return super().image_token_counts(model_kwargs)
-        return VisionPrepGenerationMixin.image_token_counts(self, model_kwargs, modality)
-
-    def select_image_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """Images without their padding crops (as LLaVA-NeXT); videos are one `pixel_values_videos` entry each."""
-        if modality == "image":
-            return super().select_image_inputs(model_kwargs, indices)
-        return VisionPrepGenerationMixin.select_image_inputs(self, model_kwargs, indices, modality)

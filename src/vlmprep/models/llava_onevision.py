@@ -18,7 +18,7 @@ import transformers
 from ..generation import VisionFacts, VisionPrepGenerationMixin
 from ..generation.encoding import select_images
 from ..generation.facts import ModalityFacts
-from .llava_next import crop_tokens, dummy_crop_features, trim_padding_crops
+from .layouts.anyres import dummy_crop_features, tokens_per_crop, trim_padding_crops
 
 
 class LlavaOnevisionForConditionalGeneration(
@@ -75,9 +75,9 @@ class LlavaOnevisionForConditionalGeneration(
         groups = image_groups(model_kwargs.get("batch_num_images"), len(image_sizes))
         with_grid = [len(group) == 1 for group in groups for _ in group]
         strategy = model_kwargs.get("vision_feature_select_strategy") or self.config.vision_feature_select_strategy
-        tokens_per_crop = crop_tokens(self.model, strategy)
+        crop_rows = tokens_per_crop(self.model, strategy)
         dummies = [
-            dummy_crop_features(self.config, size, tokens_per_crop, grid)
+            dummy_crop_features(self.config, size, crop_rows, grid)
             for size, grid in zip(image_sizes, with_grid, strict=True)
         ]
         packed, _ = self.model.pack_image_features(

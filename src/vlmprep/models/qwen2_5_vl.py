@@ -3,11 +3,11 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .qwen2_vl import QWEN2_VL_FACTS, PatchGridVisionHooks
+from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 
 class Qwen2_5_VLForConditionalGeneration(
-    PatchGridVisionHooks, VisionPrepGenerationMixin, transformers.Qwen2_5_VLForConditionalGeneration
+    PatchGridLayout, VisionPrepGenerationMixin, transformers.Qwen2_5_VLForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen2_5_VLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -31,4 +31,4 @@ class Qwen2_5_VLForConditionalGeneration(
     ```
     """
 
-    vision_facts = QWEN2_VL_FACTS
+    vision_facts = PATCH_GRID_FACTS

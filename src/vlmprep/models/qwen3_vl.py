@@ -1,31 +1,13 @@
 """Qwen3-VL: Qwen2-VL's inputs and positions, videos as one placeholder run per frame, and deepstack features."""
 
-from typing import Any
-
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .qwen2_vl import QWEN2_VL_FACTS, PatchGridVisionHooks
-
-
-class PerFrameVideoHooks(PatchGridVisionHooks):
-    """Qwen2-VL's hooks, except that a video's placeholders come as one run per frame (temporal patch).
-
-    Each run follows the frame's timestamp text, so a video is one item with `t` pieces of
-    `h * w / spatial_merge_size**2` placeholders, in frame order (the order of its feature rows).
-    """
-
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """As Qwen2-VL, except that a video's placeholders come as one run per frame, between timestamps."""
-        counts = super().image_token_counts(model_kwargs, modality)
-        if modality != "video" or counts is None:
-            return counts
-        frames = model_kwargs["video_grid_thw"][:, 0].tolist()
-        return [[count // t] * t for count, t in zip(counts, frames, strict=True)]
+from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameLayout
 
 
 class Qwen3VLForConditionalGeneration(
-    PerFrameVideoHooks, VisionPrepGenerationMixin, transformers.Qwen3VLForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Qwen3VLForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen3VLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -50,4 +32,4 @@ class Qwen3VLForConditionalGeneration(
     ```
     """
 
-    vision_facts = QWEN2_VL_FACTS
+    vision_facts = PATCH_GRID_FACTS

@@ -3,12 +3,11 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .qwen2_vl import QWEN2_VL_FACTS
-from .qwen3_vl import PerFrameVideoHooks
+from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameLayout
 
 
 class Qwen3VLMoeForConditionalGeneration(
-    PerFrameVideoHooks, VisionPrepGenerationMixin, transformers.Qwen3VLMoeForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Qwen3VLMoeForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen3VLMoeForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -30,4 +29,4 @@ class Qwen3VLMoeForConditionalGeneration(
     ```
     """
 
-    vision_facts = QWEN2_VL_FACTS
+    vision_facts = PATCH_GRID_FACTS

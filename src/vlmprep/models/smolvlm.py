@@ -3,16 +3,16 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .idefics3 import SubImageItems
+from .layouts.sub_images import SubImagesLayout
 
 
 class SmolVLMForConditionalGeneration(
-    SubImageItems, VisionPrepGenerationMixin, transformers.SmolVLMForConditionalGeneration
+    SubImagesLayout, VisionPrepGenerationMixin, transformers.SmolVLMForConditionalGeneration
 ):
     """Drop-in `transformers.SmolVLMForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Each real sub-image of `pixel_values` `(batch_size, max_sub_images, C, H, W)` is one item (see
-    `vlmprep.models.idefics3`).
+    `vlmprep.models.layouts.sub_images`).
 
     Example:
 

@@ -10,11 +10,14 @@ from typing import Any
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
+from .layouts.vision_patches import VisionPatchesLayout
 
 LEGACY_PIXEL_KEY = "pixel_values_images"
 
 
-class VideoLlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers.VideoLlavaForConditionalGeneration):
+class VideoLlavaForConditionalGeneration(
+    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.VideoLlavaForConditionalGeneration
+):
     """Drop-in `transformers.VideoLlavaForConditionalGeneration` whose image tower runs once, in input preparation.
 
     Images only; `pixel_values_videos` are not prepared by vlmprep.
@@ -39,18 +42,23 @@ class VideoLlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers
     """
 
     # Fixed-size images, no per-image extras; `pooler_output` is one `(images, tokens, dim)` tensor.
+    counts_cls_token = True  # the `"full"` feature select strategy keeps CLIP's CLS token
     vision_facts = VisionFacts(pixel_keys=("pixel_values", LEGACY_PIXEL_KEY), per_image_keys=())
 
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
-        """Patches per image, plus the CLS token when the `"full"` feature strategy keeps it."""
-        vision_config = self.config.vision_config
-        patches = (vision_config.image_size // vision_config.patch_size) ** 2
-        strategy = model_kwargs.get("vision_feature_select_strategy") or self.config.vision_feature_select_strategy
-        return patches + (1 if strategy == "full" else 0)
+    def select_image_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The images' pixels under the name `get_image_features` takes, whichever name the processor used.
 
-    def select_image_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The images' pixels under the name `get_image_features` takes, whichever name the processor used."""
-        selected = super().select_image_inputs(model_kwargs, indices)
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): image indices.
+            modality (`str`, *optional*, defaults to `"image"`): vlmprep prepares the images only.
+
+        Returns:
+            `dict[str, Any]`
+        """
+        selected = super().select_image_inputs(model_kwargs, indices, modality)
         if LEGACY_PIXEL_KEY in selected:
             selected.setdefault("pixel_values", selected.pop(LEGACY_PIXEL_KEY))
         return selected

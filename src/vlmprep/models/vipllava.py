@@ -1,13 +1,14 @@
 """VipLLaVA: LLaVA with features from several vision layers; every image is one run of its patch tokens."""
 
-from typing import Any
-
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
+from .layouts.vision_patches import VisionPatchesLayout
 
 
-class VipLlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers.VipLlavaForConditionalGeneration):
+class VipLlavaForConditionalGeneration(
+    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.VipLlavaForConditionalGeneration
+):
     """Drop-in `transformers.VipLlavaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -29,9 +30,5 @@ class VipLlavaForConditionalGeneration(VisionPrepGenerationMixin, transformers.V
     ```
     """
 
+    # One placeholder per patch: the model drops the CLS token of every selected layer.
     vision_facts = VisionFacts(per_image_keys=())
-
-    def image_token_counts(self, model_kwargs: dict[str, Any]) -> int:
-        """Patches per image: the model drops the CLS token of every selected layer."""
-        vision_config = self.config.vision_config
-        return (vision_config.image_size // vision_config.patch_size) ** 2

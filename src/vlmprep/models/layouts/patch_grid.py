@@ -1,0 +1,223 @@
+"""Patch-grid layouts (Qwen2-VL and the families built like it): flattened patches on a `(t, h, w)` grid per item.
+
+Pixel inputs are flattened patches, `(total_patches, patch_dim)`, with one `(t, h, w)` grid row per item (an image
+or a video); an item has `t * h * w / spatial_merge_size**2` placeholders. Variants: positions are 3D multimodal rope
+(M-RoPE) or plain 1D, and a video is one run or one run per frame (temporal patch).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from ...generation import VisionFacts
+from ...generation.facts import ModalityFacts
+
+__all__ = [
+    "MM_TOKEN_TYPES",
+    "PATCH_GRID_FACTS",
+    "PATCH_GRID_SHARED_PLACEHOLDER_FACTS",
+    "PatchGridLayout",
+    "PatchGridPerFrameLayout",
+    "PatchGridPerFrameTextPositionsLayout",
+    "PatchGridTextPositionsLayout",
+]
+
+# Placeholder types of `mm_token_type_ids`, as the processors number them (0 is text).
+MM_TOKEN_TYPES = {"image": 1, "video": 2}
+
+# Images and videos: `pixel_values` / `pixel_values_videos` rows with their grids, features a list of per-item
+# tensors; positions from the token types.
+PATCH_GRID_FACTS = VisionFacts(
+    token_type_key="mm_token_type_ids",
+    per_image_keys=("image_grid_thw",),
+    fixed_resolution=False,
+    features_as_list=True,
+    other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), ("video_grid_thw",)),),
+)
+
+# As `PATCH_GRID_FACTS`, but a video frame's placeholders are image placeholders (GLM-4V and its variants, inside
+# `<|begin_of_video|>...<|end_of_video|>`): only the processor's `mm_token_type_ids` tell images and frames apart.
+PATCH_GRID_SHARED_PLACEHOLDER_FACTS = VisionFacts(
+    token_type_key="mm_token_type_ids",
+    per_image_keys=("image_grid_thw",),
+    fixed_resolution=False,
+    features_as_list=True,
+    image_token_type=MM_TOKEN_TYPES["image"],
+    other_modalities=(
+        ModalityFacts(
+            "video", "image_token_id", ("pixel_values_videos",), ("video_grid_thw",), MM_TOKEN_TYPES["video"]
+        ),
+    ),
+)
+
+
+class PatchGridLayout:
+    """Family hooks of the patch-grid layout with M-RoPE positions (listed before `VisionPrepGenerationMixin`).
+
+    Positions are 3D M-RoPE: upstream computes them with `rope_deltas` stored on the model by an earlier call, which
+    goes wrong as soon as another request runs in between, or when new images follow a cached part; here they are
+    computed from the whole prompt alone.
+    """
+
+    def _grid_and_pixel_keys(self, modality: str) -> tuple[str, str]:
+        facts = self._modality_facts(modality)
+        return facts.per_item_keys[0], facts.pixel_keys[0]
+
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """Placeholders of each item: its grid's `t * h * w`, merged `spatial_merge_size**2` to one.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
+
+        Returns:
+            `list[int]` or `None` (no grids passed)
+        """
+        grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
+        if grid is None:
+            return None
+        return (grid.prod(-1) // self.config.vision_config.spatial_merge_size**2).tolist()
+
+    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Grid rows; the patch rows and size are checked against them first (a wrong size fails clearly here).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
+
+        Returns:
+            `int` or `None` (neither grids nor pixels passed)
+        """
+        grid_key, pixel_key = self._grid_and_pixel_keys(modality)
+        grid, pixels = model_kwargs.get(grid_key), model_kwargs.get(pixel_key)
+        if grid is None and pixels is None:
+            return None
+        if pixels is None:
+            # Grids alone: enough for the positions of items the cache already holds (pixels are only needed for
+            # items prefill encodes, which the mixin checks).
+            return grid.shape[0]
+        if grid is None:
+            raise ValueError(
+                f"`{pixel_key}` was passed without `{grid_key}`. Pass both, as this model's processor returns them."
+            )
+        vision_config = self.config.vision_config
+        patch_dim = vision_config.in_channels * vision_config.temporal_patch_size * vision_config.patch_size**2
+        expected = (int(grid.prod(-1).sum()), patch_dim)
+        if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
+            shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
+            raise ValueError(
+                f"`{pixel_key}` has shape {shape} but this model's vision tower takes flattened patches of shape "
+                f"{expected} for the {grid.shape[0]} {modality}(s) of `{grid_key}` (one row per patch of every "
+                f"grid). Preprocess the {modality}s with this model's processor."
+            )
+        return grid.shape[0]
+
+    def select_image_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The items' patch rows (each item owns `t * h * w` consecutive rows) and grid rows, in that order.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the items of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
+
+        Returns:
+            `dict[str, Any]`: the pixel and grid inputs of those items.
+        """
+        grid_key, pixel_key = self._grid_and_pixel_keys(modality)
+        grid = model_kwargs[grid_key]
+        rows = torch.split(model_kwargs[pixel_key], grid.prod(-1).tolist())  # per item: (t * h * w, patch_dim)
+        return {pixel_key: torch.cat([rows[index] for index in indices]), grid_key: grid[indices]}
+
+    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
+        """`(4, batch, seq)` positions of the whole prompt: text positions, then the 3 M-RoPE rows (t, h, w).
+
+        The same rows upstream's generate builds, computed by the model's own `get_rope_index` from the prompt,
+        its grids and its mask, never from `rope_deltas` kept on the model.
+
+        Args:
+            input_ids (`torch.Tensor`): the whole prompt.
+            model_kwargs (`dict[str, Any]`): the call's inputs (grids, mask, token types).
+
+        Returns:
+            `torch.Tensor` of shape `(4, batch, seq)`
+        """
+        attention_mask = model_kwargs.get("attention_mask")
+        if attention_mask is not None and attention_mask.shape[-1] != input_ids.shape[-1]:
+            attention_mask = None  # only the new tokens were passed: the mixin then asks for the whole prompt
+        if attention_mask is not None:
+            text_positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
+        else:
+            text_positions = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
+
+        token_types = model_kwargs.get("mm_token_type_ids")
+        if token_types is None:  # what the processor returns: the modality of each placeholder, 0 for text
+            token_types = torch.zeros_like(input_ids)
+            for modality in self.vision_facts.modalities:  # a placeholder id shared by modalities marks images
+                unmarked = (input_ids == modality.placeholder_id(self.config)) & (token_types == 0)
+                token_types[unmarked] = MM_TOKEN_TYPES[modality.name]
+        grids = {}
+        for modality in self.vision_facts.modalities:
+            grid_key = modality.per_item_keys[0]
+            grids[grid_key] = model_kwargs.get(grid_key)
+            if grids[grid_key] is None and bool((token_types == MM_TOKEN_TYPES[modality.name]).any()):
+                raise ValueError(
+                    f"The prompt has {modality.name} placeholders but no `{grid_key}`: this model's positions depend "
+                    f"on every {modality.name}'s grid, also of those already in the cache. Pass the pixel inputs and "
+                    f"`{grid_key}` of every {modality.name} of the prompt."
+                )
+        if all(grid is None for grid in grids.values()):
+            mrope = text_positions.unsqueeze(0).expand(3, -1, -1)  # text only: t = h = w = the text position
+            rope_deltas = torch.zeros(input_ids.shape[0], 1, dtype=torch.long, device=input_ids.device)
+        else:
+            # Family extras of the positions (Qwen2.5-VL's `second_per_grid_ts`), passed when the call has them
+            handled = {"input_ids", "mm_token_type_ids", "attention_mask", "kwargs", *grids}
+            accepted = inspect.signature(self.model.get_rope_index).parameters
+            extras = {k: model_kwargs[k] for k in accepted if k not in handled and model_kwargs.get(k) is not None}
+            mrope, rope_deltas = self.model.get_rope_index(
+                input_ids, mm_token_type_ids=token_types, attention_mask=attention_mask, **grids, **extras
+            )
+        # Written, never read: code that inspects `model.model.rope_deltas` after `generate` sees what upstream's
+        # generate would have left there; vlmprep's own positions never depend on it.
+        self.model.rope_deltas = rope_deltas
+        return torch.cat([text_positions.unsqueeze(0), mrope.to(text_positions.dtype)], dim=0)  # (4, batch, seq)
+
+
+class PatchGridTextPositionsLayout(PatchGridLayout):
+    """The patch-grid layout for decoders with plain 1D positions (EXAONE 4.5, HyperCLOVAX, LFM3-VL)."""
+
+    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
+        """No multimodal positions: the decoder's rope is 1D, so transformers' own positions are kept."""
+        return None
+
+
+class PatchGridPerFrameLayout(PatchGridLayout):
+    """The patch-grid layout, except that a video's placeholders come as one run per frame (temporal patch).
+
+    Each run follows the frame's timestamp text, so a video is one item with `t` pieces of
+    `h * w / spatial_merge_size**2` placeholders, in frame order (the order of its feature rows).
+    """
+
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """As `PatchGridLayout`, except that a video's placeholders come as one run per frame, between timestamps.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
+
+        Returns:
+            `list[int]` (images), `list[list[int]]` (videos: per frame) or `None` (no grids passed)
+        """
+        counts = super().image_token_counts(model_kwargs, modality)
+        if modality != "video" or counts is None:
+            return counts
+        frames = model_kwargs["video_grid_thw"][:, 0].tolist()
+        return [[count // t] * t for count, t in zip(counts, frames, strict=True)]
+
+
+class PatchGridPerFrameTextPositionsLayout(PatchGridTextPositionsLayout, PatchGridPerFrameLayout):
+    """Per-frame video runs with plain 1D positions (LFM3-VL)."""

@@ -1,0 +1,108 @@
+"""Sub-images (Idefics3, SmolVLM): an image is split into sub-images (a grid of crops plus the global image).
+
+`pixel_values` is `(batch_size, max_sub_images, C, H, W)`: each sample's sub-images, padded with all-zero sub-images
+that the model drops; `pixel_attention_mask` `(batch_size, max_sub_images, H, W)` marks the real pixels. The
+processor writes each sub-image as its own run of `image_seq_len` placeholders, and a sub-image's features depend only
+on its own pixels and mask. So each real sub-image is one item of the mechanism, numbered in `(sample, sub-image)`
+order, which is the order the model fills placeholders in; the mixin's "image" counts and messages count sub-images.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import PreTrainedConfig
+
+from ...generation import VisionFacts
+from ...generation.validation import check_pixel_dims
+from .vision_patches import vision_patch_count
+
+__all__ = ["SubImagesLayout", "real_sub_images", "select_sub_images", "sub_image_tokens"]
+
+
+class SubImagesLayout:
+    """Family hooks of the sub-image layout: each real sub-image of `pixel_values` is one item (images only)."""
+
+    # 5D pixels, checked by `check_pixel_inputs`; the mask is split with the sub-images.
+    vision_facts = VisionFacts(per_image_keys=("pixel_attention_mask",), fixed_resolution=False, pixel_layout=None)
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Every sub-image at the tower's `image_size`: each gets a fixed count of placeholders.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
+        """
+        pixel_values = model_kwargs.get("pixel_values")
+        if isinstance(pixel_values, torch.Tensor):
+            check_pixel_dims(pixel_values, self.config.vision_config, ("batch_size", "sub_images"))
+
+    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
+        """Placeholders per sub-image: its patch grid, pixel-shuffled by `scale_factor` in each direction.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (unused: every sub-image has the same count).
+            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
+
+        Returns:
+            `int`
+        """
+        return sub_image_tokens(self.config)
+
+    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Real (not all-zero padding) sub-images of all samples.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
+
+        Returns:
+            `int` or `None` (no pixels passed)
+        """
+        pixel_values = model_kwargs.get("pixel_values")
+        return None if pixel_values is None else int(real_sub_images(pixel_values).sum())
+
+    def select_image_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The given real sub-images as one sample `(1, len(indices), ...)`, with their pixel masks.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the real sub-images.
+            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
+
+        Returns:
+            `dict[str, Any]`
+        """
+        return select_sub_images(model_kwargs, indices)
+
+
+def sub_image_tokens(config: PreTrainedConfig) -> int:
+    """`image_seq_len` of the Idefics3/SmolVLM processors: `(image_size // patch_size) ** 2 // scale_factor ** 2`."""
+    return vision_patch_count(config) // config.scale_factor**2
+
+
+def real_sub_images(pixel_values: torch.Tensor) -> torch.Tensor:
+    """`(batch_size, max_sub_images)` mask of the sub-images that are not all-zero padding, as the model decides."""
+    return pixel_values.flatten(2).ne(0).any(dim=-1)
+
+
+def select_sub_images(model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+    """`pixel_values` (and `pixel_attention_mask`) of the given real sub-images, as one sample.
+
+    Args:
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        indices (`list[int]`): indices among the real sub-images, in `(sample, sub-image)` order.
+
+    Returns:
+        `dict[str, Any]`: `pixel_values` `(1, len(indices), C, H, W)`, `pixel_attention_mask` `(1, len(indices), H, W)`.
+    """
+    pixel_values = model_kwargs["pixel_values"]
+    real = real_sub_images(pixel_values).flatten()  # (batch_size * max_sub_images,)
+    selected = {"pixel_values": pixel_values.flatten(0, 1)[real][indices].unsqueeze(0)}
+    mask = model_kwargs.get("pixel_attention_mask")
+    if mask is not None:
+        selected["pixel_attention_mask"] = mask.flatten(0, 1)[real][indices].unsqueeze(0)
+    return selected

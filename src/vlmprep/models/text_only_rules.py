@@ -1,0 +1,88 @@
+"""The named text-only rules families pick from: how to take the text decoder out of a multimodal checkpoint.
+
+`vlmprep.models.registry` gives each model type whose decoder loads alone one of these rules;
+`vlmprep.loading.text_only` applies it. Plain data: importing this module imports no model code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "COHERE2_VISION",
+    "LANGUAGE_MODEL",
+    "QWEN2_DECODER",
+    "QWEN3_DECODER",
+    "QWEN3_MOE_DECODER",
+    "TEXT_MODEL",
+    "TextOnlyFamily",
+]
+
+
+@dataclass(frozen=True)
+class TextOnlyFamily:
+    """How to take the text decoder out of one multimodal family's checkpoint.
+
+    Args:
+        key_rules (`tuple[tuple[str, str | None], ...]`):
+            `(checkpoint prefix, decoder prefix)` pairs, tried in order. A checkpoint key that starts with a checkpoint
+            prefix belongs to the decoder and is renamed (a decoder prefix of `None` marks a prefix that is not the
+            decoder's, before a broader one); every other key (vision tower, projector, ...) is never read.
+        decoder_config_overrides (`tuple[tuple[str, Any], ...]`, *optional*, defaults to `()`):
+            `(attribute, value)` pairs set on the decoder's config so that the decoder computes what the multimodal
+            model computes on text.
+        decoder_model_type (`str`, *optional*):
+            For a text config with no causal-LM class of its own (`qwen2_vl_text`, ...): the model type of the
+            causal-LM config its attributes are carried over to (`qwen2`, ...), multimodal rope keys dropped.
+    """
+
+    key_rules: tuple[tuple[str, str | None], ...]
+    decoder_config_overrides: tuple[tuple[str, Any], ...] = ()
+    decoder_model_type: str | None = None
+
+    def decoder_key(self, checkpoint_key: str) -> str | None:
+        """The decoder's name for a checkpoint key, or `None` when the key is not a text-decoder tensor."""
+        for source, target in self.key_rules:
+            if checkpoint_key.startswith(source):
+                return None if target is None else target + checkpoint_key[len(source) :]
+        return None
+
+
+# `save_pretrained` (transformers 5.2x) writes the legacy names `language_model.model.*` / `language_model.lm_head.*`
+# for LLaVA-like families, and the module names `model.language_model.*` / `lm_head.*` for newer ones; Hub
+# checkpoints use either. One rule set accepts both; a checkpoint holding a tensor under both names is an error.
+_LANGUAGE_MODEL_KEYS = (
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+    ("model.language_model.", "model."),
+    ("lm_head.", "lm_head."),
+)
+LANGUAGE_MODEL = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS)
+
+# Idefics2/3 and SmolVLM keep the decoder under `model.text_model`.
+TEXT_MODEL = TextOnlyFamily(key_rules=(("model.text_model.", "model."), ("lm_head.", "lm_head.")))
+
+# Qwen-VL decoders are the Qwen2 / Qwen3 / Qwen3-MoE decoders with a multimodal rope. On text, the three position rows
+# (t, h, w) are the same 1D positions, so every frequency section (interleaved or not) gets the same angle as in the
+# 1D rope: the decoder is the plain causal LM, with the mrope keys dropped from its rope parameters.
+# Qwen2-VL and Qwen2.5-VL are saved (and published) with the decoder at the top level, `model.layers.*` next to
+# `visual.*`; Qwen3-VL under module names, `model.language_model.*` next to `model.visual.*`. Both are accepted.
+_QWEN_VL_KEYS = (
+    ("model.language_model.", "model."),
+    ("model.visual.", None),
+    ("model.", "model."),
+    ("lm_head.", "lm_head."),
+)
+QWEN2_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen2")
+QWEN3_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen3")
+# Qwen3-VL-MoE's router always renormalizes the top-k probabilities; Qwen3-MoE does so only with `norm_topk_prob`.
+QWEN3_MOE_DECODER = TextOnlyFamily(
+    key_rules=_QWEN_VL_KEYS,
+    decoder_config_overrides=(("norm_topk_prob", True),),
+    decoder_model_type="qwen3_moe",
+)
+
+# Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
+# it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).
+COHERE2_VISION = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_config_overrides=(("logit_scale", 1.0),))
