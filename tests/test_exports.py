@@ -59,8 +59,8 @@ def test_import_vlmprep_imports_no_model_module():
     )
     before, after = (json.loads(line) for line in result.stdout.splitlines())
     assert before == ["vlmprep", "vlmprep.models", "vlmprep.utils", "vlmprep.utils._compat"]
-    # the first use imports that family alone, not the registry of every family
-    assert after == ["vlmprep.models.qwen2_vl"]
+    # the first use imports that family and the layout it picks, not the registry or any other family
+    assert after == ["vlmprep.models.layouts", "vlmprep.models.layouts.patch_grid", "vlmprep.models.qwen2_vl"]
 
 
 def _load_check_exports():

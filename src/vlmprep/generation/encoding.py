@@ -10,8 +10,6 @@ from typing import Any
 import torch
 
 from ..cache.hashing import hash_image_inputs
-from .hooks import call_hook
-from .hooks import select_items as select_images  # noqa: F401  (the name families imported before `hooks`)
 from .prepared import PlannedEncoderOutputs, split_per_image
 from .spans import ItemSpan
 
@@ -56,7 +54,7 @@ class ItemEncoder:
 
     def _item_inputs(self, modality: str, indices: list[int]) -> dict[str, Any]:
         # Pixel inputs of the items at `indices` (indices among the items of `modality`).
-        return call_hook(self.model.select_image_inputs, modality, self.model_kwargs, indices)
+        return self.model.select_image_inputs(self.model_kwargs, indices, modality=modality)
 
     def hashes(self, indices: list[int]) -> dict[int, str]:
         """The content hash of each item: its pixel inputs and per-item extras, plus every encoder argument.

@@ -22,11 +22,6 @@ def select_items(value: Any, indices: list[int]) -> Any:
     return [value[index] for index in indices]
 
 
-def call_hook(hook, modality: str, *args):
-    """Call a family hook for `modality` (images are asked without the keyword, as single-modality hooks expect)."""
-    return hook(*args) if modality == "image" else hook(*args, modality=modality)
-
-
 class FamilyHooks:
     """The family hooks the generation mixin calls, with their defaults; a drop-in states `vision_facts`.
 

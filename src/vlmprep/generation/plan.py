@@ -16,7 +16,6 @@ import torch
 from ..utils.logging import get_logger
 from .cache_rollback import roll_back_cache
 from .encoding import ItemEncoder, SuppliedFeatures
-from .hooks import call_hook
 from .spans import (
     Block,
     ItemSpan,
@@ -253,14 +252,14 @@ def find_item_spans(
     token_type_key = model.vision_facts.token_type_key
     spans: list[ItemSpan] = []
     for modality in model.vision_facts.modalities:
-        counts = call_hook(model.image_token_counts, modality.name, model_kwargs)
+        counts = model.image_token_counts(model_kwargs, modality=modality.name)
         first_index = len({span.item_index for span in spans})
         ids = input_ids
         if modality.token_type is not None and token_types is not None:
             # The placeholder id is shared with another modality: only the positions of this one's type count
             ids = input_ids.masked_fill(token_types[..., -input_ids.shape[-1] :] != modality.token_type, -1)
         elif modality.token_type is not None and modality.name != "image":
-            if call_hook(model.count_images, modality.name, model_kwargs) is not None:
+            if model.count_images(model_kwargs, modality=modality.name) is not None:
                 raise ValueError(
                     f"This model's {modality.name}s share the image placeholder token, so only `{token_type_key}` "
                     f"tells their placeholders apart. Pass `{token_type_key}` as the processor returns it."
@@ -285,7 +284,7 @@ def check_items_match_spans(
     for modality in model.vision_facts.modalities:
         name = modality.name
         modality_spans = [span for span in spans if span.modality == name]
-        num_items = call_hook(model.count_images, name, model_kwargs)
+        num_items = model.count_images(model_kwargs, modality=name)
         has_pixels = any(model_kwargs.get(key) is not None for key in modality.pixel_keys)
         if has_pixels and any(span.item_index in given for span in modality_spans):
             raise ValueError(
@@ -309,4 +308,4 @@ def check_items_match_spans(
                 f"exactly one {name} per placeholder run, in prompt order (all {name}s of the conversation, also "
                 "those already in the cache), or fix the prompt."
             )
-        call_hook(model.check_pixel_inputs, name, model_kwargs)
+        model.check_pixel_inputs(model_kwargs, modality=name)

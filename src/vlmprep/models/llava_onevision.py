@@ -16,8 +16,8 @@ import torch
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
-from ..generation.encoding import select_images
 from ..generation.facts import ModalityFacts
+from ..generation.hooks import select_items
 from .layouts.anyres import dummy_crop_features, tokens_per_crop, trim_padding_crops
 
 
@@ -119,7 +119,7 @@ class LlavaOnevisionForConditionalGeneration(
         groups = image_groups(batch_num_images, len(image_sizes))
         images = [image for index in indices for image in groups[index]]
         selected = {
-            key: select_images(model_kwargs[key], images)
+            key: select_items(model_kwargs[key], images)
             for key in ("pixel_values", "image_sizes")
             if model_kwargs.get(key) is not None
         }
