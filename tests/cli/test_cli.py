@@ -15,8 +15,10 @@ import pytest
 from PIL import Image
 
 from helpers import gemma3_image_effect
-from vlmprep.cli import format_summary, main
-from vlmprep.demo import DEMO_TURNS, demo_cache_dir, demo_images, ensure_demo_checkpoint
+from vlmprep.cli import main
+from vlmprep.cli.bench import format_summary
+from vlmprep.cli.demo_chat import DEMO_TURNS
+from vlmprep.cli.demo_checkpoint import demo_cache_dir, demo_images, ensure_demo_checkpoint
 
 
 @pytest.fixture(scope="module")
