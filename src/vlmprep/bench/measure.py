@@ -12,7 +12,7 @@ __all__ = ["median_ms", "paired_times", "peak_tensor_bytes"]
 
 
 def peak_tensor_bytes(fn: Callable[[], Any]) -> int | None:
-    """Peak bytes of CPU tensors allocated and still alive at once while `fn` runs, from torch.profiler's memory events.
+    """Peak bytes of CPU tensors allocated and alive at once while `fn` runs, from torch.profiler's memory events.
 
     This is the activation memory of the call (weights and anything allocated before it are not counted); Python
     objects and allocator slack are not counted either.

@@ -77,7 +77,7 @@ def demo_cache_dir() -> Path:
 
 
 def build_demo_tokenizer():
-    """A word-level fast tokenizer over `DEMO_WORDS` with Gemma3's special tokens and the attributes its processor reads.
+    """A word-level fast tokenizer over `DEMO_WORDS` with Gemma3's special tokens and the attributes a processor reads
 
     Returns:
         `transformers.PreTrainedTokenizerFast`: with `boi_token`, `eoi_token`, `image_token` (and their `_id`s).

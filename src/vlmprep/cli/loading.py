@@ -142,7 +142,7 @@ def loading_progress() -> IO[str] | None:
 
 @contextlib.contextmanager
 def progress_bars(enabled: bool) -> Iterator[None]:
-    """Turn transformers' progress bars (e.g. "Loading weights") on for the block, whatever `quiet_transformers` did."""
+    """Turn transformers' progress bars ("Loading weights") on for the block, whatever `quiet_transformers` did."""
     from transformers.utils import logging as hf_logging
 
     if not enabled or hf_logging.is_progress_bar_enabled():
