@@ -51,7 +51,7 @@ def measured_generate(model, processor, inputs: dict, **generate_kwargs) -> Gene
     """Run `model.generate(**inputs, **generate_kwargs)` once, counting images encoded, tokens prefilled and time.
 
     Args:
-        model (`PreTrainedModel`): a VLM with `model.vision_tower` and `model.language_model`.
+        model (`PreTrainedModel`): a VLM, transformers' or vlmprep's (counted with `vlmprep.testing`'s counters).
         processor (`ProcessorMixin`): decodes the answer.
         inputs (`dict`): the processor's outputs for one prompt (batch of one).
         generate_kwargs: passed to `generate`.
