@@ -8,7 +8,7 @@ import transformers
 from transformers.models.auto import modeling_auto
 
 import vlmprep
-from vlmprep.demo import demo_images, ensure_demo_checkpoint
+from vlmprep.cli.demo_checkpoint import demo_images, ensure_demo_checkpoint
 from vlmprep.models import DROP_IN_CLASSES
 from vlmprep.registration import AUTO_CLASSES
 

@@ -1,6 +1,6 @@
-"""LLaVA-OneVision and LLaVA-NeXT-Video with videos: the image builders of `cases_llava_like.py`, plus video segments.
+"""LLaVA-OneVision and LLaVA-NeXT-Video with videos: the image builders of `cases_llava_anyres.py`, plus videos.
 
-The cases registered by `cases_llava_like.py` (loaded first) are registered again with builders that also place
+The cases registered by `cases_llava_anyres.py` (loaded first) are registered again with builders that also place
 videos (a `VIDEO` segment); image-only prompts are built exactly as before, so the conformance suite is unchanged.
 A video is `(frames, C, H, W)` of one crop size; it has one placeholder run whose length follows each processor's
 `replace_video_token` arithmetic (recomputed here, never asked of the drop-in under test).

@@ -42,7 +42,7 @@ TINY_SIGLIP = {
 
 
 def tiles_of(seed: int) -> int:
-    """Crops of the image drawn with `seed`: 3 for seeds 2, 6, 9, 13, ... (as in `cases_llava_like.tiles_of`).
+    """Crops of the image drawn with `seed`: 3 for seeds 2, 6, 9, 13, ... (as in `llava_like_inputs.tiles_of`).
 
     Scenarios that count encoded images (`VisionRunCounter.images`, which counts crops) use seeds 0, 1, 3, 4, 5, 7
     and 8, so their images are single crops; the chunked batch (seed 2) and the interleaved requests (seed 13) have

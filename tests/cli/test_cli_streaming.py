@@ -10,9 +10,12 @@ import sys
 import pytest
 import torch
 
-from vlmprep import cli
-from vlmprep.cli import answer, load_model_and_processor, main, resolve_device, run_chat, user_message
-from vlmprep.demo import demo_images, ensure_demo_checkpoint
+from vlmprep.cli import conversation, loading, main
+from vlmprep.cli.chat import run_chat
+from vlmprep.cli.conversation import answer, user_message
+from vlmprep.cli.demo_checkpoint import demo_images, ensure_demo_checkpoint
+from vlmprep.cli.errors import CLIError
+from vlmprep.cli.loading import load_image, load_model_and_processor, quiet_transformers, resolve_device
 
 
 class RecordingStream(io.StringIO):
@@ -57,7 +60,7 @@ NEW_TOKENS = 8
 def reference_answer(loaded, png: str) -> str:
     """The answer without streaming: what `generate` must print."""
     model, processor = loaded
-    text, _ = answer(model, processor, [user_message(PROMPT, [cli.load_image(png)])], NEW_TOKENS)
+    text, _ = answer(model, processor, [user_message(PROMPT, [load_image(png)])], NEW_TOKENS)
     return text
 
 
@@ -67,7 +70,7 @@ def reference_answer(loaded, png: str) -> str:
 def test_answer_streams_the_text_it_returns(loaded, png):
     model, processor = loaded
     stream = RecordingStream()
-    text, _ = answer(model, processor, [user_message(PROMPT, [cli.load_image(png)])], NEW_TOKENS, stream=stream)
+    text, _ = answer(model, processor, [user_message(PROMPT, [load_image(png)])], NEW_TOKENS, stream=stream)
     assert stream.getvalue() == text + "\n"
     assert len(text.split()) > 1 and len(stream.writes) > 2  # several pieces, then the newline
     assert text == reference_answer(loaded, png)
@@ -123,7 +126,7 @@ def never_load(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the model must not be loaded when --device is wrong")
 
-    monkeypatch.setattr(cli, "load_model_and_processor", fail)
+    monkeypatch.setattr(loading, "load_model_and_processor", fail)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on machines with and without a GPU
 
 
@@ -153,7 +156,7 @@ def test_device_index_beyond_the_visible_devices(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert resolve_device("cuda:1") == "cuda:1"
-    with pytest.raises(cli.CLIError, match=r"2 cuda device\(s\) visible; pass --device cuda:0 to cuda:1"):
+    with pytest.raises(CLIError, match=r"2 cuda device\(s\) visible; pass --device cuda:0 to cuda:1"):
         resolve_device("cuda:2")
 
 
@@ -169,7 +172,7 @@ def chat(checkpoint: str, script: str, monkeypatch) -> tuple[str, str]:
     stdout, stderr = RecordingStream(), RecordingStream()
     monkeypatch.setattr(sys, "stderr", stderr)
     args = argparse.Namespace(model=checkpoint, max_new_tokens=NEW_TOKENS, device="cpu")
-    with cli._quiet_transformers():  # as `main` runs it
+    with quiet_transformers():  # as `main` runs it
         assert run_chat(args, stdin=io.StringIO(script), stdout=stdout) == 0
     return stdout.getvalue(), stderr.getvalue()
 
@@ -199,7 +202,7 @@ def test_failed_generate_keeps_the_images(checkpoint, png, monkeypatch):
         stream = BreakingStream(stream) if len(calls) == 1 else stream
         return answer(model, processor, messages, max_new_tokens, stream=stream)
 
-    monkeypatch.setattr(cli, "answer", answer_failing_once)
+    monkeypatch.setattr(conversation, "answer", answer_failing_once)
     out, err = chat(checkpoint, f"/image {png}\n{PROMPT}\n{PROMPT}\nAnd now?\n", monkeypatch)
     assert err.splitlines() == [
         "vlmprep: error: RuntimeError: out of memory (run with --debug for the traceback) (message dropped; "

@@ -1,135 +1,35 @@
-"""The workloads of `vlmprep.bench`: one pair of models (vlmprep's and transformers' Gemma3, same weights), the
-hooks that count their work, and one method per workload.
+"""The workloads of `vlmprep.bench`: one pair of models (vlmprep's and transformers' Gemma3, same weights) and one
+method per workload. Work is counted with `vlmprep.testing`'s `VisionRunCounter` and `PrefillCounter`.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import time
 from collections.abc import Callable
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
 
 import torch
 import transformers
 
-from . import Gemma3ForConditionalGeneration, PrefixCache
-from .cache.hashing import hash_image_inputs
-from .testing import IMAGE, TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID, build_prompt, random_pixels
+from .. import Gemma3ForConditionalGeneration, PrefixCache
+from ..cache.hashing import hash_image_inputs
+from ..testing import (
+    IMAGE,
+    TINY_BOI_TOKEN_ID,
+    TINY_EOI_TOKEN_ID,
+    PrefillCounter,
+    VisionRunCounter,
+    build_prompt,
+    random_pixels,
+)
+from .measure import median_ms, paired_times, peak_tensor_bytes
+from .settings import BenchSettings
 
-__all__ = ["BenchRunner", "LanguageModelCalls", "VisionImages", "peak_tensor_bytes"]
-
-if TYPE_CHECKING:
-    from .bench import BenchSettings
+__all__ = ["BenchRunner"]
 
 FIRST_TEXT_TOKEN = 200  # random text ids are drawn from 200..vocab-1, clear of the special ids below 128
-
-
-# -- Measuring helpers ------------------------------------------------------------------------------------------------
-
-
-class LanguageModelCalls:
-    """Records the start time and token count of every language-model forward (prefill chunks and decode steps)."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.module = model.model.language_model
-        self.lengths: list[int] = []
-        self.times: list[float] = []
-        self.call_starts: list[int] = []  # index of the first forward of each `generate` call
-
-    def _hook(self, module, args, kwargs):
-        self.times.append(time.perf_counter())
-        self.lengths.append(int(kwargs["inputs_embeds"].shape[1]))
-
-    def new_call(self) -> None:
-        self.call_starts.append(len(self.lengths))
-
-    @property
-    def prefilled(self) -> int:
-        """Tokens prefilled over all calls (each unchunked prefill is the first forward of its call)."""
-        return sum(self.lengths[start] for start in self.call_starts)
-
-    def __enter__(self) -> LanguageModelCalls:
-        self._handle = self.module.register_forward_pre_hook(self._hook, with_kwargs=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._handle.remove()
-
-
-class VisionImages:
-    """Counts the images the vision tower encodes (a forward hook on `model.model.vision_tower`)."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.tower = model.model.vision_tower
-        self.images = 0
-
-    def _hook(self, module, args, kwargs, output):
-        self.images += int(kwargs.get("pixel_values", args[0] if args else None).shape[0])
-
-    def __enter__(self) -> VisionImages:
-        self._handle = self.tower.register_forward_hook(self._hook, with_kwargs=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._handle.remove()
-
-
-def peak_tensor_bytes(fn: Callable[[], Any]) -> int | None:
-    """Peak bytes of CPU tensors allocated and still alive at once while `fn` runs, from torch.profiler's memory events.
-
-    This is the activation memory of the call (weights and anything allocated before it are not counted); Python
-    objects and allocator slack are not counted either.
-
-    Args:
-        fn (`Callable[[], Any]`): the call to measure.
-
-    Returns:
-        `int` or `None` (the profiler could not record memory on this build).
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    saved_stderr = os.dup(2)  # kineto writes start/stop lines straight to fd 2
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-                fn()
-        events = prof.profiler.kineto_results.events()
-        allocations = sorted((event.start_ns(), event.nbytes()) for event in events if event.name() == "[memory]")
-    except (AttributeError, RuntimeError):
-        return None
-    finally:
-        os.dup2(saved_stderr, 2)
-        os.close(saved_stderr)
-    live = peak = 0
-    for _, nbytes in allocations:  # positive: an allocation, negative: a free
-        live += nbytes
-        peak = max(peak, live)
-    return peak
-
-
-def _median_ms(fn: Callable[[], Any], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
-def _paired(ours: list[dict], theirs: list[dict], key: str = "time_s") -> dict:
-    """Median times of both sides and the median of the per-repetition ratios (robust to drifting machine load)."""
-    ratios = [mine[key] / other[key] for mine, other in zip(ours, theirs, strict=True)]
-    return {
-        f"vlmprep_{key}": round(statistics.median(run[key] for run in ours), 4),
-        f"transformers_{key}": round(statistics.median(run[key] for run in theirs), 4),
-        f"{key.removesuffix('_s')}_ratio": round(statistics.median(ratios), 3),
-        "vlmprep_runs_s": [round(run[key], 4) for run in ours],
-        "transformers_runs_s": [round(run[key], 4) for run in theirs],
-    }
 
 
 class BenchRunner:
@@ -211,12 +111,11 @@ class BenchRunner:
                 model.encoder_cache.clear()
             extra = {"prefix_cache": store} if use_vlmprep else {}
             segments, seeds, answers, elapsed = [], [], [], 0.0
-            with VisionImages(model) as vision, LanguageModelCalls(model) as calls:
+            with VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
                 for turn, user in enumerate(user_turns):
                     segments += user
                     seeds += [100 + turn] * sum(1 for segment in user if segment is IMAGE)
                     inputs = self.inputs(segments, seeds)  # the whole conversation, every image
-                    calls.new_call()
                     start = time.perf_counter()
                     output = self.generate(model, inputs, settings.chat_answer_tokens, **extra)
                     elapsed += time.perf_counter() - start
@@ -227,7 +126,7 @@ class BenchRunner:
             return {
                 "time_s": elapsed,
                 "images": vision.images,
-                "prefilled": calls.prefilled,
+                "prefilled": prefill.prefilled(settings.chat_answer_tokens, calls=len(user_turns)),
                 "answers": answers,
                 "tokens": tokens,
             }
@@ -246,7 +145,7 @@ class BenchRunner:
             "transformers_images_encoded": theirs[0]["images"],
             "vlmprep_tokens_prefilled": ours[0]["prefilled"],
             "transformers_tokens_prefilled": theirs[0]["prefilled"],
-            **_paired(ours, theirs),
+            **paired_times(ours, theirs),
             "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
         }
 
@@ -261,7 +160,7 @@ class BenchRunner:
             if use_vlmprep:
                 model.encoder_cache.clear()  # each repetition starts cold: the first question encodes the image
             answers, elapsed = [], 0.0
-            with VisionImages(model) as vision:
+            with VisionRunCounter(model) as vision:
                 for inputs in prompts:
                     start = time.perf_counter()
                     output = self.generate(model, inputs, settings.question_answer_tokens)
@@ -278,7 +177,7 @@ class BenchRunner:
             "questions": settings.questions,
             "vlmprep_vision_runs": ours[0]["images"],
             "transformers_vision_runs": theirs[0]["images"],
-            **_paired(ours, theirs),
+            **paired_times(ours, theirs),
             "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
         }
         result["hashing"] = self.hashing_cost()
@@ -290,7 +189,7 @@ class BenchRunner:
         runs = max(5, self.settings.repeats)
         pixels = random_pixels(1, 0, size=self.image_size)
         with torch.no_grad():
-            vision_ms = _median_ms(lambda: self.ours.model.get_image_features(pixel_values=pixels), runs)
+            vision_ms = median_ms(lambda: self.ours.model.get_image_features(pixel_values=pixels), runs)
         result = {
             "compared": (
                 f"sha256 of one float32 (3, side, side) pixel tensor (`hash_image_inputs`) vs one call of the bench "
@@ -301,7 +200,7 @@ class BenchRunner:
         }
         for side in sorted({self.image_size, *self.settings.hash_sizes}):
             image = {"pixel_values": random_pixels(1, 0, size=side)[0]}
-            hash_ms = _median_ms(lambda image=image: hash_image_inputs(image), runs)
+            hash_ms = median_ms(lambda image=image: hash_image_inputs(image), runs)
             result[f"hash_{side}px_ms"] = round(hash_ms, 3)
             result[f"hash_{side}px_over_vision_forward"] = round(hash_ms / vision_ms, 4)
         return result
@@ -321,9 +220,8 @@ class BenchRunner:
                 model.encoder_cache.clear()
             extra = {"prefix_cache": store} if use_vlmprep else {}
             answers, elapsed = [], 0.0
-            with VisionImages(model) as vision, LanguageModelCalls(model) as calls:
+            with VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
                 for inputs in prompts:
-                    calls.new_call()
                     start = time.perf_counter()
                     output = self.generate(model, inputs, settings.question_answer_tokens, **extra)
                     elapsed += time.perf_counter() - start
@@ -332,7 +230,7 @@ class BenchRunner:
             return {
                 "time_s": elapsed,
                 "images": vision.images,
-                "prefilled": calls.prefilled,
+                "prefilled": prefill.prefilled(settings.question_answer_tokens, calls=len(prompts)),
                 "reused": reused,
                 "answers": answers,
             }
@@ -351,7 +249,7 @@ class BenchRunner:
             "transformers_tokens_prefilled": theirs[0]["prefilled"],
             "vlmprep_images_encoded": ours[0]["images"],
             "transformers_images_encoded": theirs[0]["images"],
-            **_paired(ours, theirs),
+            **paired_times(ours, theirs),
             "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
         }
 
@@ -364,12 +262,12 @@ class BenchRunner:
         def decode(model, use_vlmprep: bool) -> dict:
             if use_vlmprep:
                 model.encoder_cache.clear()
-            with LanguageModelCalls(model) as calls:
+            with PrefillCounter(model) as prefill:
                 output = self.generate(model, inputs, settings.decode_tokens)
             # Intervals between consecutive decode forwards: each is one whole decode step (forward, logits processors,
             # token selection and the generation loop's bookkeeping); prefill is excluded. The median step is
             # reported: on a shared CPU a few steps stall for many milliseconds whenever a thread is descheduled.
-            steps = [after - before for before, after in pairwise(calls.times[1:])]
+            steps = [after - before for before, after in pairwise(prefill.times[1:])]
             step_s = statistics.median(steps)
             return {"time_s": step_s, "tokens_per_s": 1 / step_s, "answer": output.sequences.tolist()}
 
@@ -378,15 +276,15 @@ class BenchRunner:
             {"vlmprep": lambda: decode(self.ours, True), "transformers": lambda: decode(self.theirs, False)},
         )
         ours, theirs = runs["vlmprep"], runs["transformers"]
-        paired = _paired(ours, theirs)
+        times = paired_times(ours, theirs)
         return {
             "new_tokens": settings.decode_tokens,
             "prompt_tokens": inputs["input_ids"].shape[1],
             "vlmprep_tokens_per_s": round(statistics.median(run["tokens_per_s"] for run in ours), 2),
             "transformers_tokens_per_s": round(statistics.median(run["tokens_per_s"] for run in theirs), 2),
-            "vlmprep_ms_per_token": round(1000 * paired["vlmprep_time_s"], 3),
-            "transformers_ms_per_token": round(1000 * paired["transformers_time_s"], 3),
-            "time_per_token_ratio": paired["time_ratio"],
+            "vlmprep_ms_per_token": round(1000 * times["vlmprep_time_s"], 3),
+            "transformers_ms_per_token": round(1000 * times["transformers_time_s"], 3),
+            "time_per_token_ratio": times["time_ratio"],
             "tokens_identical": all(a["answer"] == b["answer"] for a, b in zip(ours, theirs, strict=True)),
         }
 
@@ -410,14 +308,14 @@ class BenchRunner:
         def prefill(model, chunk_size: int | None) -> dict:
             if model is self.ours:
                 model.encoder_cache.clear()  # every run encodes its images: only chunking differs
-            with VisionImages(model) as vision, LanguageModelCalls(model) as calls:
+            with VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
                 start = time.perf_counter()
                 output = self.generate(model, inputs, new_tokens, prefill_chunk_size=chunk_size)
                 elapsed = time.perf_counter() - start
             return {
                 "time_s": elapsed,
                 "images": vision.images,
-                "prefill_forwards": len(calls.lengths) - (new_tokens - 1),
+                "prefill_forwards": prefill.forwards - (new_tokens - 1),
                 "logits": output.logits[0][0],  # the prompt's last-position logits
                 "answer": output.sequences.tolist(),
             }

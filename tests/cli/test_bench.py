@@ -10,7 +10,7 @@ from PIL import Image
 
 from helpers import gemma3_image_effect
 from vlmprep.bench import bench_model_config, format_bench_table, run_bench
-from vlmprep.bench_text_only import build_checkpoint
+from vlmprep.bench.text_only import build_checkpoint
 
 
 @pytest.fixture(scope="module")

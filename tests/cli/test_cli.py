@@ -14,9 +14,12 @@ import types
 import pytest
 from PIL import Image
 
+import vlmprep.cli
 from helpers import gemma3_image_effect
-from vlmprep.cli import format_summary, main
-from vlmprep.demo import DEMO_TURNS, demo_cache_dir, demo_images, ensure_demo_checkpoint
+from vlmprep.cli import main
+from vlmprep.cli.bench import format_summary
+from vlmprep.cli.demo_chat import DEMO_TURNS
+from vlmprep.cli.demo_checkpoint import demo_cache_dir, demo_images, ensure_demo_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +256,28 @@ def test_bench_calls_run_bench_and_prints_its_summary(monkeypatch, capsys, tmp_p
 
 def test_format_summary_falls_back_to_json():
     assert json.loads(format_summary({"a": 1})) == {"a": 1}
+
+
+# -- a subcommand from another module --------------------------------------------------------------------------------
+
+
+def add_hello_command(subparsers) -> None:
+    """A subcommand defined outside `vlmprep.cli`, as `vlmprep.serving.add_serve_command` will be."""
+    parser = subparsers.add_parser("hello", help="say hello")
+    parser.add_argument("--name", default="world")
+    parser.set_defaults(run=lambda args: print(f"hello {args.name}, debug={args.debug}") or 0)
+
+
+def test_a_subcommand_from_another_module_is_one_line(monkeypatch, capsys):
+    module = types.ModuleType("hello_command")
+    module.add_hello_command = add_hello_command
+    monkeypatch.setitem(sys.modules, "hello_command", module)
+    monkeypatch.setattr(vlmprep.cli, "SUBCOMMANDS", (*vlmprep.cli.SUBCOMMANDS, "hello_command:add_hello_command"))
+    assert run(["hello", "--name", "you"], capsys) == (0, "hello you, debug=False\n", "")
+    assert run(["hello", "--debug"], capsys) == (0, "hello world, debug=True\n", "")  # `--debug` after it too
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0 and re.search(r"\n\s+hello\s+say hello", out)
+    assert "hello" in out.split("bench")[-1]  # listed after the built-in commands
 
 
 # -- the installed command --------------------------------------------------------------------------------------------

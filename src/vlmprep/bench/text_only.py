@@ -4,7 +4,7 @@ Builds a small Gemma3 checkpoint whose vision tower (SigLIP) and projector hold 
 it with `vlmprep.loading.text_only.AutoModelForCausalLM` and with `transformers.AutoModelForCausalLM` (which maps
 `gemma3` to the whole `Gemma3ForConditionalGeneration`). Each load runs in a fresh subprocess so that its peak
 resident memory belongs to that load alone; memory is reported above the RSS just before the load (after imports).
-`vlmprep.bench` runs the same measurement on its own bench checkpoint (workload 6).
+`vlmprep.bench.run_bench` runs the same measurement on its own bench checkpoint (workload 6).
 
     python utils/bench_text_only.py [--full] [--workdir DIR] [--out bench_out/text_only.json]
 """
@@ -106,7 +106,7 @@ def build_checkpoint(path: str, config=None) -> dict:
     """
     from transformers import Gemma3ForConditionalGeneration
 
-    from .testing import tiny_model
+    from ..testing import tiny_model
 
     # Image-sensitive random weights: the benchmark's "same tokens" check must be able to fail on images.
     model = tiny_model(Gemma3ForConditionalGeneration, config if config is not None else text_only_bench_config())

@@ -1,0 +1,55 @@
+"""Tiny random-weight models for tests, demos and benchmarks: configs, weights, prompts, pixels and work counters.
+
+- `configs`: tiny configs (2 decoder layers, hidden size 32, 16x16 images) and their shared special token ids;
+- `weights`: `tiny_model`, upstream's initialisation with the image path's vanishing tensors redrawn
+  (`make_image_sensitive`), so that every image changes the logits;
+- `prompts`: token ids with image runs (`build_prompt`, `IMAGE`) and deterministic random pixels;
+- `counters`: the one vision-run counter (`VisionRunCounter`) and the one prefill counter (`PrefillCounter`).
+
+Example:
+
+```python
+>>> from vlmprep.testing import IMAGE, build_prompt, tiny_gemma3_config
+>>> build_prompt(tiny_gemma3_config(mm_tokens_per_image=4), [[5], IMAGE])[0]
+[5, 120, 122, 122, 122, 122, 121]
+
+```
+"""
+
+from .configs import (
+    TINY_BOI_TOKEN_ID,
+    TINY_CONFIG_BUILDERS,
+    TINY_EOI_TOKEN_ID,
+    TINY_IMAGE_SIZE,
+    TINY_IMAGE_TOKEN_ID,
+    TINY_VOCAB_SIZE,
+    tiny_config,
+    tiny_gemma3_config,
+    tiny_llava_config,
+    tiny_paligemma_config,
+)
+from .counters import PrefillCounter, VisionRunCounter
+from .prompts import IMAGE, build_prompt, random_pixels, tokens_per_image
+from .weights import IMAGE_PATH_INIT_STD, make_image_sensitive, tiny_model
+
+__all__ = [
+    "IMAGE",
+    "IMAGE_PATH_INIT_STD",
+    "TINY_BOI_TOKEN_ID",
+    "TINY_CONFIG_BUILDERS",
+    "TINY_EOI_TOKEN_ID",
+    "TINY_IMAGE_SIZE",
+    "TINY_IMAGE_TOKEN_ID",
+    "TINY_VOCAB_SIZE",
+    "PrefillCounter",
+    "VisionRunCounter",
+    "build_prompt",
+    "make_image_sensitive",
+    "random_pixels",
+    "tiny_config",
+    "tiny_gemma3_config",
+    "tiny_llava_config",
+    "tiny_model",
+    "tiny_paligemma_config",
+    "tokens_per_image",
+]

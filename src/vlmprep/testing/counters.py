@@ -1,0 +1,146 @@
+"""The two work counters of tests, the demo and the benchmarks: vision-encoder runs and language-model tokens.
+
+Work is counted where it happens (the model's own encoder methods, a hook on its language model), never inferred from
+time, so a count stays exact on a busy machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import torch
+
+
+class VisionRunCounter:
+    """Counts a model's vision-encoder calls and the images (or videos) each call encoded.
+
+    It wraps the model's own `get_image_features` / `get_video_features` (on this model instance only) and counts
+    items with the family's `count_images`, so tiles, crops and flattened patches count as the images they belong to.
+
+    Example:
+
+    ```python
+    >>> from vlmprep import Gemma3ForConditionalGeneration
+    >>> from vlmprep.testing import random_pixels, tiny_gemma3_config
+    >>> model = Gemma3ForConditionalGeneration(tiny_gemma3_config()).eval()
+    >>> with VisionRunCounter(model) as runs:
+    ...     _ = model.model.get_image_features(random_pixels(2))
+    >>> runs.calls, runs.images
+    (1, 2)
+
+    ```
+    """
+
+    MODALITIES = ("image", "video")
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.encoder_owner = getattr(model, "model", model)
+        self.batch_sizes: list[int] = []
+        self._wrapped: list[str] = []
+
+    def _counting(self, modality: str, encode):
+        @functools.wraps(encode)  # keeps the signature the mixin inspects
+        def wrapper(*args, **kwargs):
+            if args:
+                kwargs = {"pixel_values" if modality == "image" else "pixel_values_videos": args[0], **kwargs}
+            self.batch_sizes.append(self._count(modality, kwargs))
+            return encode(**kwargs)
+
+        return wrapper
+
+    def _count(self, modality: str, kwargs: dict) -> int:
+        count_images = getattr(self.model, "count_images", None)
+        if count_images is None:
+            pixels = next(iter(kwargs.values()))
+            return int(pixels.shape[0])
+        count = count_images(kwargs) if modality == "image" else count_images(kwargs, modality=modality)
+        return int(count or 0)
+
+    def __enter__(self) -> VisionRunCounter:
+        for modality in self.MODALITIES:
+            name = f"get_{modality}_features"
+            encode = getattr(self.encoder_owner, name, None)
+            if encode is not None:
+                setattr(self.encoder_owner, name, self._counting(modality, encode))
+                self._wrapped.append(name)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in self._wrapped:
+            delattr(self.encoder_owner, name)  # the instance attribute; the class method shows through again
+        self._wrapped = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.batch_sizes)
+
+    @property
+    def images(self) -> int:
+        return sum(self.batch_sizes)
+
+
+class PrefillCounter:
+    """Records every forward of a model's language model: the tokens it was fed and when it started.
+
+    Prefill chunks and decode steps are all forwards. A `generate` call that produced `n` tokens ran `n - 1`
+    one-token decode steps after its prefill, so its prefilled tokens are the recorded total minus `n - 1`, however
+    many chunks the prefill took and however much of the prompt a cache already held.
+
+    Args:
+        model (`torch.nn.Module`): a transformers (or vlmprep) model whose `get_decoder()` is its language model.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep import Gemma3ForConditionalGeneration
+    >>> from vlmprep.testing import IMAGE, build_prompt, random_pixels, tiny_gemma3_config
+    >>> model = Gemma3ForConditionalGeneration(tiny_gemma3_config(mm_tokens_per_image=4)).eval()
+    >>> ids, types = build_prompt(model.config, [[5, 6], IMAGE, [7]])
+    >>> with PrefillCounter(model) as prefill:
+    ...     _ = model.generate(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]),
+    ...                        pixel_values=random_pixels(1), max_new_tokens=3, min_new_tokens=3, do_sample=False)
+    >>> prefill.lengths, prefill.prefilled(new_tokens=3)
+    ([9, 1, 1], 9)
+
+    ```
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.language_model = model.get_decoder()
+        self.lengths: list[int] = []  # tokens fed to each forward, in order
+        self.times: list[float] = []  # `time.perf_counter()` at the start of each forward
+        self._handle = None
+
+    def _record(self, module, args, kwargs) -> None:
+        self.times.append(time.perf_counter())
+        embeds = kwargs.get("inputs_embeds")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        tensor = embeds if embeds is not None else ids
+        self.lengths.append(int(tensor.shape[1]) if tensor is not None else 0)
+
+    def __enter__(self) -> PrefillCounter:
+        self._handle = self.language_model.register_forward_pre_hook(self._record, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+    @property
+    def forwards(self) -> int:
+        """Language-model forwards recorded (prefill chunks and decode steps)."""
+        return len(self.lengths)
+
+    def prefilled(self, new_tokens: int, calls: int = 1) -> int:
+        """Prompt tokens prefilled by the `generate` calls run inside the `with` block.
+
+        Args:
+            new_tokens (`int`): tokens each call generated.
+            calls (`int`, *optional*, defaults to 1): `generate` calls recorded.
+
+        Returns:
+            `int`
+        """
+        return sum(self.lengths) - calls * max(0, new_tokens - 1)

@@ -1,0 +1,83 @@
+"""Random weights under which images matter: upstream's initialisation, vanishing image-path tensors redrawn."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedConfig
+
+# Upstream initialisation leaves some multimodal weights zero or vanishing: Gemma3's `mm_input_projection_weight`
+# (zeros), DeepSeek-VL-Hybrid's `high_res_vision_alpha` (zero), the SAM towers of GOT-OCR2 and DeepSeek-VL-Hybrid
+# (`initializer_range` 1e-10). With them, image content never reaches the logits and a test of image handling passes
+# whatever features are used. Such tensors are drawn again from N(0, IMAGE_PATH_INIT_STD). Additive tensors (biases,
+# position tables, class tokens) stay as upstream left them: at zero they pass image content through, while random
+# values can drown it (Aria's projector biases at 0.02 make images change its logits 50x less).
+IMAGE_PATH_INIT_STD = 0.02
+_VANISHING = 1e-6  # a tensor whose largest entry is below this carries (next to) nothing
+_ADDITIVE = ("bias", "pos_embed", "position_embedding", "rel_pos", "cls_token")  # parts of additive tensors' names
+
+
+def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
+    """Re-draws, in place, every multimodal parameter that upstream initialisation leaves zero or vanishing.
+
+    Every weight outside the text decoder and the output embeddings (vision towers, projectors, gates) whose largest
+    absolute entry is below 1e-6 is drawn from a normal distribution with standard deviation 0.02, with a generator
+    seeded by `seed` (the global random state is not touched), so the result is deterministic. Additive tensors
+    (biases, position tables, class tokens) are left as they are: at zero they block nothing.
+
+    Args:
+        model (`torch.nn.Module`): a transformers image-text-to-text model, freshly initialised.
+        seed (`int`, *optional*, defaults to 0): seed of the re-drawn values.
+
+    Returns:
+        `list[str]`: names of the re-drawn parameters.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep.testing import tiny_gemma3_config
+    >>> model = transformers.Gemma3ForConditionalGeneration(tiny_gemma3_config())
+    >>> "model.multi_modal_projector.mm_input_projection_weight" in make_image_sensitive(model)
+    True
+
+    ```
+    """
+    text_parameters = {id(parameter) for parameter in model.get_decoder().parameters()}
+    output_embeddings = model.get_output_embeddings()
+    if output_embeddings is not None:
+        text_parameters |= {id(parameter) for parameter in output_embeddings.parameters()}
+    generator = torch.Generator().manual_seed(seed)
+    redrawn = []
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if id(parameter) in text_parameters or not parameter.is_floating_point() or parameter.numel() == 0:
+                continue
+            if any(part in name.rsplit(".", 1)[-1] for part in _ADDITIVE):
+                continue
+            if parameter.abs().max().item() < _VANISHING:
+                values = torch.randn(parameter.shape, generator=generator) * IMAGE_PATH_INIT_STD
+                parameter.copy_(values.to(parameter.dtype))
+                redrawn.append(name)
+    return redrawn
+
+
+def tiny_model(model_class: type, config: PreTrainedConfig, seed: int = 0) -> torch.nn.Module:
+    """A model of `model_class` with random weights under which every image changes the logits.
+
+    The weights are upstream's initialisation with `torch.manual_seed(seed)` (the caller's random state is left as
+    it was), then `make_image_sensitive`. A random-weight model that checks image handling (a test model, a demo or
+    benchmark checkpoint) should be built here: with upstream's initialisation alone, some families ignore images.
+
+    Args:
+        model_class (`type`): a transformers (or vlmprep) model class.
+        config (`PreTrainedConfig`): its config, e.g. from `tiny_config`.
+        seed (`int`, *optional*, defaults to 0): seed of the weights.
+
+    Returns:
+        `torch.nn.Module`: the model, in eval mode.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_class(config)
+    make_image_sensitive(model, seed)
+    return model.eval()

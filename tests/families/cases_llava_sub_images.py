@@ -1,0 +1,105 @@
+"""LLaVA-like families with one sub-image per item in `(batch, sub-images, C, H, W)`: Idefics3 and SmolVLM.
+
+Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
+Placeholder counts follow each processor's own arithmetic (called on a stand-in where the processor can be imported),
+never the drop-in under test. Shared pieces (tiny configs, seeded images, prompts, batches): `llava_like_inputs.py`.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+from family_registry import FamilyCase, register
+from llava_like_inputs import (
+    TINY_LLAMA,
+    TINY_SIGLIP_8PX,
+    collate_padded_patches,
+    prompt_ids,
+    tile_pixels,
+    tiles_of,
+)
+from vlmprep.testing import TINY_IMAGE_TOKEN_ID
+
+# -- Idefics3 and SmolVLM: sub-images in (batch, sub-images, C, H, W) -------------------------------------------------
+
+FAKE_AROUND_IMAGE, GLOBAL_IMG, ROW_COL_TAG, NEWLINE = 112, 113, 114, 9
+
+
+def tiny_idefics3_config() -> transformers.Idefics3Config:
+    vision = {key: value for key, value in TINY_SIGLIP_8PX.items() if key != "model_type"}
+    return transformers.Idefics3Config(
+        text_config=dict(TINY_LLAMA),
+        vision_config={**vision, "image_size": 16},
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+    )
+
+
+def idefics3_image_tokens(config, sub_images: int) -> list[int]:
+    """`Idefics3Processor.replace_image_token`: one row of `sub_images - 1` crops (each behind its row/col tag), then
+    the global image; every sub-image is a run of `image_seq_len` placeholders."""
+    vision = config.vision_config
+    run = [config.image_token_id] * ((vision.image_size // vision.patch_size) ** 2 // config.scale_factor**2)
+    global_image = [FAKE_AROUND_IMAGE, GLOBAL_IMG, *run, FAKE_AROUND_IMAGE]
+    if sub_images == 1:
+        return global_image
+    crops = [token for _ in range(sub_images - 1) for token in [FAKE_AROUND_IMAGE, ROW_COL_TAG, *run]]
+    return [*crops, NEWLINE, NEWLINE, *global_image]
+
+
+def build_idefics3_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    """One sample: its sub-images (crops, then the global image) and their pixel masks.
+
+    The global image is the whole image resized to fit, so its last 4 pixel columns are padding (0, masked).
+    """
+    runs = [idefics3_image_tokens(config, tiles_of(seed)) for seed in image_seeds]
+    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
+    if image_seeds:
+        pixel_values = tile_pixels(config, image_seeds)  # (sub-images, C, H, W)
+        mask = torch.ones(pixel_values.shape[0], *pixel_values.shape[2:], dtype=torch.long)
+        global_rows = torch.tensor([tiles_of(seed) for seed in image_seeds]).cumsum(0) - 1
+        mask[global_rows, :, -4:] = 0
+        pixel_values[global_rows, :, :, -4:] = 0.0
+        inputs["pixel_values"] = pixel_values.unsqueeze(0)  # (1, sub-images, C, H, W)
+        inputs["pixel_attention_mask"] = mask.unsqueeze(0)
+    return inputs
+
+
+def collate_sub_images(prompts: list, pad_token_id: int) -> dict:
+    """As the processor batches: samples' sub-image stacks padded with all-zero sub-images (masked out)."""
+    return collate_padded_patches(prompts, pad_token_id, patch_keys=("pixel_values", "pixel_attention_mask"))
+
+
+register(
+    FamilyCase(
+        "idefics3",
+        transformers.Idefics3ForConditionalGeneration,
+        tiny_idefics3_config,
+        build_idefics3_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "pixel_attention_mask"),
+        collate=collate_sub_images,
+    )
+)
+
+
+def tiny_smolvlm_config() -> transformers.SmolVLMConfig:
+    vision = {key: value for key, value in TINY_SIGLIP_8PX.items() if key != "model_type"}
+    return transformers.SmolVLMConfig(
+        text_config=dict(TINY_LLAMA),
+        vision_config={**vision, "image_size": 16},
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+    )
+
+
+register(
+    FamilyCase(
+        "smolvlm",
+        transformers.SmolVLMForConditionalGeneration,
+        tiny_smolvlm_config,
+        build_idefics3_inputs,  # SmolVLM's processor writes images exactly as Idefics3's
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "pixel_attention_mask"),
+        collate=collate_sub_images,
+    )
+)

@@ -1,0 +1,111 @@
+"""Shared pieces of the LLaVA-like family cases (`tests/families/cases_llava_*.py`): tiny decoder and vision configs,
+images drawn from a seed, and prompts and batches as the families' processors build them.
+
+Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
+Image sizes and tile counts are functions of the image seed (`size_of`, `tiles_of`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE
+
+TINY_LLAMA = {
+    "model_type": "llama",
+    "vocab_size": TINY_VOCAB_SIZE,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+# `head_dim` is stated for decoders whose config lacks the attribute: the bad-input cases read `config.head_dim`.
+TINY_QWEN2 = {**TINY_LLAMA, "model_type": "qwen2", "head_dim": 16}
+TINY_CLIP_8PX = {
+    "model_type": "clip_vision_model",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "image_size": 8,
+    "patch_size": 4,
+    "projection_dim": 32,
+}
+TINY_SIGLIP_8PX = {**TINY_CLIP_8PX, "model_type": "siglip_vision_model"}
+
+
+# -- Images drawn from a seed -----------------------------------------------------------------------------------------
+
+
+def size_of(seed: int, sizes: list[tuple[int, int]]) -> tuple[int, int]:
+    """The size of the image drawn with `seed`; sizes repeat every 7 seeds.
+
+    Seed 7 must have seed 0's size: `test_image_already_in_cache_is_not_encoded` measures turn 1 with the default
+    image seed (0) but builds the conversation with seed 7, so it assumes both images have the same token count.
+    """
+    return sizes[seed % 7 % len(sizes)]
+
+
+def tiles_of(seed: int) -> int:
+    """Tiles (or sub-images) of the image drawn with `seed`, its global view included: 3 for seeds 2, 6, 9, 13, ...
+
+    Scenarios that count encoded images (`VisionRunCounter.images`, which counts tower rows: tiles) use seeds 0, 1,
+    3, 4, 5, 7 and 8, so their images are single tiles; the chunked batch (seed 2) and the interleaved requests
+    (seed 13) have multi-tile images.
+    """
+    return 3 if seed % 7 in (2, 6) else 1
+
+
+def pixels(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def tile_pixels(config, image_seeds: list[int]) -> torch.Tensor:
+    """`(total_tiles, C, H, W)`: the tiles of every image, in prompt order."""
+    size = config.vision_config.image_size
+    height, width = (size, size) if isinstance(size, int) else size  # InternVL states `[height, width]`
+    return torch.cat([pixels((tiles_of(seed), 3, height, width), seed) for seed in image_seeds])
+
+
+# -- Prompts and batches ----------------------------------------------------------------------------------------------
+
+
+def prompt_ids(segments: list, image_token_runs: list[list[int]]) -> list[int]:
+    """Text segments and images, each image replaced by its tokens (in order)."""
+    ids: list[int] = []
+    runs = iter(image_token_runs)
+    for segment in segments:
+        ids += next(runs) if segment is IMAGE else list(segment)
+    return ids
+
+
+def left_pad(value: torch.Tensor, width: int, fill: int) -> torch.Tensor:
+    return torch.nn.functional.pad(value, (width - value.shape[-1], 0), value=fill)
+
+
+def pad_dim(value: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """Zero-pad `value` along `dim` to `size` (processors pad per-image stacks to the batch's largest)."""
+    missing = size - value.shape[dim]
+    if missing == 0:
+        return value
+    shape = list(value.shape)
+    shape[dim] = missing
+    return torch.cat([value, value.new_zeros(shape)], dim=dim)
+
+
+def collate_padded_patches(prompts: list, pad_token_id: int, patch_keys: tuple[str, ...] = ("pixel_values",)) -> dict:
+    """Left-padded ids and mask; per-image crop stacks padded to the largest crop count; other inputs concatenated."""
+    width = max(prompt.length for prompt in prompts)
+    batch = {
+        "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
+        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
+    }
+    for key in prompts[0].full_inputs:
+        values = [prompt.full_inputs[key] for prompt in prompts]
+        if key in patch_keys:
+            most = max(value.shape[1] for value in values)
+            batch[key] = torch.cat([pad_dim(value, 1, most) for value in values])
+        elif key != "input_ids":
+            batch[key] = torch.cat(values)
+    return batch
