@@ -1,0 +1,152 @@
+"""`vlmprep serve`: transformers' own server, started with the drop-ins registered, answering image chats over loopback.
+
+The server runs in a subprocess (`python -m vlmprep.serving`, what `vlmprep serve` runs) on a tiny image-sensitive
+Gemma3 checkpoint; a real HTTP client sends OpenAI chat completions with base64 `image_url` parts. Each answer must be
+the plain transformers class's greedy answer to the same chat, and the stats the server writes when it stops
+(`VLMPREP_SERVE_STATS`) must show that vlmprep's class served it, with an encoder-cache hit for the repeated image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from vlmprep.demo import build_demo_checkpoint, demo_images
+from vlmprep.serving import SERVE_STATS_ENV, SERVING_INSTALL_COMMAND, add_serve_command, missing_serving_packages
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MAX_NEW_TOKENS = 6
+QUESTION = "What is in this picture?"
+SERVER_START_TIMEOUT_S = 45  # importing transformers' server and torch takes most of it on a busy 2-core machine
+REQUEST_TIMEOUT_S = 30
+
+needs_serving = pytest.mark.skipif(
+    bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
+)
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _data_url(image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")  # lossless: the server decodes the very pixels the reference gets
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _post_json(url: str, payload: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+        return json.loads(response.read())
+
+
+def _wait_until_healthy(base_url: str, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the server exited with {server.returncode}: {server.stderr.read()}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.3)
+    raise AssertionError(f"the server did not answer /health within {SERVER_START_TIMEOUT_S} s")
+
+
+def _transformers_answer(checkpoint: Path, image) -> str:
+    """The plain transformers class's greedy answer, decoded as transformers serve decodes it."""
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint)
+    model = transformers.Gemma3ForConditionalGeneration.from_pretrained(checkpoint).eval()
+    messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": QUESTION}]}]
+    inputs = processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
+    return processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+@needs_serving
+def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
+    checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
+    first, second = demo_images()
+    expected = {"first": _transformers_answer(checkpoint, first), "second": _transformers_answer(checkpoint, second)}
+    # The tiny model must be able to fail: an answer that ignored the image would match only one of these.
+    assert expected["first"] != expected["second"]
+
+    port = _free_loopback_port()
+    stats_path = tmp_path / "stats.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        SERVE_STATS_ENV: str(stats_path),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "vlmprep.serving", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        base_url = f"http://127.0.0.1:{port}"
+        _wait_until_healthy(base_url, server)
+        answers = []
+        for image in (first, first, second):  # the repeated image must come from the encoder cache
+            reply = _post_json(
+                f"{base_url}/v1/chat/completions",
+                {
+                    "model": str(checkpoint),
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "image_url", "image_url": {"url": _data_url(image)}},
+                                {"type": "text", "text": QUESTION},
+                            ],
+                        }
+                    ],
+                    "temperature": 0,
+                    "max_tokens": MAX_NEW_TOKENS,
+                },
+            )
+            answers.append(reply["choices"][0]["message"]["content"])
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+    assert server.returncode == 0, stderr
+    assert answers == [expected["first"], expected["first"], expected["second"]]
+    stats = json.loads(stats_path.read_text())
+    assert list(stats) == [str(checkpoint)]
+    served = stats[str(checkpoint)]
+    assert served["class"] == "vlmprep.models.gemma3.Gemma3ForConditionalGeneration" and served["drop_in"]
+    assert served["encoder_cache"]["misses"] == 2 and served["encoder_cache"]["hits"] == 1
+
+
+def test_serve_arguments_reach_transformers_serve_unparsed():
+    parser = argparse.ArgumentParser(prog="vlmprep")
+    add_serve_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "org/model", "--port", "8001", "--help"])
+    assert args.serve_args == ["org/model", "--port", "8001", "--help"]
+    assert args.func.__name__ == "run_serve_command"
