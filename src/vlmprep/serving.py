@@ -138,9 +138,6 @@ def serve(argv: Sequence[str] = ()) -> int:
         raise ImportError(
             f"`{PROG}` runs transformers' server, which needs {', '.join(missing)}: run `{SERVING_INSTALL_COMMAND}`."
         )
-    from .registration import register
-
-    register()
     started = []
     try:
         _transformers_serve_command(started).main(args=[arg for arg in argv if arg != "--debug"], prog_name=PROG)
@@ -165,7 +162,10 @@ def _transformers_serve_command(started: list):
     import typer
     from transformers.cli.serve import Serve
 
+    from .registration import register
+
     def start_in_thread(**kwargs) -> None:
+        register()  # only now: `--help` or refused arguments leave transformers' auto classes as they were
         # `non_blocking` (a hidden option of transformers' command) runs uvicorn in a thread: this process then
         # stops it cleanly and reads its models' stats before they are freed.
         started.append(Serve(**{**kwargs, "non_blocking": True}))

@@ -27,7 +27,14 @@ import torch
 import transformers
 
 from vlmprep.demo import build_demo_checkpoint, demo_images
-from vlmprep.serving import SERVE_STATS_ENV, SERVING_INSTALL_COMMAND, add_serve_command, missing_serving_packages
+from vlmprep.registration import registered
+from vlmprep.serving import (
+    SERVE_STATS_ENV,
+    SERVING_INSTALL_COMMAND,
+    add_serve_command,
+    missing_serving_packages,
+    serve,
+)
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_NEW_TOKENS = 6
@@ -150,3 +157,19 @@ def test_serve_arguments_reach_transformers_serve_unparsed():
     args = parser.parse_args(["serve", "org/model", "--port", "8001", "--help"])
     assert args.serve_args == ["org/model", "--port", "8001", "--help"]
     assert args.func.__name__ == "run_serve_command"
+
+
+def test_serve_without_the_serving_extra_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `importlib.util.find_spec` then reports it missing
+    with pytest.raises(ImportError, match=r"fastapi.*pip install \"vlmprep\[serving\]\""):
+        serve(["--port", "8001"])
+
+
+@needs_serving
+@pytest.mark.parametrize(("argv", "exit_code", "shown"), [(["--help"], 0, "--port"), (["--bogus"], 2, "--bogus")])
+def test_serve_help_and_refused_arguments_are_transformers_serve_s(argv, exit_code, shown, capsys):
+    registered_before = registered()
+    assert serve(argv) == exit_code
+    captured = capsys.readouterr()
+    assert "vlmprep serve" in captured.out + captured.err and shown in captured.out + captured.err
+    assert registered() == registered_before  # nothing started: transformers' auto classes untouched
