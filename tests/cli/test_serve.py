@@ -39,8 +39,12 @@ from vlmprep.serving import (
 SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_NEW_TOKENS = 6
 QUESTION = "What is in this picture?"
-SERVER_START_TIMEOUT_S = 45  # importing transformers' server and torch takes most of it on a busy 2-core machine
-REQUEST_TIMEOUT_S = 30
+# From the server's start to its last answer: importing torch and transformers' server takes most of it (about 30 s
+# on a busy 2-core machine). Every wait takes what is left of it, so the test never runs much longer.
+SERVER_DEADLINE_S = 60
+# After SIGTERM: the stats are written within about 2 s; tearing down the interpreter (torch, pydantic, FastAPI) takes
+# longer under load.
+SERVER_EXIT_TIMEOUT_S = 20
 
 needs_serving = pytest.mark.skipif(
     bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
@@ -59,26 +63,31 @@ def _data_url(image) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def _post_json(url: str, payload: dict) -> dict:
+def _time_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AssertionError(f"the server took more than {SERVER_DEADLINE_S} s to start and answer")
+    return left
+
+
+def _post_json(url: str, payload: dict, deadline: float) -> dict:
     request = urllib.request.Request(
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+    with urllib.request.urlopen(request, timeout=_time_left(deadline)) as response:
         return json.loads(response.read())
 
 
-def _wait_until_healthy(base_url: str, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
+def _wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadline: float) -> None:
+    while True:
         if server.poll() is not None:
-            raise AssertionError(f"the server exited with {server.returncode}: {server.stderr.read()}")
+            raise AssertionError(f"the server exited with {server.returncode}: {log.read_text()}")
         try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=2) as response:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=min(2.0, _time_left(deadline))) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             time.sleep(0.3)
-    raise AssertionError(f"the server did not answer /health within {SERVER_START_TIMEOUT_S} s")
 
 
 def _transformers_answer(checkpoint: Path, image) -> str:
@@ -97,11 +106,6 @@ def _transformers_answer(checkpoint: Path, image) -> str:
 @needs_serving
 def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
     checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
-    first, second = demo_images()
-    expected = {"first": _transformers_answer(checkpoint, first), "second": _transformers_answer(checkpoint, second)}
-    # The tiny model must be able to fail: an answer that ignored the image would match only one of these.
-    assert expected["first"] != expected["second"]
-
     port = _free_loopback_port()
     stats_path = tmp_path / "stats.json"
     env = {
@@ -111,10 +115,21 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
         "OMP_NUM_THREADS": "1",
     }
     command = [sys.executable, "-m", "vlmprep.serving", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "server.log"
+    with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
+        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_DEADLINE_S
     try:
+        # The references are computed while the server starts (it spends that time importing).
+        first, second = demo_images()
+        expected = {
+            "first": _transformers_answer(checkpoint, first),
+            "second": _transformers_answer(checkpoint, second),
+        }
+        # The tiny model must be able to fail: an answer that ignored the image would match only one of these.
+        assert expected["first"] != expected["second"]
         base_url = f"http://127.0.0.1:{port}"
-        _wait_until_healthy(base_url, server)
+        _wait_until_healthy(base_url, server, log, deadline)
         answers = []
         for image in (first, first, second):  # the repeated image must come from the encoder cache
             reply = _post_json(
@@ -133,16 +148,17 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
                     "temperature": 0,
                     "max_tokens": MAX_NEW_TOKENS,
                 },
+                deadline,
             )
             answers.append(reply["choices"][0]["message"]["content"])
-        server.send_signal(signal.SIGTERM)
-        _, stderr = server.communicate(timeout=30)
+        server.send_signal(signal.SIGTERM)  # a graceful stop: the server writes its stats, then exits
+        server.wait(timeout=SERVER_EXIT_TIMEOUT_S)
     finally:
         if server.poll() is None:
             server.kill()
-            server.communicate()
+            server.wait()
 
-    assert server.returncode == 0, stderr
+    assert server.returncode == 0, log.read_text()
     assert answers == [expected["first"], expected["first"], expected["second"]]
     stats = json.loads(stats_path.read_text())
     assert list(stats) == [str(checkpoint)]
