@@ -140,15 +140,15 @@ def serve(argv: Sequence[str] = ()) -> int:
         )
     started = []
     try:
-        _transformers_serve_command(started).main(args=[arg for arg in argv if arg != "--debug"], prog_name=PROG)
-    except SystemExit as stop:  # the command always ends this way: `--help`, refused arguments, or started
-        if not started:
-            return stop.code if isinstance(stop.code, int) else 1
-    server = started[0]
-    try:
-        models = _wait_until_stopped(server)
+        try:
+            _transformers_serve_command(started).main(args=[arg for arg in argv if arg != "--debug"], prog_name=PROG)
+        except SystemExit as stop:  # the command always ends this way: `--help`, refused arguments, or started
+            if not started:
+                return stop.code if isinstance(stop.code, int) else 1
+        models = _wait_until_stopped(started[0])
     finally:
-        server.kill_server()
+        if started:  # also after a Ctrl-C that came before `_wait_until_stopped` listened for it
+            started[0].kill_server()
     if models is None:
         logger.error("%s: the server stopped on its own (its log above says why).", PROG)
         return 1

@@ -27,7 +27,7 @@ import torch
 import transformers
 
 from vlmprep.demo import build_demo_checkpoint, demo_images
-from vlmprep.registration import registered
+from vlmprep.registration import registered, unregister
 from vlmprep.serving import (
     SERVE_STATS_ENV,
     SERVING_INSTALL_COMMAND,
@@ -189,3 +189,20 @@ def test_serve_help_and_refused_arguments_are_transformers_serve_s(argv, exit_co
     captured = capsys.readouterr()
     assert "vlmprep serve" in captured.out + captured.err and shown in captured.out + captured.err
     assert registered() == registered_before  # nothing started: transformers' auto classes untouched
+
+
+@needs_serving
+# uvicorn ends its thread with `sys.exit(3)` when it cannot bind (a plain thread drops it silently; pytest reports it).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_serve_that_cannot_listen_exits_non_zero(capsys):
+    registered_before = registered()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        try:
+            exit_code = serve(["--host", "127.0.0.1", "--port", str(taken.getsockname()[1]), "--device", "cpu"])
+        finally:
+            if not registered_before:
+                unregister()  # the server registered the drop-ins in this process before it failed to listen
+    assert exit_code == 1
+    assert "stopped on its own" in capsys.readouterr().err
