@@ -206,3 +206,27 @@ def test_serve_that_cannot_listen_exits_non_zero(capsys):
                 unregister()  # the server registered the drop-ins in this process before it failed to listen
     assert exit_code == 1
     assert "stopped on its own" in capsys.readouterr().err
+
+
+def test_transformers_serve_loads_every_drop_in_through_the_registered_auto_class():
+    # transformers serve (`ModelManager._load_model`) loads a model type of `MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES`
+    # with `AutoModelForMultimodalLM`, any other with the transformers class named in the config, bypassing the auto
+    # classes; it sends images only to a model whose class name is a value of that mapping (`get_model_modality`).
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_MULTIMODAL_LM_MAPPING,
+        MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES,
+    )
+
+    from vlmprep.models.auto import DROP_IN_CLASSES
+    from vlmprep.registration import register
+
+    registered_before = registered()
+    register()
+    try:
+        for model_type, drop_in in DROP_IN_CLASSES.items():
+            assert model_type in MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES, model_type
+            assert drop_in.__name__ == MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES[model_type], model_type
+            assert MODEL_FOR_MULTIMODAL_LM_MAPPING[drop_in.config_class] is drop_in, model_type
+    finally:
+        if not registered_before:
+            unregister()
