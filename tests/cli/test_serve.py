@@ -70,12 +70,18 @@ def _time_left(deadline: float) -> float:
     return left
 
 
-def _post_json(url: str, payload: dict, deadline: float) -> dict:
+def _chat_completion(url: str, payload: dict, deadline: float) -> str:
+    """The answer's text, from one JSON body or, with `"stream": true`, from the deltas of the server-sent events."""
     request = urllib.request.Request(
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
     with urllib.request.urlopen(request, timeout=_time_left(deadline)) as response:
-        return json.loads(response.read())
+        body = response.read().decode()
+    if not payload["stream"]:
+        return json.loads(body)["choices"][0]["message"]["content"]
+    events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
+    chunks = [json.loads(event) for event in events if event != "[DONE]"]
+    return "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
 
 
 def _wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadline: float) -> None:
@@ -131,26 +137,24 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
         base_url = f"http://127.0.0.1:{port}"
         _wait_until_healthy(base_url, server, log, deadline)
         answers = []
-        for image in (first, first, second):  # the repeated image must come from the encoder cache
-            reply = _post_json(
-                f"{base_url}/v1/chat/completions",
-                {
-                    "model": str(checkpoint),
-                    "messages": [
-                        {
-                            "role": "user",
-                            "content": [
-                                {"type": "image_url", "image_url": {"url": _data_url(image)}},
-                                {"type": "text", "text": QUESTION},
-                            ],
-                        }
-                    ],
-                    "temperature": 0,
-                    "max_tokens": MAX_NEW_TOKENS,
-                },
-                deadline,
-            )
-            answers.append(reply["choices"][0]["message"]["content"])
+        # The repeated image must come from the encoder cache; its request is streamed (transformers' streamer path).
+        for image, stream in ((first, False), (first, True), (second, False)):
+            payload = {
+                "model": str(checkpoint),
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": _data_url(image)}},
+                            {"type": "text", "text": QUESTION},
+                        ],
+                    }
+                ],
+                "temperature": 0,
+                "max_tokens": MAX_NEW_TOKENS,
+                "stream": stream,
+            }
+            answers.append(_chat_completion(f"{base_url}/v1/chat/completions", payload, deadline))
         server.send_signal(signal.SIGTERM)  # a graceful stop: the server writes its stats, then exits
         server.wait(timeout=SERVER_EXIT_TIMEOUT_S)
     finally:
