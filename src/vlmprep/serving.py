@@ -123,6 +123,8 @@ def run_serve_command(args: argparse.Namespace) -> int:
 def serve(argv: Sequence[str] = ()) -> int:
     """Registers the drop-ins and runs `transformers serve` with `argv` until the server is stopped (Ctrl-C, SIGTERM).
 
+    The drop-ins are registered for as long as the server runs (they stay registered if they were before).
+
     Args:
         argv (`Sequence[str]`, *optional*): the arguments of `transformers serve`, e.g. `["--port", "8001"]`.
             `--debug` (the `vlmprep` CLI's flag) is dropped.
@@ -138,6 +140,9 @@ def serve(argv: Sequence[str] = ()) -> int:
         raise ImportError(
             f"`{PROG}` runs transformers' server, which needs {', '.join(missing)}: run `{SERVING_INSTALL_COMMAND}`."
         )
+    from .registration import registered, unregister
+
+    registered_before = registered()
     started = []
     try:
         try:
@@ -149,6 +154,8 @@ def serve(argv: Sequence[str] = ()) -> int:
     finally:
         if started:  # also after a Ctrl-C that came before `_wait_until_stopped` listened for it
             started[0].kill_server()
+        if not registered_before:
+            unregister()  # a caller that runs the server in its own process gets transformers' classes back
     if models is None:
         logger.error("%s: the server stopped on its own (its log above says why).", PROG)
         return 1
