@@ -1,0 +1,233 @@
+"""`vlmprep serve`: transformers' own server, started with the drop-ins registered, answering image chats over loopback.
+
+The server runs in a subprocess (`python -m vlmprep.serving`, what `vlmprep serve` runs) on a tiny image-sensitive
+Gemma3 checkpoint; a real HTTP client sends OpenAI chat completions with base64 `image_url` parts. Each answer must be
+the plain transformers class's greedy answer to the same chat, and the stats the server writes when it stops
+(`VLMPREP_SERVE_STATS`) must show that vlmprep's class served it, with an encoder-cache hit for the repeated image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from vlmprep.demo import build_demo_checkpoint, demo_images
+from vlmprep.registration import registered, unregister
+from vlmprep.serving import (
+    SERVE_STATS_ENV,
+    SERVING_INSTALL_COMMAND,
+    add_serve_command,
+    missing_serving_packages,
+    serve,
+)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MAX_NEW_TOKENS = 6
+QUESTION = "What is in this picture?"
+# From the server's start to its last answer: importing torch and transformers' server takes most of it (about 30 s
+# on a busy 2-core machine). Every wait takes what is left of it, so the test never runs much longer.
+SERVER_DEADLINE_S = 60
+# After SIGTERM: the stats are written within about 2 s; tearing down the interpreter (torch, pydantic, FastAPI) takes
+# longer under load.
+SERVER_EXIT_TIMEOUT_S = 20
+
+needs_serving = pytest.mark.skipif(
+    bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
+)
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _data_url(image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")  # lossless: the server decodes the very pixels the reference gets
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _time_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AssertionError(f"the server took more than {SERVER_DEADLINE_S} s to start and answer")
+    return left
+
+
+def _chat_completion(url: str, payload: dict, deadline: float) -> str:
+    """The answer's text, from one JSON body or, with `"stream": true`, from the deltas of the server-sent events."""
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=_time_left(deadline)) as response:
+        body = response.read().decode()
+    if not payload["stream"]:
+        return json.loads(body)["choices"][0]["message"]["content"]
+    events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
+    chunks = [json.loads(event) for event in events if event != "[DONE]"]
+    return "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
+
+
+def _wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadline: float) -> None:
+    while True:
+        if server.poll() is not None:
+            raise AssertionError(f"the server exited with {server.returncode}: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=min(2.0, _time_left(deadline))) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.3)
+
+
+def _transformers_answer(checkpoint: Path, image) -> str:
+    """The plain transformers class's greedy answer, decoded as transformers serve decodes it."""
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint)
+    model = transformers.Gemma3ForConditionalGeneration.from_pretrained(checkpoint).eval()
+    messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": QUESTION}]}]
+    inputs = processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
+    return processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+@needs_serving
+def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
+    checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
+    port = _free_loopback_port()
+    stats_path = tmp_path / "stats.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        SERVE_STATS_ENV: str(stats_path),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "vlmprep.serving", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    log = tmp_path / "server.log"
+    with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
+        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_DEADLINE_S
+    try:
+        # The references are computed while the server starts (it spends that time importing).
+        first, second = demo_images()
+        expected = {
+            "first": _transformers_answer(checkpoint, first),
+            "second": _transformers_answer(checkpoint, second),
+        }
+        # The tiny model must be able to fail: an answer that ignored the image would match only one of these.
+        assert expected["first"] != expected["second"]
+        base_url = f"http://127.0.0.1:{port}"
+        _wait_until_healthy(base_url, server, log, deadline)
+        answers = []
+        # The repeated image must come from the encoder cache; its request is streamed (transformers' streamer path).
+        for image, stream in ((first, False), (first, True), (second, False)):
+            payload = {
+                "model": str(checkpoint),
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": _data_url(image)}},
+                            {"type": "text", "text": QUESTION},
+                        ],
+                    }
+                ],
+                "temperature": 0,
+                "max_tokens": MAX_NEW_TOKENS,
+                "stream": stream,
+            }
+            answers.append(_chat_completion(f"{base_url}/v1/chat/completions", payload, deadline))
+        server.send_signal(signal.SIGTERM)  # a graceful stop: the server writes its stats, then exits
+        server.wait(timeout=SERVER_EXIT_TIMEOUT_S)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+    assert server.returncode == 0, log.read_text()
+    assert answers == [expected["first"], expected["first"], expected["second"]]
+    stats = json.loads(stats_path.read_text())
+    assert list(stats) == [str(checkpoint)]
+    served = stats[str(checkpoint)]
+    assert served["class"] == "vlmprep.models.gemma3.Gemma3ForConditionalGeneration" and served["drop_in"]
+    assert served["encoder_cache"]["misses"] == 2 and served["encoder_cache"]["hits"] == 1
+
+
+def test_serve_arguments_reach_transformers_serve_unparsed():
+    parser = argparse.ArgumentParser(prog="vlmprep")
+    add_serve_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "org/model", "--port", "8001", "--help"])
+    assert args.serve_args == ["org/model", "--port", "8001", "--help"]
+    assert args.func.__name__ == "run_serve_command"
+
+
+def test_serve_without_the_serving_extra_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `importlib.util.find_spec` then reports it missing
+    with pytest.raises(ImportError, match=r"fastapi.*pip install \"vlmprep\[serving\]\""):
+        serve(["--port", "8001"])
+
+
+@needs_serving
+@pytest.mark.parametrize(("argv", "exit_code", "shown"), [(["--help"], 0, "--port"), (["--bogus"], 2, "--bogus")])
+def test_serve_help_and_refused_arguments_are_transformers_serve_s(argv, exit_code, shown, capsys):
+    registered_before = registered()
+    assert serve(argv) == exit_code
+    captured = capsys.readouterr()
+    assert "vlmprep serve" in captured.out + captured.err and shown in captured.out + captured.err
+    assert registered() == registered_before  # nothing started: transformers' auto classes untouched
+
+
+@needs_serving
+# uvicorn ends its thread with `sys.exit(3)` when it cannot bind (a plain thread drops it silently; pytest reports it).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_serve_that_cannot_listen_exits_non_zero(capsys):
+    registered_before = registered()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        exit_code = serve(["--host", "127.0.0.1", "--port", str(taken.getsockname()[1]), "--device", "cpu"])
+    assert exit_code == 1
+    assert registered() == registered_before  # registered while the server ran, not after
+    assert "stopped on its own" in capsys.readouterr().err
+
+
+def test_transformers_serve_loads_every_drop_in_through_the_registered_auto_class():
+    # transformers serve (`ModelManager._load_model`) loads a model type of `MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES`
+    # with `AutoModelForMultimodalLM`, any other with the transformers class named in the config, bypassing the auto
+    # classes; it sends images only to a model whose class name is a value of that mapping (`get_model_modality`).
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_MULTIMODAL_LM_MAPPING,
+        MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES,
+    )
+
+    from vlmprep.models.auto import DROP_IN_CLASSES
+    from vlmprep.registration import register
+
+    registered_before = registered()
+    register()
+    try:
+        for model_type, drop_in in DROP_IN_CLASSES.items():
+            assert model_type in MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES, model_type
+            assert drop_in.__name__ == MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES[model_type], model_type
+            assert MODEL_FOR_MULTIMODAL_LM_MAPPING[drop_in.config_class] is drop_in, model_type
+    finally:
+        if not registered_before:
+            unregister()
