@@ -104,7 +104,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
         add_help=False,
     )
     parser.add_argument("serve_args", nargs=argparse.REMAINDER, help="the arguments of `transformers serve`")
-    parser.set_defaults(func=run_serve_command)
+    parser.set_defaults(func=run_serve_command, run=run_serve_command)
     return parser
 
 

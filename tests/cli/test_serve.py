@@ -26,7 +26,7 @@ import pytest
 import torch
 import transformers
 
-from vlmprep.demo import build_demo_checkpoint, demo_images
+from vlmprep.cli.demo_checkpoint import build_demo_checkpoint, demo_images
 from vlmprep.registration import registered, unregister
 from vlmprep.serving import (
     SERVE_STATS_ENV,
@@ -231,3 +231,13 @@ def test_transformers_serve_loads_every_drop_in_through_the_registered_auto_clas
     finally:
         if not registered_before:
             unregister()
+
+
+@needs_serving
+def test_vlmprep_serve_is_a_subcommand_of_the_cli(capsys):
+    from vlmprep.cli import build_parser, main
+
+    args = build_parser().parse_args(["serve", "--port", "8001", "--debug"])
+    assert args.serve_args == ["--port", "8001", "--debug"]  # `--debug` reaches `serve`, which drops it
+    assert main(["serve", "--help"]) == 0
+    assert "--port" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The `vlmprep` command: `demo`, `generate`, `chat` and `bench`, one module each.
+"""The `vlmprep` command: `demo`, `generate`, `chat`, `bench` and `serve`, one module each.
 
 Every failure the user can cause (a missing file, an unreadable image, an unsupported model, bad arguments) ends with
 one line on stderr, `vlmprep: error: ...`, and a non-zero exit code; `--debug` shows the traceback instead.
@@ -10,6 +10,7 @@ vlmprep demo                                   # offline: a tiny random-weight G
 vlmprep generate --model DIR --image cat.png --prompt "What is in this picture?"
 vlmprep chat --model DIR                       # /image FILE attaches an image to the next message, /quit exits
 vlmprep bench --quick --out bench_out
+vlmprep serve --port 8000                      # transformers' own server, loading vlmprep's drop-ins
 ```
 """
 
@@ -40,6 +41,7 @@ SUBCOMMANDS = (
     "vlmprep.cli.generate:add_generate_command",
     "vlmprep.cli.chat:add_chat_command",
     "vlmprep.cli.bench:add_bench_command",
+    "vlmprep.serving:add_serve_command",
 )
 
 
@@ -62,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         getattr(importlib.import_module(module), function)(subparsers)
     for subparser in subparsers.choices.values():
         # Also accepted after the command; SUPPRESS keeps a subcommand's default from overwriting the top-level value.
-        # A parser listed under several names (aliases), or one declaring its own `--debug`, already has it.
+        # A parser listed under several names (aliases), or one declaring its own `--debug`, already has it; one
+        # whose arguments all go elsewhere (`serve`: `+` is its only option prefix) takes none.
+        if "-" not in subparser.prefix_chars:
+            continue
         with contextlib.suppress(argparse.ArgumentError):
             subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
