@@ -1,0 +1,80 @@
+"""The feature rows of one engine step: each scheduled slice gets exactly the rows of the placeholders it holds.
+
+The engine packs the scheduled slices of several requests into one row of `input_ids`, one after the other, and the
+model scatters `mm_encoder_outputs` into the placeholders of that row in order. So the rows are taken request by
+request, in batch order, and within a request in position order (`PreparedImages.rows_between`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..generation.prepared import EncoderRows
+from .prompt import slot_of_key
+
+_FIRST_KEY = -2
+
+
+def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor) -> dict[str, EncoderRows] | None:
+    """`mm_encoder_outputs` for one engine step, or `None` when no scheduled slice holds a placeholder of an image.
+
+    A token equal to a placeholder id outside every span (the model generated it) is text, as in `generate`'s
+    decoding; in a step that also feeds images the model would count it as a placeholder, so it receives its own
+    text embedding as its row, which leaves it unchanged.
+
+    Args:
+        model (`VisionPrepGenerationMixin`): the drop-in model the engine runs.
+        requests_in_batch (`list[FutureRequestState]`): the step's slices, in the order the engine packed them.
+        input_ids (`torch.Tensor` of shape `(1, num_tokens)`): the step's ids, placeholder keys not yet restored.
+
+    Returns:
+        `dict[str, EncoderRows]` or `None`
+    """
+    modalities = model.vision_facts.modalities
+    placeholder_ids = {modality.name: modality.placeholder_id(model.config) for modality in modalities}
+    pieces: dict[str, list[torch.Tensor]] = {name: [] for name in placeholder_ids}
+    has_features = False
+    ids = input_ids[0].tolist()
+    first = 0
+    for future_state in requests_in_batch:
+        state, length = future_state.state, future_state.query_length
+        end = state.position_offset  # the engine moved it past this slice when it prepared the step
+        start = end - length
+        images = getattr(state, "images", None)
+        slice_ids = ids[first : first + length]
+        first += length
+        for name, placeholder_id in placeholder_ids.items():
+            rows = images.rows_between(start, end, name) if images is not None else None
+            if rows is not None:
+                pieces[name].append(rows)
+                has_features = True
+            generated = sum(1 for token in slice_ids if token == placeholder_id)
+            if generated:
+                pieces[name].append(_text_rows(model, placeholder_id, generated))
+    if not has_features:
+        return None
+    as_list = model.vision_facts.features_as_list_by_modality()
+    outputs = {}
+    for name, rows in pieces.items():
+        if rows:
+            stacked = torch.cat([row.to(rows[0].device, rows[0].dtype) for row in rows], dim=0)
+            outputs[name] = EncoderRows(pooler_output=[stacked] if as_list[name] else stacked.unsqueeze(0))
+    return outputs
+
+
+def restore_placeholders(model, input_ids: torch.Tensor) -> None:
+    """Turn the placeholder keys of a step's `input_ids` back into placeholder ids, in place."""
+    modalities = model.vision_facts.modalities
+    keyed = input_ids <= _FIRST_KEY
+    if len(modalities) == 1:
+        input_ids.masked_fill_(keyed, modalities[0].placeholder_id(model.config))
+        return
+    slots = torch.tensor([slot_of_key(k, len(modalities)) for k in input_ids[keyed].tolist()], dtype=input_ids.dtype)
+    placeholder_ids = torch.tensor([m.placeholder_id(model.config) for m in modalities], dtype=input_ids.dtype)
+    input_ids[keyed] = placeholder_ids[slots.long()].to(input_ids.device)
+
+
+def _text_rows(model, token_id: int, count: int) -> torch.Tensor:
+    embeddings = model.get_input_embeddings()
+    ids = torch.full((count,), token_id, dtype=torch.long, device=embeddings.weight.device)
+    return embeddings(ids)  # (count, hidden): what the model embeds the token as, so scattering it changes nothing
