@@ -78,3 +78,30 @@ def assert_matches_reference(upstream, request, output, max_new_tokens: int) -> 
     assert output.generated_tokens == reference_tokens(upstream, ids, pixel_values, max_new_tokens)
     expected = reference_logprobs(upstream, ids, pixel_values, output.generated_tokens)
     torch.testing.assert_close(torch.tensor(output.logprobs), expected, atol=1e-5, rtol=0)
+
+
+def wait_for(manager, request_id: str):
+    """The finished output of one request of a running manager."""
+    for output in manager.request_id_iter(request_id):
+        if output.is_finished():
+            return output
+    raise AssertionError(f"The manager stopped before request {request_id} finished.")
+
+
+class TokensFed:
+    """Counts the tokens the decoder is fed (every prefill slice and decode token), from a forward pre-hook."""
+
+    def __init__(self, model):
+        self.count = 0
+        self._handle = model.model.language_model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs):
+        self.count += kwargs["inputs_embeds"].shape[1]
+
+    def take(self) -> int:
+        """Tokens fed since the last call."""
+        count, self.count = self.count, 0
+        return count
+
+    def remove(self) -> None:
+        self._handle.remove()
