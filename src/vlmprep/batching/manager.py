@@ -82,7 +82,15 @@ class ImageBatchingManager(ContinuousBatchingManager):
             if "input_ids" not in input_ids:
                 raise ValueError("A request given as a mapping needs its `input_ids`.")
             input_ids = input_ids["input_ids"]
-        request_inputs = {key: kwargs.pop(key) for key in list(kwargs) if key in self._request_input_keys()}
+        input_keys = self._request_input_keys()
+        request_inputs = {key: kwargs.pop(key) for key in list(kwargs) if key in input_keys}
+        unknown = sorted(key for key in kwargs if key not in self.logit_processor.supported_keys)
+        if unknown:
+            # Upstream would queue the request and fail it later in the loop ("Unknown logit_processor_kwargs")
+            raise ValueError(
+                f"Unknown request inputs {unknown}: neither this model's pixel inputs ({sorted(input_keys)}) nor "
+                f"logits-processor kwargs ({sorted(self.logit_processor.supported_keys)}). Check the names."
+            )
         if isinstance(input_ids, ImagePrompt):
             prompt = input_ids
         else:
