@@ -51,33 +51,53 @@ def pixels(*seeds: int) -> torch.Tensor:
     return torch.cat([random_pixels(1, seed=seed) for seed in seeds])
 
 
-def reference_tokens(upstream, ids: list[int], pixel_values: torch.Tensor | None, max_new_tokens: int) -> list[int]:
+PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "attention_mask")
+
+
+def split_request(request) -> tuple[list[int], dict]:
+    """A request's ids as a list, and its other inputs (tensors with a batch dimension of 1 for per-token inputs)."""
+    if not isinstance(request, dict):
+        return list(request), {}
+    ids = request["input_ids"]
+    ids = ids[0].tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    return ids, {key: value for key, value in request.items() if key != "input_ids"}
+
+
+def reference_tokens(upstream, request, max_new_tokens: int) -> list[int]:
     """Greedy tokens of the plain transformers class's `generate` for one request."""
-    kwargs = {"pixel_values": pixel_values} if pixel_values is not None else {}
+    ids, inputs = split_request(request)
     with torch.no_grad():
-        out = upstream.generate(torch.tensor([ids]), **kwargs, max_new_tokens=max_new_tokens, do_sample=False)
+        out = upstream.generate(torch.tensor([ids]), **inputs, max_new_tokens=max_new_tokens, do_sample=False)
     return out[0, len(ids) :].tolist()
 
 
-def reference_logprobs(upstream, ids: list[int], pixel_values, generated: list[int]) -> torch.Tensor:
+def reference_logprobs(upstream, request, generated: list[int]) -> torch.Tensor:
     """Log-probabilities of `generated` from ONE uncached forward of the prompt and answer (plain class)."""
-    sequence = torch.tensor([ids + generated])
-    kwargs = {"pixel_values": pixel_values} if pixel_values is not None else {}
+    ids, inputs = split_request(request)
+    # An answered placeholder id is text to `generate`, but a placeholder to a forward with pixels: the forward's
+    # input stops before the first one (its own step is still scored; later steps are checked by the tokens).
+    placeholders = {getattr(upstream.config, name, None) for name in ("image_token_id", "video_token_id")}
+    cut = next((step for step, token in enumerate(generated) if token in placeholders), len(generated))
+    fed = generated[:cut]
+    for key in PER_TOKEN_KEYS:
+        if key in inputs:  # the answer is text: type 0, attended
+            fill = 1 if key == "attention_mask" else 0
+            inputs[key] = torch.nn.functional.pad(torch.as_tensor(inputs[key]), (0, len(fed)), value=fill)
     with torch.no_grad():
-        logits = upstream(input_ids=sequence, **kwargs, use_cache=False).logits[0].float()
-    steps = logits[len(ids) - 1 : len(ids) - 1 + len(generated)].log_softmax(-1)
-    return steps.gather(-1, torch.tensor(generated)[:, None])[:, 0]
+        logits = upstream(input_ids=torch.tensor([ids + fed]), **inputs, use_cache=False).logits[0].float()
+    scored = generated[: cut + 1]
+    steps = logits[len(ids) - 1 : len(ids) - 1 + len(scored)].log_softmax(-1)
+    return steps.gather(-1, torch.tensor(scored)[:, None])[:, 0]
 
 
 def assert_matches_reference(upstream, request, output, max_new_tokens: int) -> None:
     """Tokens equal the plain class's greedy `generate`; log-probabilities equal one uncached forward (1e-5)."""
-    ids = request["input_ids"] if isinstance(request, dict) else request
-    pixel_values = request.get("pixel_values") if isinstance(request, dict) else None
+    ids, _ = split_request(request)
     assert output.error is None, output.error
-    assert output.prompt_ids == list(ids)
-    assert output.generated_tokens == reference_tokens(upstream, ids, pixel_values, max_new_tokens)
-    expected = reference_logprobs(upstream, ids, pixel_values, output.generated_tokens)
-    torch.testing.assert_close(torch.tensor(output.logprobs), expected, atol=1e-5, rtol=0)
+    assert output.prompt_ids == ids
+    assert output.generated_tokens == reference_tokens(upstream, request, max_new_tokens)
+    expected = reference_logprobs(upstream, request, output.generated_tokens)
+    torch.testing.assert_close(torch.tensor(output.logprobs[: len(expected)]), expected, atol=1e-5, rtol=0)
 
 
 def wait_for(manager, request_id: str):
@@ -105,3 +125,18 @@ class TokensFed:
 
     def remove(self) -> None:
         self._handle.remove()
+
+
+def cb_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(plain transformers model, the family's drop-in with `ContinuousBatchingMixin`), same weights."""
+    if family == "llava":
+        return llava_cb_pair()
+    if family not in _MODELS:
+        upstream, ours = model_pair(family)
+        cb_class = type(f"{type(ours).__name__}CB", (ContinuousBatchingMixin, type(ours)), {})
+        model = cb_class(upstream.config).eval()
+        model.load_state_dict(upstream.state_dict())
+        _MODELS[family] = (upstream, model)
+    upstream, model = _MODELS[family]
+    model.encoder_cache.clear()
+    return upstream, model

@@ -74,8 +74,12 @@ def test_paged_generate_with_images():
         continuous_batching_config=engine_config(),
     )
     assert sequences.shape == (1, 2, len(rows[0]) + 4)  # what upstream returns
-    assert sequences[0, 0].tolist() == rows[0] + reference_tokens(upstream, rows[0], pixel_values[:2], 4)
-    assert sequences[0, 1].tolist() == rows[1] + reference_tokens(upstream, rows[1], pixel_values[2:], 4)
+    assert sequences[0, 0].tolist() == rows[0] + reference_tokens(
+        upstream, {"input_ids": rows[0], "pixel_values": pixel_values[:2]}, 4
+    )
+    assert sequences[0, 1].tolist() == rows[1] + reference_tokens(
+        upstream, {"input_ids": rows[1], "pixel_values": pixel_values[2:]}, 4
+    )
 
 
 def test_paged_generate_refuses_padding():

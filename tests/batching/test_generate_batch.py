@@ -61,7 +61,7 @@ def test_processor_style_tensors():
     )
     output = outputs["req_0"]
     assert output.error is None, output.error
-    assert output.generated_tokens == reference_tokens(upstream, ids, pixels(5), 4)
+    assert output.generated_tokens == reference_tokens(upstream, {"input_ids": ids, "pixel_values": pixels(5)}, 4)
 
 
 def test_each_image_is_encoded_once_per_content():

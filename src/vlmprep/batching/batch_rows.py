@@ -78,3 +78,37 @@ def _text_rows(model, token_id: int, count: int) -> torch.Tensor:
     embeddings = model.get_input_embeddings()
     ids = torch.full((count,), token_id, dtype=torch.long, device=embeddings.weight.device)
     return embeddings(ids)  # (count, hidden): what the model embeds the token as, so scattering it changes nothing
+
+
+def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor | None:
+    """`(rows, 1, num_tokens)` position ids of a step holding a request with multimodal positions, else `None`.
+
+    The engine feeds `position_offset + i`; a request whose prompt has multimodal rotary positions gets its own
+    (`RequestImages.position_ids`), every other request of the step its 1D positions on every row. Padding (up to
+    `num_tokens`) gets 0.
+
+    Args:
+        requests_in_batch (`list[FutureRequestState]`): the step's slices, in the order the engine packed them.
+        num_tokens (`int`): the step's number of query tokens, padding included.
+
+    Returns:
+        `torch.Tensor` or `None`
+    """
+    pieces, rows = [], None
+    for future_state in requests_in_batch:
+        state, length = future_state.state, future_state.query_length
+        end = state.position_offset
+        images = getattr(state, "images", None)
+        if images is not None and images.positions is not None:
+            pieces.append(images.position_ids(end - length, end))
+            rows = images.positions.shape[0]
+        else:
+            pieces.append(torch.arange(end - length, end)[None])
+    if rows is None:
+        return None
+    positions = torch.zeros(rows, 1, num_tokens, dtype=torch.long)
+    first = 0
+    for piece in pieces:
+        positions[:, 0, first : first + piece.shape[-1]] = piece  # a 1D piece is broadcast over the rows
+        first += piece.shape[-1]
+    return positions

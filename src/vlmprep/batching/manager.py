@@ -24,7 +24,7 @@ from transformers.generation.continuous_batching.utils import stream_context
 
 from ..utils.logging import get_logger
 from .admission import encode_admitted
-from .batch_rows import restore_placeholders, step_encoder_outputs
+from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
 from .prompt import ImagePrompt, build_image_prompt
 from .requests import ImageRequestState
 
@@ -163,19 +163,26 @@ class ImageBatchingManager(ContinuousBatchingManager):
             self.output_router.fail_and_deliver(state, error)
 
     def _generation_step(self) -> None:
-        # Upstream runs `model(**batch_data)` with ids, positions and the paged cache only. A step holding
-        # placeholders also gets their feature rows, and runs eagerly: graphs and compiled forwards have no such input.
+        # Upstream runs `model(**batch_data)` with ids, 1D positions and the paged cache only. A step holding
+        # placeholders also gets their feature rows, a step holding a request with multimodal positions gets them; such
+        # a step runs eagerly: graphs and compiled forwards have no such inputs.
         processor = self.batch_processor
         io = processor.inputs_and_outputs
         host = io.io_pairs[io.current_pair].host_io if isinstance(io, ContinuousBatchingAsyncIOs) else io
         input_ids = host.input_ids[: host.num_q_tokens]
-        outputs = step_encoder_outputs(self.model, host.requests_in_batch, input_ids.unsqueeze(0))
-        if outputs is None:
+        requests = host.requests_in_batch
+        outputs = step_encoder_outputs(self.model, requests, input_ids.unsqueeze(0))
+        # Multimodal rotary positions reach every step of a request with images, decoding included
+        positions = step_position_ids(requests, host.num_q_tokens)
+        if outputs is None and positions is None:
             return super()._generation_step()
         restore_placeholders(self.model, input_ids)
         runner = processor.model_runner
         batch_data = io.get_model_kwargs(use_padding=runner.pad_inputs)
-        batch_data["mm_encoder_outputs"] = outputs
+        if positions is not None:
+            batch_data["position_ids"] = positions.to(batch_data["input_ids"].device)
+        if outputs is not None:
+            batch_data["mm_encoder_outputs"] = outputs
         if runner.supports_logits_to_keep(self.model):
             batch_data["logits_to_keep"] = batch_data["logits_indices"]
         carry_over_ids, previous_output_ids, output_ids = io.get_cb_kwargs()

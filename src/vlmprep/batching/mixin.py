@@ -49,11 +49,6 @@ def check_batching_support(model) -> None:
             "give wrong answers. Continuous batching with images supports causal families only so far; use "
             "`generate` (with `prefill_chunk_size` for long prompts) for this model."
         )
-    if type(model).vision_position_ids is not VisionPrepGenerationMixin.vision_position_ids:
-        raise ValueError(
-            f"{name} uses multimodal rotary positions computed from each prompt, but the engine feeds 1D positions "
-            "(`position_offset + i`), which would give wrong answers. Use `generate` for this model."
-        )
     if facts.positions_from_cache_length:
         raise ValueError(
             f"{name} numbers tokens by their place in the cache, which the engine's paged cache does not provide. "

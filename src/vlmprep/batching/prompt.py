@@ -41,6 +41,9 @@ class RequestImages:
         hashes (`dict[int, str]`): content hash of each item (salted), by image index.
         placeholder_ids (`tuple[int, ...]`): the placeholder id of each modality, in `VisionFacts.modalities` order.
         as_list (`dict[str, bool]`): per modality, whether the model reads its features as a list of tensors.
+        positions (`torch.Tensor`, *optional*):
+            `(rows, prompt_length)` position ids of the prompt, for families with multimodal rotary positions
+            (`vision_position_ids`); every row after the prompt continues from the row's last value + 1.
         features (`dict[int, torch.Tensor]`, *optional*): `(tokens, dim)` features of each item, set at admission.
     """
 
@@ -49,6 +52,7 @@ class RequestImages:
     hashes: dict[int, str]
     placeholder_ids: tuple[int, ...]
     as_list: dict[str, bool]
+    positions: torch.Tensor | None = None
     features: dict[int, torch.Tensor] | None = None
     _prepared: PreparedImages | None = field(default=None, repr=False)
 
@@ -73,6 +77,23 @@ class RequestImages:
         if self._prepared is None:
             self._prepared = PreparedImages(spans=self.spans, features=self.features, as_list=self.as_list)
         return self._prepared.rows_between(start, end, modality)
+
+    def position_ids(self, start: int, end: int) -> torch.Tensor:
+        """`(rows, end - start)` position ids of positions `[start, end)`: the prompt's own, then generated tokens'.
+
+        A generated token at position `p` gets `p` on a text row (the rows before the last 3) and `p + delta` on the
+        3 rotary rows, `delta` being the rotary rows' maximum + 1 - prompt length, as upstream decoding numbers them.
+        """
+        positions = self.positions
+        length = positions.shape[-1]
+        inside = positions[:, start : min(end, length)]
+        if end <= length:
+            return inside
+        generated = torch.arange(max(start, length), end).expand(positions.shape[0], -1)  # (rows, generated)
+        delta = positions[-3:].max() + 1 - length
+        shift = torch.zeros(positions.shape[0], 1, dtype=positions.dtype)
+        shift[-3:] = delta
+        return torch.cat([inside, generated + shift], dim=-1)
 
     def restore_ids(self, ids: Sequence[int]) -> list[int]:
         """Token ids with every placeholder key turned back into its placeholder id."""
@@ -193,8 +214,11 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
         keyed[span.start : span.end] = placeholder_keys(
             hashes[span.image_index], rows, slots[span.modality], len(slots)
         )
+    positions = model.vision_position_ids(prompt, model_kwargs)  # (rows, 1, prompt_length) or None
+    positions = positions[:, 0] if positions is not None else None
     images = RequestImages(
         spans=spans,
+        positions=positions,
         item_inputs=model_kwargs,
         hashes=hashes,
         placeholder_ids=tuple(modality.placeholder_id(model.config) for modality in modalities),
