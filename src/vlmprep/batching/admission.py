@@ -107,4 +107,5 @@ def _encode_together(model, requests: list[RequestImages]) -> None:
     for images in requests:
         items = sorted({span.image_index for span in images.spans})
         images.features = {index: features[first_item + index] for index in items}
+        images.item_inputs = {}  # the pixels are no longer needed: free them while the request runs
         first_item += len(items)

@@ -32,27 +32,35 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
     """
     modalities = model.vision_facts.modalities
     placeholder_ids = {modality.name: modality.placeholder_id(model.config) for modality in modalities}
-    pieces: dict[str, list[torch.Tensor]] = {name: [] for name in placeholder_ids}
-    has_features = False
-    ids = input_ids[0].tolist()
-    first = 0
+    # Per slice and modality, its feature rows; the step's ids are read only when some slice holds an image
+    slices, has_features = [], False
     for future_state in requests_in_batch:
         state, length = future_state.state, future_state.query_length
         end = state.position_offset  # the engine moved it past this slice when it prepared the step
-        start = end - length
         images = getattr(state, "images", None)
-        slice_ids = ids[first : first + length]
-        first += length
-        for name, placeholder_id in placeholder_ids.items():
-            rows = images.rows_between(start, end, name) if images is not None else None
-            if rows is not None:
-                pieces[name].append(rows)
-                has_features = True
-            generated = sum(1 for token in slice_ids if token == placeholder_id)
-            if generated:
-                pieces[name].append(_text_rows(model, placeholder_id, generated))
+        rows = {}
+        if images is not None:
+            rows = {name: images.rows_between(end - length, end, name) for name in placeholder_ids}
+            has_features = has_features or any(row is not None for row in rows.values())
+        slices.append((length, rows))
     if not has_features:
         return None
+    ids = input_ids[0].tolist()
+    pieces: dict[str, list[torch.Tensor]] = {name: [] for name in placeholder_ids}
+    first = 0
+    for length, rows in slices:
+        slice_ids = ids[first : first + length]
+        first += length
+        counted = set()  # a placeholder id shared by modalities (GLM-4V's videos) is the first one's
+        for name, placeholder_id in placeholder_ids.items():
+            if rows.get(name) is not None:
+                pieces[name].append(rows[name])
+            generated = (
+                sum(1 for token in slice_ids if token == placeholder_id) if placeholder_id not in counted else 0
+            )
+            counted.add(placeholder_id)
+            if generated:
+                pieces[name].append(_text_rows(model, placeholder_id, generated))
     as_list = model.vision_facts.features_as_list_by_modality()
     outputs = {}
     for name, rows in pieces.items():

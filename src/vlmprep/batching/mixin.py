@@ -49,6 +49,18 @@ def check_batching_support(model) -> None:
             "give wrong answers. Continuous batching with images supports causal families only so far; use "
             "`generate` (with `prefill_chunk_size` for long prompts) for this model."
         )
+    layer_types = set(getattr(model.config.get_text_config(), "layer_types", None) or ())
+    other_layers = sorted(layer_types - {"full_attention", "sliding_attention"})
+    if other_layers:
+        raise ValueError(
+            f"{name}'s decoder has {other_layers} layers, which transformers' paged cache does not hold (it keeps "
+            "attention layers only), also for text. Use `generate` for this model."
+        )
+    if getattr(getattr(model.config, "vision_config", None), "deepstack_visual_indexes", None):
+        raise ValueError(
+            f"{name}'s vision encoder adds per-layer (deepstack) features inside the decoder at the image positions; "
+            "continuous batching does not feed them yet. Use `generate` for this model."
+        )
     if facts.positions_from_cache_length:
         raise ValueError(
             f"{name} numbers tokens by their place in the cache, which the engine's paged cache does not provide. "
