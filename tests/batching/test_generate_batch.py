@@ -13,7 +13,9 @@ from cb_models import (
     pixels,
     reference_tokens,
 )
+from transformers import ContinuousBatchingConfig, GenerationConfig
 
+from vlmprep.batching import ImageRequestState
 from vlmprep.testing import VisionRunCounter
 
 MAX_NEW_TOKENS = 6
@@ -94,3 +96,40 @@ def test_generated_placeholder_id_is_text():
     for request, output in zip(requests, outputs.values(), strict=True):
         assert_matches_reference(upstream, request, output, 3)
     assert outputs["req_0"].generated_tokens[0] == placeholder
+
+
+def test_parallel_samples_share_the_images():
+    # `num_return_sequences` forks a request after its prefill; top-1 sampling makes every sample the greedy answer
+    upstream, ours = llava_cb_pair()
+    request = {"input_ids": [1, 2, *image_run(ours), 3], "pixel_values": pixels(1)}
+    config = GenerationConfig(max_new_tokens=4, do_sample=True, top_k=1, eos_token_id=-1, num_return_sequences=2)
+    outputs = ours.generate_batch(
+        [request], generation_config=config, continuous_batching_config=engine_config(), progress_bar=False
+    )
+    assert list(outputs) == ["req_0__child#0", "req_0"]
+    expected = reference_tokens(upstream, request, 4)
+    assert [output.generated_tokens for output in outputs.values()] == [expected, expected]
+
+
+def test_requests_restarted_under_cache_pressure(monkeypatch):
+    # A cache too small for every request makes the engine restart some from scratch, their answers so far appended
+    # to the prompt (`create_equivalent_initial_request`): the images stay where they were.
+    upstream, ours = llava_cb_pair()
+    restarted = []
+    original = ImageRequestState.create_equivalent_initial_request
+
+    def spy(state):
+        restarted.append(state.request_id)
+        return original(state)
+
+    monkeypatch.setattr(ImageRequestState, "create_equivalent_initial_request", spy)
+    requests = [{"input_ids": [1, 2, *image_run(ours), 3, seed], "pixel_values": pixels(seed)} for seed in range(1, 7)]
+    cache = ContinuousBatchingConfig(max_batch_tokens=16, num_blocks=12, page_size=4, return_logprobs=True)
+    outputs = ours.generate_batch(
+        requests, generation_config=greedy(8), continuous_batching_config=cache, progress_bar=False
+    )
+    assert restarted
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert output.error is None, output.error
+        assert output.prompt_ids == request["input_ids"]
+        assert output.generated_tokens == reference_tokens(upstream, request, 8)
