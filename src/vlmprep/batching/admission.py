@@ -1,0 +1,111 @@
+"""Encoding at admission: the images of the requests admitted together, in one batched vision call.
+
+Requests are encoded through the drop-in's own encoder path (`ImageEncodingMixin._image_features`): encoder-cache
+hits first, then one vision call per modality for the misses, split per item and stored back. The requests admitted
+together are encoded as one prompt of several rows; a request whose images fail (e.g. features that do not fit its
+placeholders) fails alone, the others are encoded again without it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from .prompt import RequestImages
+
+
+def encode_admitted(model, requests: list[RequestImages]) -> list[Exception | None]:
+    """Compute the features of every request's items, batched across requests whose inputs can be concatenated.
+
+    Args:
+        model (`VisionPrepGenerationMixin`): the drop-in model the engine runs.
+        requests (`list[RequestImages]`): the images of the requests admitted together; `features` is set on each.
+
+    Returns:
+        `list[Exception | None]`: per request, the error that makes it fail, or `None`.
+    """
+    errors: list[Exception | None] = [None] * len(requests)
+    groups: dict[tuple, list[int]] = {}
+    for position, images in enumerate(requests):
+        groups.setdefault(_concat_signature(images.item_inputs), []).append(position)
+    for members in groups.values():
+        try:
+            _encode_together(model, [requests[position] for position in members])
+        except Exception:  # noqa: BLE001 - one bad request must not fail the others: encode them one by one
+            if len(members) == 1:
+                errors[members[0]] = _error_of(model, requests[members[0]])
+                continue
+            for position in members:
+                errors[position] = _error_of(model, requests[position])
+    return errors
+
+
+def _error_of(model, images: RequestImages) -> Exception | None:
+    try:
+        _encode_together(model, [images])
+    except Exception as error:  # noqa: BLE001 - reported on the request
+        return error
+    return None
+
+
+def _concat_signature(item_inputs: dict[str, Any]) -> tuple:
+    # Requests concatenate into one encoder call when they hold the same inputs, tensors of the same trailing shape
+    signature = []
+    for key in sorted(item_inputs):
+        value = item_inputs[key]
+        if isinstance(value, torch.Tensor):
+            signature.append((key, "tensor", tuple(value.shape[1:]), value.dtype))
+        else:
+            signature.append((key, type(value).__name__))
+    return tuple(signature)
+
+
+def _concatenated(values: list[Any]) -> Any:
+    if all(isinstance(value, torch.Tensor) for value in values):
+        return torch.cat(values, dim=0)
+    return [item for value in values for item in value]
+
+
+@torch.no_grad()
+def _encode_together(model, requests: list[RequestImages]) -> None:
+    # The requests become the rows of one prompt: items renumbered after the previous rows' items, per modality too
+    spans, hashes = [], {}
+    first_item, first_of_modality = 0, Counter()
+    for row, images in enumerate(requests):
+        items = sorted({span.image_index for span in images.spans})
+        per_modality = Counter(span.modality for span in images.spans if span.feature_start == 0)
+        for span in images.spans:
+            spans.append(
+                replace(
+                    span,
+                    row=row,
+                    image_index=first_item + span.image_index,
+                    modality_index=first_of_modality[span.modality] + span.input_index,
+                )
+            )
+        hashes.update({first_item + index: images.hashes[index] for index in items})
+        first_item += len(items)
+        first_of_modality.update(per_modality)
+    keys = requests[0].item_inputs.keys()
+    model_kwargs = {key: _concatenated([images.item_inputs[key] for images in requests]) for key in keys}
+    # Items with the same content (one image in several requests) are encoded once
+    first_of_hash: dict[str, int] = {}
+    for index in sorted(hashes):
+        first_of_hash.setdefault(hashes[index], index)
+    needed = sorted(first_of_hash.values())
+    features, deepstack = model._image_features(needed, spans, model_kwargs, None, hashes)
+    features = {index: features[first_of_hash[hashes[index]]] for index in hashes}
+    if deepstack:
+        raise NotImplementedError(
+            "This model's vision encoder returns per-layer (deepstack) features, which continuous batching does not "
+            "feed yet. Use `generate` for this model."
+        )
+    first_item = 0
+    for images in requests:
+        items = sorted({span.image_index for span in images.spans})
+        images.features = {index: features[first_item + index] for index in items}
+        images.item_inputs = {}  # the pixels are no longer needed: free them while the request runs
+        first_item += len(items)

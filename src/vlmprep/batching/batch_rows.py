@@ -1,0 +1,122 @@
+"""The feature rows of one engine step: each scheduled slice gets exactly the rows of the placeholders it holds.
+
+The engine packs the scheduled slices of several requests into one row of `input_ids`, one after the other, and the
+model scatters `mm_encoder_outputs` into the placeholders of that row in order. So the rows are taken request by
+request, in batch order, and within a request in position order (`PreparedImages.rows_between`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..generation.prepared import EncoderRows
+from .prompt import slot_of_key
+
+_FIRST_KEY = -2
+
+
+def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor) -> dict[str, EncoderRows] | None:
+    """`mm_encoder_outputs` for one engine step, or `None` when no scheduled slice holds a placeholder of an image.
+
+    A token equal to a placeholder id outside every span (the model generated it) is text, as in `generate`'s
+    decoding; in a step that also feeds images the model would count it as a placeholder, so it receives its own
+    text embedding as its row, which leaves it unchanged.
+
+    Args:
+        model (`VisionPrepGenerationMixin`): the drop-in model the engine runs.
+        requests_in_batch (`list[FutureRequestState]`): the step's slices, in the order the engine packed them.
+        input_ids (`torch.Tensor` of shape `(1, num_tokens)`): the step's ids, placeholder keys not yet restored.
+
+    Returns:
+        `dict[str, EncoderRows]` or `None`
+    """
+    modalities = model.vision_facts.modalities
+    placeholder_ids = {modality.name: modality.placeholder_id(model.config) for modality in modalities}
+    # Per slice and modality, its feature rows; the step's ids are read only when some slice holds an image
+    slices, has_features = [], False
+    for future_state in requests_in_batch:
+        state, length = future_state.state, future_state.query_length
+        end = state.position_offset  # the engine moved it past this slice when it prepared the step
+        images = getattr(state, "images", None)
+        rows = {}
+        if images is not None:
+            rows = {name: images.rows_between(end - length, end, name) for name in placeholder_ids}
+            has_features = has_features or any(row is not None for row in rows.values())
+        slices.append((length, rows))
+    if not has_features:
+        return None
+    ids = input_ids[0].tolist()
+    pieces: dict[str, list[torch.Tensor]] = {name: [] for name in placeholder_ids}
+    first = 0
+    for length, rows in slices:
+        slice_ids = ids[first : first + length]
+        first += length
+        counted = set()  # a placeholder id shared by modalities (GLM-4V's videos) is the first one's
+        for name, placeholder_id in placeholder_ids.items():
+            if rows.get(name) is not None:
+                pieces[name].append(rows[name])
+            generated = (
+                sum(1 for token in slice_ids if token == placeholder_id) if placeholder_id not in counted else 0
+            )
+            counted.add(placeholder_id)
+            if generated:
+                pieces[name].append(_text_rows(model, placeholder_id, generated))
+    as_list = model.vision_facts.features_as_list_by_modality()
+    outputs = {}
+    for name, rows in pieces.items():
+        if rows:
+            stacked = torch.cat([row.to(rows[0].device, rows[0].dtype) for row in rows], dim=0)
+            outputs[name] = EncoderRows(pooler_output=[stacked] if as_list[name] else stacked.unsqueeze(0))
+    return outputs
+
+
+def restore_placeholders(model, input_ids: torch.Tensor) -> None:
+    """Turn the placeholder keys of a step's `input_ids` back into placeholder ids, in place."""
+    modalities = model.vision_facts.modalities
+    keyed = input_ids <= _FIRST_KEY
+    if len(modalities) == 1:
+        input_ids.masked_fill_(keyed, modalities[0].placeholder_id(model.config))
+        return
+    slots = torch.tensor([slot_of_key(k, len(modalities)) for k in input_ids[keyed].tolist()], dtype=input_ids.dtype)
+    placeholder_ids = torch.tensor([m.placeholder_id(model.config) for m in modalities], dtype=input_ids.dtype)
+    input_ids[keyed] = placeholder_ids[slots.long()].to(input_ids.device)
+
+
+def _text_rows(model, token_id: int, count: int) -> torch.Tensor:
+    embeddings = model.get_input_embeddings()
+    ids = torch.full((count,), token_id, dtype=torch.long, device=embeddings.weight.device)
+    return embeddings(ids)  # (count, hidden): what the model embeds the token as, so scattering it changes nothing
+
+
+def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor | None:
+    """`(rows, 1, num_tokens)` position ids of a step holding a request with multimodal positions, else `None`.
+
+    The engine feeds `position_offset + i`; a request whose prompt has multimodal rotary positions gets its own
+    (`RequestImages.position_ids`), every other request of the step its 1D positions on every row. Padding (up to
+    `num_tokens`) gets 0.
+
+    Args:
+        requests_in_batch (`list[FutureRequestState]`): the step's slices, in the order the engine packed them.
+        num_tokens (`int`): the step's number of query tokens, padding included.
+
+    Returns:
+        `torch.Tensor` or `None`
+    """
+    pieces, rows = [], None
+    for future_state in requests_in_batch:
+        state, length = future_state.state, future_state.query_length
+        end = state.position_offset
+        images = getattr(state, "images", None)
+        if images is not None and images.positions is not None:
+            pieces.append(images.position_ids(end - length, end))
+            rows = images.positions.shape[0]
+        else:
+            pieces.append(torch.arange(end - length, end)[None])
+    if rows is None:
+        return None
+    positions = torch.zeros(rows, 1, num_tokens, dtype=torch.long)
+    first = 0
+    for piece in pieces:
+        positions[:, 0, first : first + piece.shape[-1]] = piece  # a 1D piece is broadcast over the rows
+        first += piece.shape[-1]
+    return positions

@@ -1,0 +1,191 @@
+"""`ImageBatchingManager`: transformers' continuous-batching manager, with requests that carry images.
+
+Three of upstream's manager hooks are extended, each delegating to upstream for everything text-only:
+
+1. `add_request`: a request's pixel inputs are checked, hashed and stored on its `ImageRequestState`; its prompt
+   carries placeholder keys, so prefix sharing keys blocks on image content (`vlmprep.batching.prompt`).
+2. `_generation_loop_body`: before each loop turn drains the input queue, the queued requests are admitted: their
+   images are encoded, all of them in one batched vision call (`vlmprep.batching.admission`). A request whose images
+   fail is taken out of the queue and fails alone.
+3. `_generation_step`: a step whose slices hold placeholders gets their feature rows (`mm_encoder_outputs`) and its
+   real placeholder ids, and runs eagerly (a captured graph or a compiled forward has no image inputs); every other
+   step is upstream's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
+from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingAsyncIOs
+from transformers.generation.continuous_batching.utils import stream_context
+
+from ..utils.logging import get_logger
+from .admission import encode_admitted
+from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
+from .prompt import ImagePrompt, build_image_prompt
+from .requests import ImageRequestState
+
+logger = get_logger(__name__)
+
+
+class ImageBatchingManager(ContinuousBatchingManager):
+    """`ContinuousBatchingManager` whose requests may carry images. Made by `model.init_continuous_batching()`.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep import LlavaForConditionalGeneration
+    >>> from vlmprep.batching import ContinuousBatchingMixin, ImageBatchingManager
+    >>> from vlmprep.testing import tiny_llava_config
+    >>> class LlavaCB(ContinuousBatchingMixin, LlavaForConditionalGeneration):
+    ...     pass
+    >>> model = LlavaCB(tiny_llava_config()).eval()
+    >>> config = transformers.GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=-1)
+    >>> isinstance(model.init_continuous_batching(generation_config=config), ImageBatchingManager)
+    True
+
+    ```
+    """
+
+    def add_request(
+        self,
+        input_ids: list[int] | torch.Tensor | Mapping[str, Any],
+        request_id: str | None = None,
+        max_new_tokens: int | None = None,
+        streaming: bool = False,
+        record_timestamps: bool = False,
+        eos_token_id: int | list[int] | None = None,
+        cache_salt: str | None = None,
+        **kwargs: Any,
+    ) -> str | None:
+        """Queue one request; upstream's `add_request`, plus the request's pixel inputs.
+
+        Args:
+            input_ids (`list[int]`, `torch.Tensor` or `Mapping`):
+                the prompt, or one request's processor output (`input_ids` and the pixel inputs of that request).
+            request_id, max_new_tokens, streaming, record_timestamps, eos_token_id: as upstream.
+            cache_salt (`str`, *optional*): isolates the request's shared blocks and encoder-cache entries.
+            kwargs: the request's pixel inputs (`pixel_values`, grids, ...) and upstream's logits-processor kwargs.
+
+        Returns:
+            `str` or `None`: the request id (`None` on a TP rank that is not the driver, as upstream).
+
+        Raises:
+            `ValueError` or `TypeError`: the request cannot run (see `build_image_prompt`); nothing is queued.
+        """
+        if isinstance(input_ids, Mapping):
+            kwargs = {**{key: value for key, value in input_ids.items() if key != "input_ids"}, **kwargs}
+            if "input_ids" not in input_ids:
+                raise ValueError("A request given as a mapping needs its `input_ids`.")
+            input_ids = input_ids["input_ids"]
+        input_keys = self._request_input_keys()
+        request_inputs = {key: kwargs.pop(key) for key in list(kwargs) if key in input_keys}
+        unknown = sorted(key for key in kwargs if key not in self.logit_processor.supported_keys)
+        if unknown:
+            # Upstream would queue the request and fail it later in the loop ("Unknown logit_processor_kwargs")
+            raise ValueError(
+                f"Unknown request inputs {unknown}: neither this model's pixel inputs ({sorted(input_keys)}) nor "
+                f"logits-processor kwargs ({sorted(self.logit_processor.supported_keys)}). Check the names."
+            )
+        if isinstance(input_ids, ImagePrompt):
+            prompt = input_ids
+        else:
+            prompt = build_image_prompt(self.model, input_ids, request_inputs, cache_salt)
+        if prompt.images is None and prompt.error is None:
+            return super().add_request(
+                list(prompt), request_id, max_new_tokens, streaming, record_timestamps, eos_token_id, **kwargs
+            )
+        if not self.is_tp_driver:
+            return None
+        refusal = self.background_thread_status.can_accept_new_requests()
+        if refusal is not None:
+            logger.warning(f"{refusal} A request with images was dropped.")
+            return None
+        if request_id is None:
+            with self._request_lock:
+                request_id = f"req_{self._request_counter}"
+                self._request_counter += 1
+        state = ImageRequestState(
+            request_id=request_id,
+            initial_tokens=list(prompt),
+            num_children=self.num_return_sequences - 1,
+            record_timestamps=record_timestamps,
+            max_new_tokens=self.generation_config.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            eos_token_id=self.generation_config.eos_token_id if eos_token_id is None else eos_token_id,
+            streaming=streaming,
+            logit_processor_kwargs=kwargs,
+            images=prompt.images,
+        )
+        if prompt.error is not None:
+            # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
+            self.output_router.fail_and_deliver(state, ValueError(prompt.error))
+            return request_id
+        self.input_queue.put(state, block=True, timeout=10)
+        self._wake_up_loop.set()
+        return request_id
+
+    def _request_input_keys(self) -> set[str]:
+        facts = self.model.vision_facts
+        keys = {"attention_mask", facts.token_type_key}
+        for modality in facts.modalities:
+            keys.update((*modality.pixel_keys, *modality.per_item_keys))
+        return keys
+
+    # -- The generation loop (background thread) -----------------------------------------------------------------
+
+    def _generation_loop_body(self, batch_processor, bootstrapping: bool) -> bool:
+        # Upstream drains the input queue at the start of `prepare_next_batch`: admit what is queued first.
+        self._admit_queued_requests()
+        return super()._generation_loop_body(batch_processor, bootstrapping)
+
+    def _admit_queued_requests(self) -> None:
+        # Only this thread takes from the queue, so what is seen here is still there when it is drained.
+        with self.input_queue.mutex:
+            pending = [
+                state
+                for state in self.input_queue.queue
+                if isinstance(state, ImageRequestState) and state.images is not None and state.images.features is None
+            ]
+        if not pending:
+            return
+        errors = encode_admitted(self.model, [state.images for state in pending])
+        for state, error in zip(pending, errors, strict=True):
+            if error is None:
+                continue
+            with self.input_queue.mutex:
+                self.input_queue.queue.remove(state)
+                self.input_queue.not_full.notify()
+            logger.warning(f"Request {state.request_id} failed at admission: {error}")
+            self.output_router.fail_and_deliver(state, error)
+
+    def _generation_step(self) -> None:
+        # Upstream runs `model(**batch_data)` with ids, 1D positions and the paged cache only. A step holding
+        # placeholders also gets their feature rows, a step holding a request with multimodal positions gets them; such
+        # a step runs eagerly: graphs and compiled forwards have no such inputs.
+        processor = self.batch_processor
+        io = processor.inputs_and_outputs
+        host = io.io_pairs[io.current_pair].host_io if isinstance(io, ContinuousBatchingAsyncIOs) else io
+        input_ids = host.input_ids[: host.num_q_tokens]
+        requests = host.requests_in_batch
+        outputs = step_encoder_outputs(self.model, requests, input_ids.unsqueeze(0))
+        # Multimodal rotary positions reach every step of a request with images, decoding included
+        positions = step_position_ids(requests, host.num_q_tokens)
+        if outputs is None and positions is None:
+            return super()._generation_step()
+        restore_placeholders(self.model, input_ids)
+        runner = processor.model_runner
+        batch_data = io.get_model_kwargs(use_padding=runner.pad_inputs)
+        if positions is not None:
+            batch_data["position_ids"] = positions.to(batch_data["input_ids"].device)
+        if outputs is not None:
+            batch_data["mm_encoder_outputs"] = outputs
+        if runner.supports_logits_to_keep(self.model):
+            batch_data["logits_to_keep"] = batch_data["logits_indices"]
+        carry_over_ids, previous_output_ids, output_ids = io.get_cb_kwargs()
+        with torch.no_grad(), stream_context(io.compute_stream):
+            runner._forward_process_and_sample(self.model, batch_data, carry_over_ids, previous_output_ids, output_ids)
+        io.retrieve_device_outputs()

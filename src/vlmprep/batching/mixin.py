@@ -1,0 +1,201 @@
+"""`ContinuousBatchingMixin`: transformers' continuous batching (`generate_batch`, `init_continuous_batching`,
+`generate(..., cache_implementation="paged")`) for a vlmprep drop-in, with images.
+
+It overrides upstream's `ContinuousMixin` entry points only to hand the engine an `ImageBatchingManager` and requests
+that carry their images; scheduling, the paged cache, sampling and outputs stay transformers' own.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from transformers import ContinuousBatchingConfig, GenerationConfig
+from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
+
+from ..generation.mixin import VisionPrepGenerationMixin
+from ..utils.logging import get_logger
+from .manager import ImageBatchingManager
+from .prompt import ImagePrompt, build_image_prompt, token_list
+
+logger = get_logger(__name__)
+# What a drop-in's own `generate` may forward to `generate_batch` besides the engine's kwargs.
+_VLMPREP_KWARGS = ("cache_salt", "vlmprep_prefix_request")
+
+
+def check_batching_support(model) -> None:
+    """Raise a clear error for a model whose images the engine cannot run exactly.
+
+    Args:
+        model: the model `init_continuous_batching` was called on.
+
+    Raises:
+        `TypeError`: the model is not a vlmprep drop-in.
+        `ValueError`: the family needs attention or positions the engine does not build (see the message).
+    """
+    if not isinstance(model, VisionPrepGenerationMixin):
+        raise TypeError(
+            f"`ContinuousBatchingMixin` needs a vlmprep drop-in model, got {type(model).__name__}. Put the mixin "
+            "before a drop-in class, e.g. `class LlavaCB(ContinuousBatchingMixin, vlmprep.LlavaForConditionalGeneration)`."
+        )
+    facts = model.vision_facts
+    name = type(model).__name__
+    if facts.bidirectional is not None:
+        raise ValueError(
+            f"{name} attends bidirectionally inside each image block (`{facts.bidirectional}`), but the engine's "
+            "paged attention masks every packed request causally and may cut a prompt inside a block, which would "
+            "give wrong answers. Continuous batching with images supports causal families only so far; use "
+            "`generate` (with `prefill_chunk_size` for long prompts) for this model."
+        )
+    layer_types = set(getattr(model.config.get_text_config(), "layer_types", None) or ())
+    other_layers = sorted(layer_types - {"full_attention", "sliding_attention"})
+    if other_layers:
+        raise ValueError(
+            f"{name}'s decoder has {other_layers} layers, which transformers' paged cache does not hold (it keeps "
+            "attention layers only), also for text. Use `generate` for this model."
+        )
+    if getattr(getattr(model.config, "vision_config", None), "deepstack_visual_indexes", None):
+        raise ValueError(
+            f"{name}'s vision encoder adds per-layer (deepstack) features inside the decoder at the image positions; "
+            "continuous batching does not feed them yet. Use `generate` for this model."
+        )
+    if facts.positions_from_cache_length:
+        raise ValueError(
+            f"{name} numbers tokens by their place in the cache, which the engine's paged cache does not provide. "
+            "Use `generate` for this model."
+        )
+
+
+class ContinuousBatchingMixin:
+    """Continuous batching with images for a vlmprep drop-in: list it before the drop-in class.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep import LlavaForConditionalGeneration
+    >>> from vlmprep.batching import ContinuousBatchingMixin
+    >>> from vlmprep.testing import random_pixels, tiny_llava_config
+    >>> class LlavaCB(ContinuousBatchingMixin, LlavaForConditionalGeneration):
+    ...     pass
+    >>> model = LlavaCB(tiny_llava_config()).eval()
+    >>> request = {"input_ids": [1, 2] + [model.config.image_token_id] * 16 + [3], "pixel_values": random_pixels(1)}
+    >>> config = transformers.GenerationConfig(max_new_tokens=3, do_sample=False, eos_token_id=-1)
+    >>> outputs = model.generate_batch([request, [4, 5, 6]], generation_config=config, progress_bar=False)
+    >>> [len(output.generated_tokens) for output in outputs.values()]
+    [3, 3]
+
+    ```
+    """
+
+    @torch.no_grad()
+    def init_continuous_batching(
+        self,
+        generation_config: GenerationConfig | None = None,
+        continuous_batching_config: ContinuousBatchingConfig | None = None,
+        workload_hints=None,
+    ) -> ImageBatchingManager:
+        """Upstream's `init_continuous_batching`, returning an `ImageBatchingManager` (requests may carry images).
+
+        Args:
+            generation_config (`GenerationConfig`, *optional*): defaults to the model's.
+            continuous_batching_config (`ContinuousBatchingConfig`, *optional*): the engine's configuration.
+            workload_hints (`WorkloadHints`, *optional*): as upstream.
+
+        Returns:
+            `ImageBatchingManager`
+        """
+        check_batching_support(self)
+        cached = getattr(self, "_cached_continuous_batching_manager", None)
+        if isinstance(cached, ImageBatchingManager):
+            return super().init_continuous_batching(generation_config, continuous_batching_config, workload_hints)
+        if isinstance(cached, ContinuousBatchingManager):
+            self.destroy_cached_continuous_batching_manager()  # a text-only manager kept by an earlier session
+        generation_config = generation_config if generation_config is not None else self.generation_config
+        if generation_config is None:
+            raise ValueError("A GenerationConfig must be provided or set in the model.")
+        if generation_config.eos_token_id is None:
+            # Upstream sets it on the caller's config; a copy leaves the caller's untouched.
+            logger.warning("`eos_token_id` not set in GenerationConfig. Setting to -1 (disabled).")
+            generation_config = copy.deepcopy(generation_config)
+            generation_config.eos_token_id = -1
+        if continuous_batching_config is None:
+            continuous_batching_config = ContinuousBatchingConfig()
+        return ImageBatchingManager(
+            model=self,
+            generation_config=generation_config,
+            continuous_batching_config=continuous_batching_config,
+            workload_hints=workload_hints,
+        )
+
+    @torch.no_grad()
+    def generate_batch(self, inputs: Sequence, *args, **kwargs) -> dict:
+        """Upstream's `generate_batch`, where each input may be one request's processor output.
+
+        Args:
+            inputs (`list`): per request, a list of token ids, or a dict with `input_ids` and that request's pixel
+                inputs (`pixel_values`, grids, ...), as its processor returns them. A request that fails its checks
+                gets a failed output (its `error` says why); the others run.
+            cache_salt (`str`, *optional*): isolates these requests' shared blocks and encoder-cache entries.
+            args, kwargs: everything upstream's `generate_batch` takes. Pixel inputs passed here (as
+                `generate(..., cache_implementation="paged")` does) belong to the rows of `inputs`, in placeholder
+                order.
+
+        Returns:
+            `dict[str, GenerationOutput]`: what upstream returns, with the real placeholder ids in `prompt_ids`.
+        """
+        check_batching_support(self)
+        salt = kwargs.pop("cache_salt", None)
+        kwargs.pop("vlmprep_prefix_request", None)
+        request_keys = self._batching_input_keys()
+        shared = {key: kwargs.pop(key) for key in list(kwargs) if key in request_keys or key == "input_ids"}
+        shared.pop("input_ids", None)  # `generate` passes the prompt both as `inputs` and `input_ids`
+        if shared:
+            prompts = self._rows_as_prompts(inputs, shared, salt)
+        else:
+            prompts = [self._request_as_prompt(item, salt) for item in inputs]
+        return super().generate_batch(prompts, *args, **kwargs)
+
+    def _batching_input_keys(self) -> set[str]:
+        facts = self.vision_facts
+        keys = {"attention_mask", facts.token_type_key}
+        for modality in facts.modalities:
+            keys.update((*modality.pixel_keys, *modality.per_item_keys))
+        return keys
+
+    def _request_as_prompt(self, item: Any, salt: str | None) -> ImagePrompt:
+        # A bad request becomes a prompt carrying its error, so it fails alone when it is queued.
+        try:
+            if isinstance(item, Mapping):
+                if "input_ids" not in item:
+                    raise ValueError("A request given as a dict needs its `input_ids`.")
+                inputs = {key: value for key, value in item.items() if key != "input_ids"}
+                return build_image_prompt(self, item["input_ids"], inputs, salt)
+            return build_image_prompt(self, item, {}, salt)
+        except (ValueError, TypeError) as error:
+            return ImagePrompt([], error=str(error))
+
+    def _rows_as_prompts(self, rows: Sequence, inputs: dict[str, Any], salt: str | None) -> list[ImagePrompt]:
+        # `generate(..., cache_implementation="paged")`: one batch of equal-length rows and the pixel inputs of all
+        # of them, in placeholder order; each row becomes a request with its own images.
+        rows = [token_list(row) for row in rows]
+        attention_mask = inputs.pop("attention_mask", None)
+        if attention_mask is not None and not bool(torch.as_tensor(attention_mask).bool().all()):
+            raise ValueError(
+                "`generate(..., cache_implementation='paged')` runs each row as its own request and cannot drop "
+                "padding. Pass unpadded prompts: `model.generate_batch([...])` with one dict per request."
+            )
+        batch = torch.tensor(rows)
+        spans = self._find_spans(batch, inputs)
+        self._check_images_match_spans(spans, inputs, past_length=0)
+        prompts = []
+        for row, ids in enumerate(rows):
+            row_inputs = {}
+            for modality in self.vision_facts.modalities:
+                items = sorted({s.input_index for s in spans if s.row == row and s.modality == modality.name})
+                if items:
+                    row_inputs.update(self._modality_hook(self.select_image_inputs, modality.name, inputs, items))
+            prompts.append(build_image_prompt(self, ids, row_inputs, salt))
+        return prompts

@@ -1,0 +1,43 @@
+"""Every family of the conformance suite in the engine: answers equal the plain class's `generate`, or a clear refusal.
+
+Slow (one tiny model per family, about 3 minutes on 2 cores): `make test-slow`, or `pytest -m slow` on this file.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
+from test_families import family_requests
+
+from family_registry import FAMILY_CASES
+
+# Families the engine cannot run exactly with images, and the words of the error that says why.
+REFUSED = {
+    "gemma3": "attends bidirectionally",
+    "paligemma": "attends bidirectionally",
+    "exaone4_5": "numbers tokens by their place in the cache",
+    "hyperclovax_vision_v2": "numbers tokens by their place in the cache",
+    "lfm2_vl": "paged cache does not hold",
+    "lfm3_vl": "paged cache does not hold",
+    "qwen3_vl": "deepstack",
+    "qwen3_vl_moe": "deepstack",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILY_CASES))
+def test_family_in_the_engine(family):
+    upstream, ours = cb_pair(family)
+    requests = family_requests(upstream, family)
+    if family in REFUSED:
+        with pytest.raises(ValueError, match=REFUSED[family]):
+            ours.generate_batch(requests, generation_config=greedy(2), progress_bar=False)
+        return
+    outputs = ours.generate_batch(
+        requests,
+        generation_config=greedy(4),
+        continuous_batching_config=engine_config(max_batch_tokens=8),
+        progress_bar=False,
+    )
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, 4)

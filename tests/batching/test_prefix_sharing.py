@@ -1,0 +1,42 @@
+"""Prefix sharing in the engine keys blocks on image content: the same image shares KV, a different one never does."""
+
+from __future__ import annotations
+
+from cb_models import (
+    TokensFed,
+    assert_matches_reference,
+    engine_config,
+    greedy,
+    image_run,
+    llava_cb_pair,
+    pixels,
+    wait_for,
+)
+
+NEW_TOKENS = 3
+DECODE_STEPS = NEW_TOKENS - 1  # the first token comes from the last prefill slice
+
+
+def test_blocks_are_shared_by_image_content():
+    upstream, ours = llava_cb_pair()
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, *image_run(ours), 9, 10, 11]  # 27 tokens: 6 whole pages of 4 before the last
+    manager = ours.init_continuous_batching(
+        generation_config=greedy(NEW_TOKENS), continuous_batching_config=engine_config(max_batch_tokens=64)
+    )
+    fed = TokensFed(ours)
+    manager.start()
+    try:
+
+        def run(pixel_values, salt=None):
+            request_id = manager.add_request(prompt, pixel_values=pixel_values, cache_salt=salt)
+            output = wait_for(manager, request_id)
+            assert_matches_reference(upstream, {"input_ids": prompt, "pixel_values": pixel_values}, output, NEW_TOKENS)
+            return fed.take() - DECODE_STEPS
+
+        assert run(pixels(1)) == 27  # nothing to share yet
+        assert run(pixels(1)) == 3  # the same image: its 6 pages are shared, the last 3 tokens computed
+        assert run(pixels(2)) == 19  # another image behind the same placeholders: only the 2 text pages are shared
+        assert run(pixels(1), salt="tenant-b") == 19  # another salt: the image's pages are not shared across salts
+    finally:
+        fed.remove()
+        manager.stop(block=True)
