@@ -1,4 +1,5 @@
-"""Shared pieces of the continuous-batching tests: a LLaVA drop-in with the mixin, and references from transformers."""
+"""Shared pieces of the continuous-batching tests: drop-ins of their own (the engine keeps its manager on the
+model), and references from transformers."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ from transformers import ContinuousBatchingConfig, GenerationConfig
 
 import vlmprep
 from conftest import model_pair
-from vlmprep.batching import ContinuousBatchingMixin
 from vlmprep.testing import random_pixels
 
-
-class LlavaCB(ContinuousBatchingMixin, vlmprep.LlavaForConditionalGeneration):
-    """What the drop-in will be once the mixin is part of it."""
+# Every drop-in takes images in continuous batching (`ContinuousBatchingMixin` is part of the generation mixin).
+LlavaCB = vlmprep.LlavaForConditionalGeneration
 
 
 _MODELS: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
@@ -136,13 +135,12 @@ class TokensFed:
 
 
 def cb_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """(plain transformers model, the family's drop-in with `ContinuousBatchingMixin`), same weights."""
+    """(plain transformers model, a drop-in of its own), same weights."""
     if family == "llava":
         return llava_cb_pair()
     if family not in _MODELS:
         upstream, ours = model_pair(family)
-        cb_class = type(f"{type(ours).__name__}CB", (ContinuousBatchingMixin, type(ours)), {})
-        model = cb_class(upstream.config).eval()
+        model = type(ours)(upstream.config).eval()
         model.load_state_dict(upstream.state_dict())
         _MODELS[family] = (upstream, model)
     upstream, model = _MODELS[family]

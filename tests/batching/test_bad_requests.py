@@ -54,21 +54,23 @@ def test_bad_requests_of_generate_batch_fail_alone():
         assert_matches_reference(upstream, request, output, 3)
 
 
-class AdmissionFailingLlava(LlavaCB):
-    """Fails to encode one image content (as a vision tower may fail on one input), and only that one."""
-
-    poisoned: str = ""
-
-    def _image_features(self, needed, spans, model_kwargs, salt, image_hashes=None, supplied=None):
-        if self.poisoned in (image_hashes or {}).values():
-            raise ValueError("this image cannot be encoded")
-        return super()._image_features(needed, spans, model_kwargs, salt, image_hashes, supplied)
-
-
 def failing_model():
+    """A LLaVA whose vision tower fails on one image's pixels (`model.poisoned`), and only on them.
+
+    Any encoder call holding those pixels fails, as a vision tower may fail on one input of a batch.
+    """
     upstream, ours = llava_cb_pair()
-    model = AdmissionFailingLlava(ours.config).eval()
+    model = LlavaCB(ours.config).eval()
     model.load_state_dict(ours.state_dict())
+    model.poisoned = None
+    encode = model.model.get_image_features
+
+    def failing_encode(pixel_values, *args, **kwargs):
+        if model.poisoned is not None and any(torch.equal(image, model.poisoned) for image in pixel_values):
+            raise ValueError("this image cannot be encoded")
+        return encode(pixel_values, *args, **kwargs)
+
+    model.model.get_image_features = failing_encode  # this instance only
     return upstream, model
 
 
@@ -76,7 +78,7 @@ def test_admission_failure_is_isolated_in_one_batched_call():
     upstream, model = failing_model()
     image = image_run(model)
     prompts = [build_image_prompt(model, [1, *image], {"pixel_values": pixels(seed)}) for seed in (1, 2, 3)]
-    model.poisoned = prompts[1].images.hashes[0]
+    model.poisoned = pixels(2)[0]
     errors = encode_admitted(model, [prompt.images for prompt in prompts])
     assert [error is None for error in errors] == [True, False, True]
     assert "cannot be encoded" in str(errors[1])
@@ -87,7 +89,7 @@ def test_admission_failure_fails_that_request_and_the_engine_keeps_serving():
     upstream, model = failing_model()
     image = image_run(model)
     requests = [{"input_ids": [1, 2, *image, 3], "pixel_values": pixels(seed)} for seed in (1, 2, 3)]
-    model.poisoned = build_image_prompt(model, requests[1]["input_ids"], {"pixel_values": pixels(2)}).images.hashes[0]
+    model.poisoned = pixels(2)[0]
     manager = model.init_continuous_batching(generation_config=greedy(3), continuous_batching_config=engine_config())
     request_ids = [manager.add_request(request) for request in requests]
     manager.start()

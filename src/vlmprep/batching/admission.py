@@ -1,6 +1,6 @@
 """Encoding at admission: the images of the requests admitted together, in one batched vision call.
 
-Requests are encoded through the drop-in's own encoder path (`ImageEncodingMixin._image_features`): encoder-cache
+Requests are encoded through the drop-in's own encoder path (`vlmprep.generation.encoding.ItemEncoder`): encoder-cache
 hits first, then one vision call per modality for the misses, split per item and stored back. The requests admitted
 together are encoded as one prompt of several rows; a request whose images fail (e.g. features that do not fit its
 placeholders) fails alone, the others are encoded again without it.
@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..generation.encoding import ItemEncoder
 from .prompt import RequestImages
 
 
@@ -75,14 +76,14 @@ def _encode_together(model, requests: list[RequestImages]) -> None:
     spans, hashes = [], {}
     first_item, first_of_modality = 0, Counter()
     for row, images in enumerate(requests):
-        items = sorted({span.image_index for span in images.spans})
+        items = sorted({span.item_index for span in images.spans})
         per_modality = Counter(span.modality for span in images.spans if span.feature_start == 0)
         for span in images.spans:
             spans.append(
                 replace(
                     span,
                     row=row,
-                    image_index=first_item + span.image_index,
+                    item_index=first_item + span.item_index,
                     modality_index=first_of_modality[span.modality] + span.input_index,
                 )
             )
@@ -96,7 +97,7 @@ def _encode_together(model, requests: list[RequestImages]) -> None:
     for index in sorted(hashes):
         first_of_hash.setdefault(hashes[index], index)
     needed = sorted(first_of_hash.values())
-    features, deepstack = model._image_features(needed, spans, model_kwargs, None, hashes)
+    features, deepstack = ItemEncoder(model, model_kwargs, spans).features(needed, hashes)
     features = {index: features[first_of_hash[hashes[index]]] for index in hashes}
     if deepstack:
         raise NotImplementedError(
@@ -105,7 +106,7 @@ def _encode_together(model, requests: list[RequestImages]) -> None:
         )
     first_item = 0
     for images in requests:
-        items = sorted({span.image_index for span in images.spans})
+        items = sorted({span.item_index for span in images.spans})
         images.features = {index: features[first_item + index] for index in items}
         images.item_inputs = {}  # the pixels are no longer needed: free them while the request runs
         first_item += len(items)

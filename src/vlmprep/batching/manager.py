@@ -39,11 +39,9 @@ class ImageBatchingManager(ContinuousBatchingManager):
     ```python
     >>> import transformers
     >>> from vlmprep import LlavaForConditionalGeneration
-    >>> from vlmprep.batching import ContinuousBatchingMixin, ImageBatchingManager
+    >>> from vlmprep.batching import ImageBatchingManager
     >>> from vlmprep.testing import tiny_llava_config
-    >>> class LlavaCB(ContinuousBatchingMixin, LlavaForConditionalGeneration):
-    ...     pass
-    >>> model = LlavaCB(tiny_llava_config()).eval()
+    >>> model = LlavaForConditionalGeneration(tiny_llava_config()).eval()
     >>> config = transformers.GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=-1)
     >>> isinstance(model.init_continuous_batching(generation_config=config), ImageBatchingManager)
     True

@@ -9,78 +9,35 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
-from ..generation.mixin import VisionPrepGenerationMixin
+from ..generation.plan import check_items_match_spans, find_item_spans
 from ..utils.logging import get_logger
-from .manager import ImageBatchingManager
 from .prompt import ImagePrompt, build_image_prompt, token_list
+from .support import check_batching_support
+
+if TYPE_CHECKING:
+    from .manager import ImageBatchingManager
 
 logger = get_logger(__name__)
 # What a drop-in's own `generate` may forward to `generate_batch` besides the engine's kwargs.
 _VLMPREP_KWARGS = ("cache_salt", "vlmprep_prefix_request")
 
 
-def check_batching_support(model) -> None:
-    """Raise a clear error for a model whose images the engine cannot run exactly.
-
-    Args:
-        model: the model `init_continuous_batching` was called on.
-
-    Raises:
-        `TypeError`: the model is not a vlmprep drop-in.
-        `ValueError`: the family needs attention or positions the engine does not build (see the message).
-    """
-    if not isinstance(model, VisionPrepGenerationMixin):
-        raise TypeError(
-            f"`ContinuousBatchingMixin` needs a vlmprep drop-in model, got {type(model).__name__}. Put the mixin "
-            "before a drop-in class, e.g. `class LlavaCB(ContinuousBatchingMixin, vlmprep.LlavaForConditionalGeneration)`."
-        )
-    facts = model.vision_facts
-    name = type(model).__name__
-    if facts.bidirectional is not None:
-        raise ValueError(
-            f"{name} attends bidirectionally inside each image block (`{facts.bidirectional}`), but the engine's "
-            "paged attention masks every packed request causally and may cut a prompt inside a block, which would "
-            "give wrong answers. Continuous batching with images supports causal families only so far; use "
-            "`generate` (with `prefill_chunk_size` for long prompts) for this model."
-        )
-    layer_types = set(getattr(model.config.get_text_config(), "layer_types", None) or ())
-    other_layers = sorted(layer_types - {"full_attention", "sliding_attention"})
-    if other_layers:
-        raise ValueError(
-            f"{name}'s decoder has {other_layers} layers, which transformers' paged cache does not hold (it keeps "
-            "attention layers only), also for text. Use `generate` for this model."
-        )
-    if getattr(getattr(model.config, "vision_config", None), "deepstack_visual_indexes", None):
-        raise ValueError(
-            f"{name}'s vision encoder adds per-layer (deepstack) features inside the decoder at the image positions; "
-            "continuous batching does not feed them yet. Use `generate` for this model."
-        )
-    if facts.positions_from_cache_length:
-        raise ValueError(
-            f"{name} numbers tokens by their place in the cache, which the engine's paged cache does not provide. "
-            "Use `generate` for this model."
-        )
-
-
 class ContinuousBatchingMixin:
-    """Continuous batching with images for a vlmprep drop-in: list it before the drop-in class.
+    """Continuous batching with images: part of every drop-in (through `VisionPrepGenerationMixin`).
 
     Example:
 
     ```python
     >>> import transformers
     >>> from vlmprep import LlavaForConditionalGeneration
-    >>> from vlmprep.batching import ContinuousBatchingMixin
     >>> from vlmprep.testing import random_pixels, tiny_llava_config
-    >>> class LlavaCB(ContinuousBatchingMixin, LlavaForConditionalGeneration):
-    ...     pass
-    >>> model = LlavaCB(tiny_llava_config()).eval()
+    >>> model = LlavaForConditionalGeneration(tiny_llava_config()).eval()
     >>> request = {"input_ids": [1, 2] + [model.config.image_token_id] * 16 + [3], "pixel_values": random_pixels(1)}
     >>> config = transformers.GenerationConfig(max_new_tokens=3, do_sample=False, eos_token_id=-1)
     >>> outputs = model.generate_batch([request, [4, 5, 6]], generation_config=config, progress_bar=False)
@@ -107,7 +64,10 @@ class ContinuousBatchingMixin:
         Returns:
             `ImageBatchingManager`
         """
-        check_batching_support(self)
+        # Imported here: the drop-ins' base imports this mixin, and the engine's modules import the drop-ins' encoder
+        from .manager import ImageBatchingManager
+
+        check_batching_support(self, with_items=False)  # requests with images are checked as they come
         cached = getattr(self, "_cached_continuous_batching_manager", None)
         if isinstance(cached, ImageBatchingManager):
             return super().init_continuous_batching(generation_config, continuous_batching_config, workload_hints)
@@ -146,7 +106,7 @@ class ContinuousBatchingMixin:
         Returns:
             `dict[str, GenerationOutput]`: what upstream returns, with the real placeholder ids in `prompt_ids`.
         """
-        check_batching_support(self)
+        check_batching_support(self, with_items=False)  # requests with images are checked one by one
         salt = kwargs.pop("cache_salt", None)
         kwargs.pop("vlmprep_prefix_request", None)
         request_keys = self._batching_input_keys()
@@ -188,14 +148,14 @@ class ContinuousBatchingMixin:
                 "padding. Pass unpadded prompts: `model.generate_batch([...])` with one dict per request."
             )
         batch = torch.tensor(rows)
-        spans = self._find_spans(batch, inputs)
-        self._check_images_match_spans(spans, inputs, past_length=0)
+        spans = find_item_spans(self, batch, inputs, inputs.get(self.vision_facts.token_type_key))
+        check_items_match_spans(self, spans, inputs, past_length=0)
         prompts = []
         for row, ids in enumerate(rows):
             row_inputs = {}
             for modality in self.vision_facts.modalities:
                 items = sorted({s.input_index for s in spans if s.row == row and s.modality == modality.name})
                 if items:
-                    row_inputs.update(self._modality_hook(self.select_image_inputs, modality.name, inputs, items))
+                    row_inputs.update(self.select_image_inputs(inputs, items, modality=modality.name))
             prompts.append(build_image_prompt(self, ids, row_inputs, salt))
         return prompts

@@ -17,9 +17,11 @@ from typing import Any
 
 import torch
 
-from ..generation.encoding import check_finite_pixels
-from ..generation.prepared import PreparedImages
-from ..generation.spans import ImageSpan
+from ..generation.encoding import ItemEncoder, check_finite_pixels
+from ..generation.plan import check_items_match_spans, find_item_spans
+from ..generation.prepared import PreparedItems
+from ..generation.spans import ItemSpan
+from .support import check_batching_support
 
 # Keys are <= -2: upstream marks a decode slot whose token is not known yet with -1 (`TMP_TOKEN_ID`).
 _FIRST_KEY = -2
@@ -35,7 +37,7 @@ class RequestImages:
     per-item features.
 
     Args:
-        spans (`list[ImageSpan]`): the spans of the request's prompt (row 0), every modality.
+        spans (`list[ItemSpan]`): the spans of the request's prompt (row 0), every modality.
         item_inputs (`dict[str, Any]`): the request's pixel inputs and per-item extras, as the model's processor returns
             them.
         hashes (`dict[int, str]`): content hash of each item (salted), by image index.
@@ -47,14 +49,14 @@ class RequestImages:
         features (`dict[int, torch.Tensor]`, *optional*): `(tokens, dim)` features of each item, set at admission.
     """
 
-    spans: list[ImageSpan]
+    spans: list[ItemSpan]
     item_inputs: dict[str, Any]
     hashes: dict[int, str]
     placeholder_ids: tuple[int, ...]
     as_list: dict[str, bool]
     positions: torch.Tensor | None = None
     features: dict[int, torch.Tensor] | None = None
-    _prepared: PreparedImages | None = field(default=None, repr=False)
+    _prepared: PreparedItems | None = field(default=None, repr=False)
 
     @property
     def modalities(self) -> list[str]:
@@ -75,7 +77,7 @@ class RequestImages:
         if self.features is None:
             raise RuntimeError("The request's images were not encoded at admission.")
         if self._prepared is None:
-            self._prepared = PreparedImages(spans=self.spans, features=self.features, as_list=self.as_list)
+            self._prepared = PreparedItems(spans=self.spans, features=self.features, as_list=self.as_list)
         return self._prepared.rows_between(start, end, modality)
 
     def position_ids(self, start: int, end: int) -> torch.Tensor:
@@ -198,21 +200,22 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
         )
     model_kwargs = {key: value for key, value in inputs.items() if key not in _PROMPT_KEYS and value is not None}
     prompt = torch.tensor([ids])
-    spans = model._find_spans(prompt, model_kwargs)
-    model._check_images_match_spans(spans, model_kwargs, past_length=0)
+    spans = find_item_spans(model, prompt, model_kwargs, model_kwargs.get(facts.token_type_key))
+    check_items_match_spans(model, spans, model_kwargs, past_length=0)
     if not spans:
         return ImagePrompt(ids)
+    check_batching_support(model, with_items=True)
     modalities = facts.modalities
     for modality in modalities:
         check_finite_pixels(model_kwargs, modality.pixel_keys)
-    indices = sorted({span.image_index for span in spans})
-    hashes = model._image_hashes(indices, spans, model_kwargs, salt)
+    indices = sorted({span.item_index for span in spans})
+    hashes = ItemEncoder(model, model_kwargs, spans, salt).hashes(indices)
     slots = {modality.name: slot for slot, modality in enumerate(modalities)}
     keyed = list(ids)
     for span in spans:
         rows = range(span.feature_start, span.feature_start + span.length)
         keyed[span.start : span.end] = placeholder_keys(
-            hashes[span.image_index], rows, slots[span.modality], len(slots)
+            hashes[span.item_index], rows, slots[span.modality], len(slots)
         )
     positions = model.vision_position_ids(prompt, model_kwargs)  # (rows, 1, prompt_length) or None
     positions = positions[:, 0] if positions is not None else None
