@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .prefix_keys import (
@@ -225,7 +226,10 @@ class PrefixCache:
         Returns:
             `PrefixMatch`
         """
-        keys = token_keys_array(tokens, images_between)
+        return self.match_keys(root, token_keys_array(tokens, images_between))
+
+    def match_keys(self, root: bytes, keys: np.ndarray) -> PrefixMatch:
+        """`match` of token keys built already (`token_keys_array`, or `key_material_array` with `images_between`)."""
         match = PrefixMatch()
         with self._lock:
             self._lookups += 1
@@ -268,7 +272,16 @@ class PrefixCache:
         Returns:
             `int`: tokens newly stored.
         """
-        keys = token_keys_array(tokens, images_between)
+        return self.insert_keys(root, token_keys_array(tokens, images_between), kv_between, intervals)
+
+    def insert_keys(
+        self,
+        root: bytes,
+        keys: np.ndarray,
+        kv_between: Callable[[int, int], BlockKV],
+        intervals: Sequence[Interval] = (),
+    ) -> int:
+        """`insert` of token keys built already (`token_keys_array`, or `key_material_array` with `images_between`)."""
         with self._lock:
             return self._tree.insert(root, keys, kv_between, intervals)
 

@@ -62,26 +62,34 @@ def token_key_material(input_ids: torch.Tensor, per_token: dict[str, torch.Tenso
     return [tuple(token) for token in key_material_array(input_ids, per_token).tolist()]
 
 
-def key_material_array(input_ids: torch.Tensor | np.ndarray, per_token: dict) -> np.ndarray:
+def key_material_array(
+    input_ids: torch.Tensor | np.ndarray, per_token: dict, images_between: ImagesBetween | None = None
+) -> np.ndarray:
     """`token_key_material` as an int64 numpy array of shape `(seq_len, fields)` (what the store compares).
 
     Args:
         input_ids (`torch.Tensor` or `np.ndarray` of shape `(seq_len,)`): the row's tokens.
         per_token (`dict[str, torch.Tensor | np.ndarray]`): the row's per-token inputs, each `(..., seq_len)`.
+        images_between (`Callable[[int, int], Sequence[str]]`, *optional*):
+            when given, the whole token keys are built in one array: the material followed by the image columns of
+            `token_keys_array` (equal to `token_keys_array(key_material_array(input_ids, per_token), images_between)`).
 
     Returns:
-        `np.ndarray` of shape `(seq_len, 1 + fields of the inputs)`.
+        `np.ndarray` of shape `(seq_len, 1 + fields of the inputs)`, plus 4 columns with `images_between`.
     """
     ids = _as_array(input_ids)
     length = ids.shape[-1]
     inputs = [_as_array(per_token[name]) for name in sorted(per_token)]
     inputs = [value.reshape(math.prod(value.shape[:-1]), length) for value in inputs]  # (rows, seq_len) each
-    material = np.empty((length, 1 + sum(value.shape[0] for value in inputs)), dtype=np.int64)
+    extra = IMAGE_COLUMNS if images_between is not None else 0
+    material = np.empty((length, 1 + sum(value.shape[0] for value in inputs) + extra), dtype=np.int64)
     material[:, 0] = ids.reshape(length)
     column = 1
     for value in inputs:  # `rows` columns each
         material[:, column : column + value.shape[0]] = value.T
         column += value.shape[0]
+    if images_between is not None:
+        _fill_image_columns(material, images_between)
     return material
 
 
@@ -110,12 +118,18 @@ def token_keys_array(tokens: RowKeys, images_between: ImagesBetween) -> np.ndarr
     material = tokens if isinstance(tokens, np.ndarray) else _as_array(tokens, sequence=True)
     length = len(material)
     material = material.reshape(length, -1 if length else 1)
-    keys = np.zeros((length, material.shape[1] + IMAGE_COLUMNS), dtype=np.int64)
+    keys = np.empty((length, material.shape[1] + IMAGE_COLUMNS), dtype=np.int64)
     keys[:, : material.shape[1]] = material
-    for (start, end), hashes in _image_runs(length, images_between).items():
+    _fill_image_columns(keys, images_between)
+    return keys
+
+
+def _fill_image_columns(keys: np.ndarray, images_between: ImagesBetween) -> None:
+    """Write the last `IMAGE_COLUMNS` columns of `keys`: the digest of the images covering each token, else zeros."""
+    keys[:, -IMAGE_COLUMNS:] = 0
+    for (start, end), hashes in _image_runs(len(keys), images_between).items():
         digest = hashlib.sha256("\x1f".join(hashes).encode()).digest()
         keys[start:end, -IMAGE_COLUMNS:] = np.frombuffer(digest, dtype=np.int64)
-    return keys
 
 
 def interval_digest(tokens: RowKeys, image_hashes: Sequence[str]) -> bytes:

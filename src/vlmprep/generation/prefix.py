@@ -122,16 +122,19 @@ class PrefixRequest:
         # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
         # overhead, and a numpy operation costs a fraction of a torch one (docs/benchmarks.md).
         ids, per_token = _host(input_ids), {key: _host(value) for key, value in self.per_token.items()}
-        masks = _host(attention_mask).astype(bool, copy=False) if attention_mask is not None else None
+        masks = _host(attention_mask) if attention_mask is not None else None
         ends = []
         for row in range(batch_size):
             pad, exact = _leading_padding(masks[row] if masks is not None else None, width)
-            material = key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width))
             row_spans = [(s.start - pad, s.end - pad, image_hashes[s.image_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
-            record = _Row(row, pad, material, row_spans, row_blocks, storable=exact)
+            record = _Row(row, pad, row_spans, row_blocks, storable=exact)
+            # Token keys (material and image columns) built in one array
+            record.set_keys(
+                key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width), record.images_between)
+            )
             if exact:
-                record.match = self.store.match(self.root, material, record.images_between)
+                record.match = self.store.match_keys(self.root, record.keys)
                 record.hit = record.usable_hit()
             self.rows.append(record)
             # A row with nothing to reuse allows a resume point up to its padding (padding KV is never attended to),
@@ -172,7 +175,7 @@ class PrefixRequest:
                 cache.update(keys, values, layer_index)
         for record in self.rows:
             reused = max(0, resume - record.pad)
-            self.store.record_use(reused, len(record.material) - reused)
+            self.store.record_use(reused, len(record.keys) - reused)
         return cache, resume, trusted
 
     def finish(self, sequences: torch.Tensor) -> None:
@@ -196,15 +199,17 @@ class PrefixRequest:
         for record in self.rows:
             if not record.storable:
                 continue
-            material = key_material_array(
-                tokens[record.row, record.pad : known], _row_inputs(per_token, record.row, record.pad, known)
+            row_keys = key_material_array(
+                tokens[record.row, record.pad : known],
+                _row_inputs(per_token, record.row, record.pad, known),
+                record.images_between,
             )
 
             def kv_between(start: int, end: int, record=record) -> list:
                 lo, hi = record.pad + start, record.pad + end
                 return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
-            self.store.insert(self.root, material, record.images_between, kv_between, record.intervals_with(material))
+            self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys))
 
     def _adopt(self, layer_index: int, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Make views of stored KV a dynamic layer's states without copying them, as `DynamicLayer.update` would.
@@ -238,23 +243,29 @@ class PrefixRequest:
 
 
 class _Row:
-    """One batch row: its key material without padding, its images and blocks, and what the store matched."""
+    """One batch row: its token keys without padding, its images and blocks, and what the store matched."""
 
-    def __init__(self, row: int, pad: int, material: np.ndarray, spans: list, blocks: list, storable: bool):
-        self.row, self.pad, self.material, self.spans = row, pad, material, spans
+    def __init__(self, row: int, pad: int, spans: list, blocks: list, storable: bool):
+        self.row, self.pad, self.spans = row, pad, spans
         self.blocks = [(start, end) for start, end in blocks if end - start > 1 and start >= 0]
         self.storable = storable  # False for rows whose mask has holes: neither looked up nor stored
-        self.intervals = self.intervals_with(material)
+        self.keys = np.zeros((0, 1), dtype=np.int64)
+        self.intervals: list[Interval] = []
         self.match = PrefixMatch()
         self.hit = 0
+
+    def set_keys(self, keys: np.ndarray) -> None:
+        """The row's token keys (`key_material_array` with the row's images), and its blocks' digests from them."""
+        self.keys = keys
+        self.intervals = self.intervals_with(keys)
 
     def images_between(self, start: int, end: int) -> list[str]:
         return [digest for lo, hi, digest in self.spans if lo < end and hi > start]
 
-    def intervals_with(self, material: np.ndarray) -> list[Interval]:
+    def intervals_with(self, keys: np.ndarray) -> list[Interval]:
         """The row's bidirectional blocks with the digest of what each holds (see `PrefixCache.interval_digest`)."""
         return [
-            (start, end, PrefixCache.interval_digest(material[start:end], self.images_between(start, end)))
+            (start, end, PrefixCache.interval_digest(keys[start:end], self.images_between(start, end)))
             for start, end in self.blocks
         ]
 
@@ -265,7 +276,7 @@ class _Row:
         (same positions, same key material, same images), including those that go on after it: then every stored
         token saw what the new prompt shows it. Otherwise the hit moves back to the first block that differs.
         """
-        hit = min(self.match.tokens, len(self.material) - 1)
+        hit = min(self.match.tokens, len(self.keys) - 1)
         stored, own = set(self.match.open_intervals), set(self.intervals)
         while hit > 0:
             differing = {interval for interval in stored ^ own if interval[0] < hit}
@@ -288,7 +299,12 @@ def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> 
 
 def _host(value: torch.Tensor | np.ndarray) -> np.ndarray:
     """A numpy view of a tensor (copied to the host first when it lives on an accelerator)."""
-    return value if isinstance(value, np.ndarray) else value.numpy(force=True)
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return value.numpy()  # a CPU tensor without grad: a view, one call
+    except (RuntimeError, TypeError):  # an accelerator's tensor, or one that requires grad
+        return value.numpy(force=True)
 
 
 @functools.lru_cache(maxsize=256)
@@ -310,9 +326,9 @@ def _leading_padding(mask: np.ndarray | None, width: int) -> tuple[int, bool]:
     """Left-padding length of a row, and whether the rest of the row is unmasked (no hole the keys cannot see)."""
     if mask is None:
         return 0, True
-    if not mask.any():
+    pad = int(mask.argmax())  # the first attended position, or 0 when none is
+    if not mask[pad]:
         return width, False
-    pad = int(mask.argmax())
     return pad, bool(mask[pad:].all())
 
 
