@@ -2,15 +2,20 @@
 
 1. For prompts of 1k, 8k and 32k tokens: the prompt is stored by one call, then asked again. Reported: the time of the
    lookup and restore (`PrefixRequest.restore`: key material, tree walk, copying the KV into the call's cache; not
-   building the empty cache object, which `generate` does in any call), the
-   time of storing a finished row (`PrefixRequest.finish`), and the prefill time the hit saves (the decoder forward
-   of the whole prompt minus that of its one recomputed token, both timed with forward hooks).
+   building the empty cache object, which `generate` does in any call), the time of the model identity the store's
+   keys start from (`cache_identity(model, part="model")`, computed once per call that uses the store), the time of
+   storing a finished row (`PrefixRequest.finish`), and the prefill time the hit saves (the decoder forward of the
+   whole prompt minus that of its one recomputed token, both timed with forward hooks).
 2. A 5-turn chat with 2 images on the bench model: the last turn's time to first token (median over repetitions).
    Run this script once against each store to compare them (e.g. `PYTHONPATH=<other checkout>/src`).
 
 Usage:
 
-    python utils/bench_prefix_cache.py [--lengths 1024 8192 32768] [--repeats 3] [--out bench_out/prefix_cache.json]
+    python utils/bench_prefix_cache.py [--lengths 1024 8192 32768] [--repeats 3] [--clock wall|cpu] [--out FILE]
+
+`--clock cpu` times both workloads with the CPU time of the calling thread (`time.thread_time`) instead of wall time:
+with one torch thread, all of `generate` runs on that thread, and time the thread spent preempted by other processes
+on a shared machine is left out.
 """
 
 from __future__ import annotations
@@ -32,9 +37,13 @@ from vlmprep.generation import prefix as prefix_module
 from vlmprep.generation.prefix import PrefixRequest
 from vlmprep.testing import IMAGE, build_prompt, random_pixels, tiny_llava_config
 
+# The clock (`--clock`): wall time, or the calling thread's CPU time.
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]
+
 
 class _Timed:
-    """Wall time of every call of a function of `owner` (a class or module) while installed."""
+    """Time (`clock`) of every call of a function of `owner` (a class or module) while installed."""
 
     def __init__(self, name: str, owner=PrefixRequest):
         self.name, self.owner, self.seconds = name, owner, []
@@ -43,11 +52,11 @@ class _Timed:
         self.original = getattr(self.owner, self.name)
 
         def timed(*args, **kwargs):
-            start = time.perf_counter()
+            start = clock()
             try:
                 return self.original(*args, **kwargs)
             finally:
-                self.seconds.append(time.perf_counter() - start)
+                self.seconds.append(clock() - start)
 
         setattr(self.owner, self.name, timed)
         return self
@@ -57,17 +66,17 @@ class _Timed:
 
 
 class _DecoderForwards:
-    """Wall time of each decoder forward."""
+    """Time (`clock`) of each decoder forward."""
 
     def __init__(self, model):
         self.decoder, self.seconds = model.get_decoder(), []
 
     def __enter__(self) -> _DecoderForwards:
         def before(module, args, kwargs):
-            self._start = time.perf_counter()
+            self._start = clock()
 
         def after(module, args, kwargs, output):
-            self.seconds.append(time.perf_counter() - self._start)
+            self.seconds.append(clock() - self._start)
 
         self._handles = [
             self.decoder.register_forward_pre_hook(before, with_kwargs=True),
@@ -102,7 +111,7 @@ def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
         ids = torch.randint(10, config.text_config.vocab_size, (1, length), generator=generator)
         ids[ids == config.image_token_id] = 10  # text only
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        full, one, restore, store_time = [], [], [], []
+        full, one, restore, store_time, identity = [], [], [], [], []
         for _ in range(1 if length > 8192 else repeats):
             store = PrefixCache(max_bytes=2**33)
             with torch.no_grad(), _DecoderForwards(model) as miss, _Timed("finish") as finish:
@@ -112,6 +121,7 @@ def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
                 _DecoderForwards(model) as hit,
                 _Timed("restore") as restored,
                 _Timed("_new_cache", prefix_module) as new_cache,
+                _Timed("_encoder_cache_identity", type(model)) as identities,
             ):
                 model.generate(**inputs, max_new_tokens=1, do_sample=False, prefix_cache=store)
             full.append(miss.seconds[0])
@@ -119,6 +129,7 @@ def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
             # The empty cache object is built inside `restore`, but `generate` builds one in any call: not counted
             restore.append(restored.seconds[0] - new_cache.seconds[0])
             store_time.append(finish.seconds[0])
+            identity.append(sum(identities.seconds))  # text prompts: only the prefix cache's (`part="model"`)
             assert store.stats.tokens_reused == length - 1
         saved = statistics.median(full) - statistics.median(one)
         rows.append(
@@ -128,7 +139,9 @@ def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
                 "prefill_saved_ms": 1e3 * saved,
                 "lookup_restore_ms": 1e3 * statistics.median(restore),
                 "store_ms": 1e3 * statistics.median(store_time),
+                "model_identity_ms": 1e3 * statistics.median(identity),
                 "lookup_restore_over_saved": statistics.median(restore) / saved,
+                "with_identity_over_saved": (statistics.median(restore) + statistics.median(identity)) / saved,
             }
         )
     return rows
@@ -162,7 +175,7 @@ def chat_last_turn_ttft(repeats: int, answer_tokens: int = 8) -> dict:
             }
             last = turn == len(turns) - 1
             with torch.no_grad(), _DecoderForwards(model) as forwards:
-                start = time.perf_counter()
+                start = clock()
                 output = model.generate(
                     **inputs,
                     max_new_tokens=1 if last else answer_tokens,
@@ -170,7 +183,7 @@ def chat_last_turn_ttft(repeats: int, answer_tokens: int = 8) -> dict:
                     prefix_cache=store,
                     suppress_tokens=suppress,
                 )
-                elapsed = time.perf_counter() - start
+                elapsed = clock() - start
             segments.append(output[0, len(ids) :].tolist())
         times.append(elapsed)
         prefilled.append(store.stats.tokens_prefilled)
@@ -189,12 +202,15 @@ def main() -> None:
     parser.add_argument("--skip-lengths", action="store_true", help="run only the chat workload")
     parser.add_argument("--skip-chat", action="store_true", help="run only the long-prompt workload")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one keeps timings steady)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time or the thread's CPU time")
     parser.add_argument("--out", default=None)
     arguments = parser.parse_args()
+    global clock
+    clock = CLOCKS[arguments.clock]
     hf_logging.set_verbosity_error()
     torch.set_num_threads(arguments.threads)
     torch.manual_seed(0)
-    results = {"torch_threads": torch.get_num_threads()}
+    results = {"torch_threads": torch.get_num_threads(), "clock": arguments.clock}
     if not arguments.skip_lengths:
         results["long_prompts"] = long_prompt_costs(arguments.lengths, arguments.repeats)
     if not arguments.skip_chat:

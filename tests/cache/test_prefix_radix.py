@@ -124,8 +124,9 @@ def test_answer_of_any_length_is_reused_by_the_next_turn():
 # -- Soak: random shared prefixes, images, batches, salts, small budgets -----------------------------------------------
 
 
-def _soak(family: str, calls: int, seed: int) -> None:
+def _soak(family: str, calls: int, seed: int) -> dict:
     upstream, ours = family_pair(family)
+    counts = dict.fromkeys(("calls", "batched", "continued", "salted", "hits", "tokens_reused", "evictions"), 0)
     rng = random.Random(seed)
     pad_id = ours.generation_config.pad_token_id or 0
     suppress = no_placeholders(ours)
@@ -134,11 +135,14 @@ def _soak(family: str, calls: int, seed: int) -> None:
     store = None
     for call in range(calls):
         if call % 60 == 0:
+            if store is not None:
+                _add_store_counts(counts, store)
             store = PrefixCache(max_bytes=rng.choice([8, 24, 64, 256]) * 1024)
         prompts = []
         rows = rng.choice([1, 1, 1, 2, 3])
         for _ in range(rows):
             if rows == 1 and conversations and rng.random() < 0.3:
+                counts["continued"] += 1
                 segments, seeds = rng.choice(conversations)
                 segments, seeds = [*segments, [rng.randint(10, 99) for _ in range(rng.randint(1, 4))]], list(seeds)
             else:
@@ -151,6 +155,9 @@ def _soak(family: str, calls: int, seed: int) -> None:
         built = [Prompt(ours.config, segments, image_seeds=seeds) for segments, seeds in prompts]
         inputs = built[0].inputs() if len(built) == 1 else collate(built, pad_id)
         salt = rng.choice([None, None, "tenant-a", "tenant-b"])
+        counts["calls"] += 1
+        counts["batched"] += len(built) > 1
+        counts["salted"] += salt is not None
         kwargs = {"cache_salt": salt} if salt is not None else {}
         new_tokens = rng.randint(1, 3)
         sequences, logits = generate_logits(
@@ -168,6 +175,15 @@ def _soak(family: str, calls: int, seed: int) -> None:
             for step_actual, step_expected in zip(logits, expected, strict=True):
                 assert_close(step_actual, step_expected)
     assert store.stats.hits > 0
+    _add_store_counts(counts, store)
+    return counts
+
+
+def _add_store_counts(counts: dict, store: PrefixCache) -> None:
+    stats = store.stats
+    counts["hits"] += stats.hits
+    counts["tokens_reused"] += stats.tokens_reused
+    counts["evictions"] += stats.evictions
 
 
 @pytest.mark.parametrize("family", ["gemma3", "llava"])
@@ -178,4 +194,26 @@ def test_random_soak_short(family):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])
 def test_random_soak(family):
-    _soak(family, calls=500, seed=2)
+    counts = _soak(family, calls=500, seed=2)
+    print(f"soak {family}: {counts}")  # shown with `pytest -s` (docs/benchmarks.md reports them)
+    assert counts["calls"] == 500 and counts["hits"] > 0 and counts["evictions"] > 0
+
+
+def test_a_restored_cache_never_shares_memory_with_the_store():
+    """A hit hands the call views of the stored KV (no copy); the cache the call returns holds copies of its own."""
+    upstream, ours = model_pair("llava")
+    store = PrefixCache()
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31, 32]], image_seeds=[0])
+    generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefix_cache=store)
+    stored = [kv for node in store._tree.recency.values() for pair in node.kv for kv in pair]
+    before = [tensor.clone() for tensor in stored]
+    output = ours.generate(
+        **prompt.inputs(), max_new_tokens=2, do_sample=False, prefix_cache=store, return_dict_in_generate=True
+    )
+    assert store.stats.tokens_reused > 0
+    stored_memory = {tensor.untyped_storage().data_ptr() for tensor in stored}
+    for layer in output.past_key_values.layers:
+        assert layer.keys.untyped_storage().data_ptr() not in stored_memory
+        assert layer.values.untyped_storage().data_ptr() not in stored_memory
+    for tensor, copy in zip(stored, before, strict=True):
+        assert torch.equal(tensor, copy)

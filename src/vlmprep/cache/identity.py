@@ -45,6 +45,7 @@ PARTS = ("vision", "model")
 _SAMPLED_ELEMENTS = 8
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EPOCHS_KEY = "_vlmprep_weights_epochs"
+_VIEWS_KEY = "_vlmprep_sample_views_"
 
 
 def part_modules(model: nn.Module, part: str = "vision") -> tuple[nn.Module, tuple[nn.Module, ...]]:
@@ -92,29 +93,73 @@ def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[tor
     return list(tensors.values()), training
 
 
-def _sampled_elements(tensors: list[torch.Tensor]) -> tuple:
-    """A few elements of every tensor's storage, as integers (exact, and NaN compares equal to itself)."""
+def _sampled_elements(
+    tensors: list[torch.Tensor], views: SampleViews | None = None, layout: tuple | None = None
+) -> tuple:
+    """A few elements of every tensor's storage, as integers (exact, and NaN compares equal to itself).
+
+    With `views`, the strided view a tensor is sampled through is made once and read again on later calls while the
+    tensor keeps its storage, offset, shape and strides (a view of the same memory reads its current values): one
+    strided view per tensor and call was half the cost of a fingerprint. `layout` is `_fingerprint`'s, when known.
+    """
     samples: dict[tuple, list[torch.Tensor]] = {}
-    for tensor in tensors:
-        if tensor.device.type == "meta" or tensor.element_size() not in _INT_OF_SIZE or tensor.is_quantized:
-            continue
-        if tensor.numel() == 0:
-            continue
-        # The tensor's own span of its storage (a view into a larger storage is sampled inside itself); a write to
-        # every element is seen at each sampled one.
-        if tensor.is_contiguous():
-            extent = tensor.numel()
-        else:
-            extent = 1 + sum((size - 1) * step for size, step in zip(tensor.shape, tensor.stride(), strict=True))
-        count = min(_SAMPLED_ELEMENTS, extent)
-        stride = max(1, (extent - 1) // max(count - 1, 1))
-        sample = tensor.detach().as_strided((count,), (stride,), tensor.storage_offset())  # (count,)
-        samples.setdefault((tensor.device, tensor.dtype), []).append(sample)
+    made: dict[int, tuple[tuple, torch.Tensor]] = {}
+    known = views.views if views is not None else {}
     with torch.no_grad():
+        for index, tensor in enumerate(tensors):
+            # Where its elements are: storage, pointer, offset, dtype, device, shape, strides (not the version)
+            place = layout[index][:3] + layout[index][4:] if layout is not None else _layout_of(tensor)
+            cached = known.get(id(tensor))
+            sample = cached[1] if cached is not None and cached[0] == place else _sample_view(tensor)
+            if sample is None:
+                continue
+            made[id(tensor)] = (place, sample)
+            samples.setdefault((place[4], place[3]), []).append(sample)  # (device, dtype)
+        if views is not None:
+            views.views = made  # only the tensors of this call: views of replaced tensors are let go
         # One gather per device and dtype; the integer view makes the comparison bitwise.
         return tuple(
             tuple(torch.cat(group).view(_INT_OF_SIZE[group[0].element_size()]).tolist()) for group in samples.values()
         )
+
+
+def _layout_of(tensor: torch.Tensor) -> tuple:
+    device = tensor.device
+    storage = tensor.untyped_storage()._cdata if device.type != "meta" else 0
+    return storage, tensor.data_ptr(), tensor.storage_offset(), tensor.dtype, device, tensor.shape, tensor.stride()
+
+
+def _sample_view(tensor: torch.Tensor) -> torch.Tensor | None:
+    """A `(count,)` strided view of up to `_SAMPLED_ELEMENTS` elements spread over the tensor, or `None`."""
+    if tensor.device.type == "meta" or tensor.element_size() not in _INT_OF_SIZE or tensor.is_quantized:
+        return None
+    if tensor.numel() == 0:
+        return None
+    # The tensor's own span of its storage (a view into a larger storage is sampled inside itself); a write to
+    # every element is seen at each sampled one.
+    if tensor.is_contiguous():
+        extent = tensor.numel()
+    else:
+        extent = 1 + sum((size - 1) * step for size, step in zip(tensor.shape, tensor.stride(), strict=True))
+    count = min(_SAMPLED_ELEMENTS, extent)
+    stride = max(1, (extent - 1) // max(count - 1, 1))
+    return tensor.detach().as_strided((count,), (stride,), tensor.storage_offset())  # (count,)
+
+
+class SampleViews:
+    """The sampling views of a model's tensors, kept on the model between calls (`_sampled_elements`).
+
+    A copy (`copy.deepcopy`, pickle) starts empty: its views would read the original's memory.
+    """
+
+    def __init__(self):
+        self.views: dict[int, tuple[tuple, torch.Tensor]] = {}
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
 
 
 def weights_fingerprint(module: nn.Module, skip: Iterable[nn.Module] = ()) -> tuple:
@@ -150,7 +195,7 @@ def weights_fingerprint(module: nn.Module, skip: Iterable[nn.Module] = ()) -> tu
     return _fingerprint(tensors)
 
 
-def _fingerprint(tensors: list[torch.Tensor]) -> tuple:
+def _fingerprint(tensors: list[torch.Tensor], views: SampleViews | None = None) -> tuple:
     layout = tuple(
         (
             tensor.untyped_storage()._cdata if tensor.device.type != "meta" else 0,
@@ -164,7 +209,7 @@ def _fingerprint(tensors: list[torch.Tensor]) -> tuple:
         )
         for tensor in tensors
     )
-    return layout, _sampled_elements(tensors)
+    return layout, _sampled_elements(tensors, views, layout)
 
 
 class WeightsEpochs:
@@ -263,7 +308,10 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
     epochs = model.__dict__.get(_EPOCHS_KEY)
     if epochs is None:
         epochs = model.__dict__.setdefault(_EPOCHS_KEY, WeightsEpochs())
-    token = epochs.token(part, _fingerprint(tensors))
+    views = model.__dict__.get(_VIEWS_KEY + part)
+    if views is None:
+        views = model.__dict__.setdefault(_VIEWS_KEY + part, SampleViews())
+    token = epochs.token(part, _fingerprint(tensors, views))
     autocast = _autocast_state(tensor.device.type for tensor in tensors)
     return token, autocast, "train" if training else "eval"
 

@@ -13,16 +13,18 @@ The restored prefix becomes the call's cache, of the kind the call asks for (`ca
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import Cache, StaticLayer, StaticSlidingWindowLayer
+from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, StaticSlidingWindowLayer
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 from transformers.utils import logging
 
 from ..cache.identity import cache_identity, salt_namespace
-from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_layout, key_material_tensor
+from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_array, key_material_layout
 from .spans import resolve_resume_point
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ class PrefixRequest:
         self.prompt_length = 0
         self.per_token: dict[str, torch.Tensor] = {}  # the prompt's per-token inputs, whole batch
         self.update_model_kwargs = None  # the model's own rule extending them by one generated token
+        self.adopted: list[tuple[DynamicLayer, torch.Tensor]] = []  # layers holding views of stored KV (`_adopt`)
 
     @staticmethod
     def applies(model, generation_config, batch_size: int) -> bool:
@@ -112,19 +115,25 @@ class PrefixRequest:
         self.per_token = _per_token_inputs(model_kwargs, input_ids)
         self.prompt_length = width
         self.update_model_kwargs = model._update_model_kwargs_for_generation
-        self.root = self.store.root_key((*namespace, *key_material_layout(self.per_token)))
+        self.root = _root_key((*namespace, *key_material_layout(self.per_token)))
         cache = self.cache = _new_cache(model, generation_config, batch_size, width)
 
+        # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
+        # overhead, and a numpy operation costs a fraction of a torch one (docs/benchmarks.md).
+        ids, per_token = _host(input_ids), {key: _host(value) for key, value in self.per_token.items()}
+        masks = _host(attention_mask) if attention_mask is not None else None
         ends = []
         for row in range(batch_size):
-            mask = attention_mask[row] if attention_mask is not None else None
-            pad, exact = _leading_padding(mask, width)
-            material = key_material_tensor(input_ids[row, pad:], _row_inputs(self.per_token, row, pad, width))
+            pad, exact = _leading_padding(masks[row] if masks is not None else None, width)
             row_spans = [(s.start - pad, s.end - pad, image_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
-            record = _Row(row, pad, material, row_spans, row_blocks, storable=exact)
+            record = _Row(row, pad, row_spans, row_blocks, storable=exact)
+            # Token keys (material and image columns) built in one array
+            record.set_keys(
+                key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width), record.images_between)
+            )
             if exact:
-                record.match = self.store.match(self.root, material, record.images_between)
+                record.match = self.store.match_keys(self.root, record.keys)
                 record.hit = record.usable_hit()
             self.rows.append(record)
             # A row with nothing to reuse allows a resume point up to its padding (padding KV is never attended to),
@@ -136,7 +145,17 @@ class PrefixRequest:
             resume = resolve_resume_point(resume, intervals)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
-        if resume > 0:
+        if resume > 0 and batch_size == 1 and self.rows[0].pad == 0:
+            # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
+            # them: stored KV is never written to)
+            match, device = self.rows[0].match, input_ids.device
+            for layer_index in range(len(cache.layers)):
+                keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
+                if keys.device != device:
+                    keys, values = keys.to(device), values.to(device)
+                if not self._adopt(layer_index, keys, values):
+                    cache.update(keys, values, layer_index)
+        elif resume > 0:
             device = input_ids.device
             for layer_index in range(len(cache.layers)):
                 keys = values = None
@@ -145,10 +164,6 @@ class PrefixRequest:
                     if length <= 0:
                         continue
                     row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
-                    if batch_size == 1 and record.pad == 0:
-                        # One unpadded row: its KV as is (the cache copies it: stored KV is never written to)
-                        keys, values = row_keys.unsqueeze(0).to(device), row_values.unsqueeze(0).to(device)
-                        break
                     if keys is None:
                         shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
                         keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
@@ -158,13 +173,16 @@ class PrefixRequest:
                 cache.update(keys, values, layer_index)
         for record in self.rows:
             reused = max(0, resume - record.pad)
-            self.store.record_use(reused, len(record.material) - reused)
+            self.store.record_use(reused, len(record.keys) - reused)
         return cache, resume
 
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""
         if self.cache is None or self.root is None:
             return
+        for layer, keys in self.adopted:
+            if layer.keys is keys:  # never updated by this call (a layer sharing another's KV): it gets its own copy
+                layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
         length = int(self.cache.get_seq_length())
         states = [_all_states(layer, length) for layer in self.cache.layers]
         if any(state is None for state in states):
@@ -173,21 +191,42 @@ class PrefixRequest:
                 "keeps only its window): stored prefixes are still restored. Use a dynamic cache to store them too."
             )
             return
-        per_token = self._with_generated(length)
+        per_token = {key: _host(value) for key, value in self._with_generated(length).items()}
+        known = min(length, *(value.shape[-1] for value in per_token.values()))
+        tokens = _host(sequences)
         for record in self.rows:
             if not record.storable:
                 continue
-            known = min(length, *(value.shape[-1] for value in per_token.values()))
-            row_inputs = _row_inputs(per_token, record.row, record.pad, known)
-            material = key_material_tensor(sequences[record.row, record.pad : known], row_inputs)
+            row_keys = key_material_array(
+                tokens[record.row, record.pad : known],
+                _row_inputs(per_token, record.row, record.pad, known),
+                record.images_between,
+            )
 
             def kv_between(start: int, end: int, record=record) -> list:
                 lo, hi = record.pad + start, record.pad + end
                 return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
-            self.store.insert(self.root, material, record.images_between, kv_between, record.intervals_with(material))
+            self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys))
 
-    def _with_generated(self, length: int) -> dict[str, torch.Tensor]:
+    def _adopt(self, layer_index: int, keys: torch.Tensor, values: torch.Tensor) -> bool:
+        """Make views of stored KV a dynamic layer's states without copying them, as `DynamicLayer.update` would.
+
+        `DynamicLayer.update` copies what it is given into a new tensor, and the first prefill forward copies the
+        layer's states again (its `torch.cat` of old and new states): the first copy is pure cost, and at 1k tokens
+        it was the larger half of a hit's fixed cost. A dynamic layer never writes its states in place (it
+        concatenates, crops by slicing, reorders by indexing), so the views are never written to; a layer that no
+        forward of this call updates is given a copy in `finish`. Other layers (sliding windows, offloaded or static
+        caches) go through `update`.
+        """
+        layer = self.cache.layers[layer_index]
+        if type(layer) is not DynamicLayer or layer.is_initialized or getattr(self.cache, "offloading", False):
+            return False
+        layer.device, layer.keys, layer.values, layer.is_initialized = keys.device, keys, values, True
+        self.adopted.append((layer, keys))
+        return True
+
+    def _with_generated(self, length: int) -> dict[str, torch.Tensor | np.ndarray]:
         # The per-token inputs of the generated tokens as decoding built them: the model's own update rule (e.g.
         # PaliGemma's generated tokens are suffix, Qwen-VL's positions continue from the last one), one token a step.
         # An input the rule does not extend stays short, and only the tokens it covers are stored.
@@ -197,28 +236,34 @@ class PrefixRequest:
             kwargs = self.update_model_kwargs({}, dict(kwargs), num_new_tokens=1)
         extended = {key: kwargs[key] for key in self.per_token if key in kwargs}
         if _ABSOLUTE_POSITIONS in self.per_token:
-            extended[_ABSOLUTE_POSITIONS] = torch.arange(self.prompt_length + generated).unsqueeze(0)
+            extended[_ABSOLUTE_POSITIONS] = np.arange(self.prompt_length + generated)[None]
         return extended
 
 
 class _Row:
-    """One batch row: its key material without padding, its images and blocks, and what the store matched."""
+    """One batch row: its token keys without padding, its images and blocks, and what the store matched."""
 
-    def __init__(self, row: int, pad: int, material: list, spans: list, blocks: list, storable: bool):
-        self.row, self.pad, self.material, self.spans = row, pad, material, spans
+    def __init__(self, row: int, pad: int, spans: list, blocks: list, storable: bool):
+        self.row, self.pad, self.spans = row, pad, spans
         self.blocks = [(start, end) for start, end in blocks if end - start > 1 and start >= 0]
         self.storable = storable  # False for rows whose mask has holes: neither looked up nor stored
-        self.intervals = self.intervals_with(material)
+        self.keys = np.zeros((0, 1), dtype=np.int64)
+        self.intervals: list[Interval] = []
         self.match = PrefixMatch()
         self.hit = 0
+
+    def set_keys(self, keys: np.ndarray) -> None:
+        """The row's token keys (`key_material_array` with the row's images), and its blocks' digests from them."""
+        self.keys = keys
+        self.intervals = self.intervals_with(keys)
 
     def images_between(self, start: int, end: int) -> list[str]:
         return [digest for lo, hi, digest in self.spans if lo < end and hi > start]
 
-    def intervals_with(self, material: list) -> list[Interval]:
+    def intervals_with(self, keys: np.ndarray) -> list[Interval]:
         """The row's bidirectional blocks with the digest of what each holds (see `PrefixCache.interval_digest`)."""
         return [
-            (start, end, PrefixCache.interval_digest(material[start:end], self.images_between(start, end)))
+            (start, end, PrefixCache.interval_digest(keys[start:end], self.images_between(start, end)))
             for start, end in self.blocks
         ]
 
@@ -229,7 +274,7 @@ class _Row:
         (same positions, same key material, same images), including those that go on after it: then every stored
         token saw what the new prompt shows it. Otherwise the hit moves back to the first block that differs.
         """
-        hit = min(self.match.tokens, len(self.material) - 1)
+        hit = min(self.match.tokens, len(self.keys) - 1)
         stored, own = set(self.match.open_intervals), set(self.intervals)
         while hit > 0:
             differing = {interval for interval in stored ^ own if interval[0] < hit}
@@ -239,35 +284,50 @@ class _Row:
         return 0
 
 
-def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    inputs = {
+def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:
+    inputs: dict[str, torch.Tensor | np.ndarray] = {
         key: model_kwargs[key]
         for key in PER_TOKEN_KEYS
         if isinstance(model_kwargs.get(key), torch.Tensor) and model_kwargs[key].shape[-1] == input_ids.shape[-1]
     }
     if "position_ids" not in inputs:
-        inputs[_ABSOLUTE_POSITIONS] = torch.arange(input_ids.shape[-1]).unsqueeze(0)
+        inputs[_ABSOLUTE_POSITIONS] = np.arange(input_ids.shape[-1])[None]
     return inputs
 
 
-def _row_inputs(per_token: dict[str, torch.Tensor], row: int, start: int, end: int) -> dict[str, torch.Tensor]:
+def _host(value: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A numpy view of a tensor (copied to the host first when it lives on an accelerator)."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return value.numpy()  # a CPU tensor without grad: a view, one call
+    except (RuntimeError, TypeError):  # an accelerator's tensor, or one that requires grad
+        return value.numpy(force=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _root_key(namespace: tuple[str, ...]) -> bytes:
+    # The same few namespaces come back call after call: their digest is computed once
+    return PrefixCache.root_key(namespace)
+
+
+def _row_inputs(per_token: dict[str, np.ndarray], row: int, start: int, end: int) -> dict[str, np.ndarray]:
     # Per-token inputs are `(batch, seq)` or `(..., batch, seq)` (M-RoPE rows); a batch dimension of 1 is shared.
-    def select(value: torch.Tensor) -> torch.Tensor:
-        value = value if value.ndim > 1 else value.unsqueeze(0)
+    def select(value: np.ndarray) -> np.ndarray:
+        value = value if value.ndim > 1 else value[None]
         return value[..., row if value.shape[-2] > 1 else 0, start:end]
 
     return {key: select(value) for key, value in per_token.items()}
 
 
-def _leading_padding(mask: torch.Tensor | None, width: int) -> tuple[int, bool]:
+def _leading_padding(mask: np.ndarray | None, width: int) -> tuple[int, bool]:
     """Left-padding length of a row, and whether the rest of the row is unmasked (no hole the keys cannot see)."""
     if mask is None:
         return 0, True
-    attended = mask.bool()
-    if not bool(attended.any()):
+    pad = int(mask.argmax())  # the first attended position, or 0 when none is
+    if not mask[pad]:
         return width, False
-    pad = int(attended.int().argmax())
-    return pad, bool(attended[pad:].all())
+    return pad, bool(mask[pad:].all())
 
 
 def _new_cache(model, generation_config, batch_size: int, prompt_length: int) -> Cache:
