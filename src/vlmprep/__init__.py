@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from .models.llava_next_video import LlavaNextVideoForConditionalGeneration
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
+    from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration
     from .models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration

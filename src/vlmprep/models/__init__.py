@@ -41,6 +41,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaNextVideoForConditionalGeneration": "llava_next_video",
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
     "Mistral3ForConditionalGeneration": "mistral3",
+    "MuseGlimmerForConditionalGeneration": "muse_glimmer",
     "PaliGemmaForConditionalGeneration": "paligemma",
     "QianfanOCRForConditionalGeneration": "qianfan_ocr",
     "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",

@@ -286,8 +286,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "features are pooled per placeholder from `image_token_pooling` indices, and an image is a low-res and a"
             " high-res part with `<im_col>` tokens between rows"
         ),
-        "muse_glimmer": _not_adapted(
-            _candidate("flattened patches + `image_grid_thw` between image start/end tokens, 1D positions")
+        "muse_glimmer": _drop_in(
+            "muse_glimmer.MuseGlimmerForConditionalGeneration", "patch_grid_per_frame_text_positions"
         ),
         "muse_spark": _not_adapted(f"omni model: {_AUDIO_IN_FORWARD}"),
         "nemotron_h_omni": _not_adapted(f"omni model: {_AUDIO_IN_FORWARD}; hybrid Mamba decoder"),

@@ -8,6 +8,7 @@ or a video); an item has `t * h * w / spatial_merge_size**2` placeholders. Varia
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ __all__ = [
     "PatchGridPerFrameLayout",
     "PatchGridPerFrameTextPositionsLayout",
     "PatchGridTextPositionsLayout",
+    "PatchGridVisionNames",
 ]
 
 # Placeholder types of `mm_token_type_ids`, as the processors number them (0 is text).
@@ -54,6 +56,35 @@ PATCH_GRID_SHARED_PLACEHOLDER_FACTS = VisionFacts(
 )
 
 
+@dataclass(frozen=True)
+class PatchGridVisionNames:
+    """The vision-config attributes the patch-grid layout reads, as each family's config names them.
+
+    Qwen2-VL's names are the defaults; a family whose vision config names the same numbers differently (Muse Glimmer's
+    `merge_size` and `patch_temporal`) states its own names, so the layout's arithmetic stays in one place.
+
+    Args:
+        merge_size (`str`, *optional*, defaults to `"spatial_merge_size"`):
+            side of the square of patches merged into one placeholder.
+        temporal_patch_size (`str`, *optional*, defaults to `"temporal_patch_size"`): frames per patch.
+        channels (`str`, *optional*, defaults to `"in_channels"`):
+            channels per pixel; `None` when the tower hard-codes RGB (3) and its config has no such attribute.
+    """
+
+    merge_size: str = "spatial_merge_size"
+    temporal_patch_size: str = "temporal_patch_size"
+    channels: str | None = "in_channels"
+
+    def merge_size_of(self, vision_config: Any) -> int:
+        """The merge side of a vision config."""
+        return getattr(vision_config, self.merge_size)
+
+    def patch_dim_of(self, vision_config: Any) -> int:
+        """Values per flattened patch row: channels * temporal patch * patch_size**2."""
+        channels = 3 if self.channels is None else getattr(vision_config, self.channels)
+        return channels * getattr(vision_config, self.temporal_patch_size) * vision_config.patch_size**2
+
+
 class PatchGridLayout:
     """Family hooks of the patch-grid layout with M-RoPE positions (listed before `VisionPrepGenerationMixin`).
 
@@ -61,6 +92,9 @@ class PatchGridLayout:
     goes wrong as soon as another request runs in between, or when new images follow a cached part; here they are
     computed from the whole prompt alone.
     """
+
+    # Where the vision config keeps the merge side, the temporal patch and the channels (Qwen2-VL's names).
+    vision_config_names = PatchGridVisionNames()
 
     def _grid_and_pixel_keys(self, modality: str) -> tuple[str, str]:
         facts = self._modality_facts(modality)
@@ -79,7 +113,8 @@ class PatchGridLayout:
         grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
         if grid is None:
             return None
-        return (grid.prod(-1) // self.config.vision_config.spatial_merge_size**2).tolist()
+        merge_size = self.vision_config_names.merge_size_of(self.config.vision_config)
+        return (grid.prod(-1) // merge_size**2).tolist()
 
     def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Grid rows; the patch rows and size are checked against them first (a wrong size fails clearly here).
@@ -103,8 +138,7 @@ class PatchGridLayout:
             raise ValueError(
                 f"`{pixel_key}` was passed without `{grid_key}`. Pass both, as this model's processor returns them."
             )
-        vision_config = self.config.vision_config
-        patch_dim = vision_config.in_channels * vision_config.temporal_patch_size * vision_config.patch_size**2
+        patch_dim = self.vision_config_names.patch_dim_of(self.config.vision_config)
         expected = (int(grid.prod(-1).sum()), patch_dim)
         if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
             shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
