@@ -25,6 +25,7 @@ quality:
 
 repo-consistency:
 	$(PYTHON) utils/check_exports.py
+	$(PYTHON) utils/check_layout.py
 	$(PYTHON) utils/check_upstream_hooks.py
 	$(PYTHON) utils/families_table.py --check
 

@@ -1,0 +1,115 @@
+"""Check the shape of the source tree: small modules, a thin mixin, no import cycles between modules.
+
+- no module of `src/vlmprep` is over 400 lines;
+- `generation/mixin.py` (the upstream overrides only, each delegating) is under 250 lines;
+- no cycle among the modules' top-level imports (imports inside functions are how a module breaks one, on purpose).
+
+Family files importing each other are checked by `utils/check_exports.py`.
+
+Usage: python utils/check_layout.py
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "vlmprep"
+MAX_LINES = 400
+MAX_MIXIN_LINES = 250
+
+
+def module_paths() -> dict[str, pathlib.Path]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ("vlmprep", *path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def top_level_imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    imported = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            candidates = [target, *(f"{target}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        imported.update(candidate for candidate in candidates if candidate in modules and candidate != name)
+    return imported
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph[node]):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def main() -> int:
+    modules = module_paths()
+    problems = []
+    for path in modules.values():
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES:
+            problems.append(f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_LINES}): split it by concern")
+    mixin = PACKAGE / "generation" / "mixin.py"
+    mixin_lines = len(mixin.read_text().splitlines())
+    if mixin_lines > MAX_MIXIN_LINES:
+        problems.append(
+            f"{mixin.relative_to(ROOT)} has {mixin_lines} lines (at most {MAX_MIXIN_LINES}): it holds the upstream "
+            "overrides only; move the work they delegate to into its own module"
+        )
+    graph = {name: top_level_imports(name, path, modules) for name, path in modules.items()}
+    for cycle in import_cycles(graph):
+        problems.append(f"import cycle among {', '.join(cycle)}: import one side inside the function that needs it")
+    for problem in problems:
+        print(f"check-layout: {problem}")
+    if not problems:
+        print(
+            f"check-layout: {len(modules)} modules, none over {MAX_LINES} lines, mixin {mixin_lines} lines, no cycle."
+        )
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
