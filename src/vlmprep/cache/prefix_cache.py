@@ -197,16 +197,14 @@ class PrefixCache:
 
     @staticmethod
     def token_keys(tokens: RowKeys, images_between: ImagesBetween) -> torch.Tensor:
-        """Each token's key: its key material, followed by the content hash of the images covering it (zeros if none).
+        """`prefix_keys.token_keys_array` (each token's key material and image digest) as a `torch.LongTensor`.
 
         Args:
-            tokens (`Sequence[int | tuple[int, ...]]`, `torch.Tensor` or `np.ndarray`):
-                token ids, or each token's key material (`token_key_material`, `key_material_array`).
-            images_between (`Callable[[int, int], Sequence[str]]`):
-                content hashes of the images whose placeholders overlap positions `[start, end)`, in order.
+            tokens (`Sequence[int | tuple[int, ...]]`, `torch.Tensor` or `np.ndarray`): ids or key material.
+            images_between (`Callable[[int, int], Sequence[str]]`): image hashes overlapping `[start, end)`.
 
         Returns:
-            `torch.LongTensor` of shape `(seq_len, fields + 4)`: one row per token.
+            `torch.LongTensor` of shape `(seq_len, fields + 4)`.
         """
         return torch.from_numpy(token_keys_array(tokens, images_between))
 
