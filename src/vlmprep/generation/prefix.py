@@ -37,6 +37,8 @@ PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids"
 # Positions when the call has no `position_ids`: the model then uses absolute (padded) cache positions.
 _ABSOLUTE_POSITIONS = "absolute_positions"
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
+# Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store.
+_RUNNING_STATE_LAYER_TYPES = {"conv", "linear_attention", "hybrid", "hybrid_sliding"}
 
 
 class PrefixRequest:
@@ -70,7 +72,13 @@ class PrefixRequest:
             )
             return False
         reason = None
-        if not generation_config.use_cache:
+        state_layers = sorted(set(_layer_types(model)) & _RUNNING_STATE_LAYER_TYPES)
+        if state_layers:
+            reason = (
+                f"this model's {state_layers} decoder layers (they keep a running state, not per-token keys and "
+                "values, so no prefix of it can be stored or restored)"
+            )
+        elif not generation_config.use_cache:
             reason = "`use_cache=False` (no KV is kept to store)"
         elif generation_config.num_beams > 1:
             reason = "beam search (beams reorder the cache rows)"
@@ -282,6 +290,11 @@ class _Row:
                 return hit
             hit = min(start for start, _, _ in differing)
         return 0
+
+
+def _layer_types(model) -> list[str]:
+    text_config = model.config.get_text_config(decoder=True)
+    return list(getattr(text_config, "layer_types", None) or ())
 
 
 def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:
