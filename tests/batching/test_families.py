@@ -56,7 +56,7 @@ def test_gemma3_image_requests_are_refused_and_text_requests_run_as_upstream():
         requests, generation_config=greedy(2), continuous_batching_config=engine_config(), progress_bar=False
     )
     assert_image_requests_refused(upstream, requests, outputs, "attends bidirectionally inside each image block", 2)
-    manager = ours.init_continuous_batching(generation_config=greedy(2))
+    manager = ours.init_continuous_batching(generation_config=greedy(2), continuous_batching_config=engine_config())
     with pytest.raises(ValueError, match="attends bidirectionally"):
         manager.add_request(requests[0])
 

@@ -43,7 +43,9 @@ class ImageBatchingManager(ContinuousBatchingManager):
     >>> from vlmprep.testing import tiny_llava_config
     >>> model = LlavaForConditionalGeneration(tiny_llava_config()).eval()
     >>> config = transformers.GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=-1)
-    >>> isinstance(model.init_continuous_batching(generation_config=config), ImageBatchingManager)
+    >>> engine = transformers.ContinuousBatchingConfig(num_blocks=64, max_batch_tokens=64)  # a small paged cache
+    >>> manager = model.init_continuous_batching(generation_config=config, continuous_batching_config=engine)
+    >>> isinstance(manager, ImageBatchingManager)
     True
 
     ```

@@ -40,7 +40,10 @@ class ContinuousBatchingMixin:
     >>> model = LlavaForConditionalGeneration(tiny_llava_config()).eval()
     >>> request = {"input_ids": [1, 2] + [model.config.image_token_id] * 16 + [3], "pixel_values": random_pixels(1)}
     >>> config = transformers.GenerationConfig(max_new_tokens=3, do_sample=False, eos_token_id=-1)
-    >>> outputs = model.generate_batch([request, [4, 5, 6]], generation_config=config, progress_bar=False)
+    >>> engine = transformers.ContinuousBatchingConfig(num_blocks=64, max_batch_tokens=64)  # a small paged cache
+    >>> outputs = model.generate_batch(
+    ...     [request, [4, 5, 6]], generation_config=config, continuous_batching_config=engine, progress_bar=False
+    ... )
     >>> [len(output.generated_tokens) for output in outputs.values()]
     [3, 3]
 
