@@ -89,3 +89,38 @@ def test_paged_generate_refuses_padding():
     mask[0, 0] = 0
     with pytest.raises(ValueError, match="cannot drop padding"):
         ours.generate(input_ids=rows, attention_mask=mask, pixel_values=pixels(1, 2), cache_implementation="paged")
+
+
+def test_requests_added_while_the_engine_runs_are_encoded_before_they_are_scheduled():
+    # Requests added from several threads while the loop runs: none may reach upstream's scheduler before its images
+    # are encoded (the loop drains upstream's queue at any time).
+    import threading
+
+    upstream, ours = llava_cb_pair()
+    image = image_run(ours)
+    manager = ours.init_continuous_batching(generation_config=greedy(3), continuous_batching_config=engine_config())
+    manager.start()
+    requests, request_ids, lock = [], [], threading.Lock()
+
+    def add(seed: int) -> None:
+        request = {"input_ids": [1, 2, *image, 3], "pixel_values": pixels(seed)}
+        request_id = manager.add_request(request)
+        with lock:
+            requests.append(request)
+            request_ids.append(request_id)
+
+    try:
+        seed = 0
+        for round_size in (1, 4, 8):
+            threads = [threading.Thread(target=add, args=(seed + index,)) for index in range(round_size)]
+            seed += round_size
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            outputs = [wait_for(manager, request_id) for request_id in request_ids]
+    finally:
+        manager.stop(block=True)
+    assert len(outputs) == 13
+    for request, output in zip(requests, outputs, strict=True):
+        assert_matches_reference(upstream, request, output, 3)

@@ -5,8 +5,9 @@ Three of upstream's manager hooks are extended, each delegating to upstream for 
 1. `add_request`: a request's pixel inputs are checked, hashed and stored on its `ImageRequestState`; its prompt
    carries placeholder keys, so prefix sharing keys blocks on image content (`vlmprep.batching.prompt`).
 2. `_generation_loop_body`: before each loop turn drains the input queue, the queued requests are admitted: their
-   images are encoded, all of them in one batched vision call (`vlmprep.batching.admission`). A request whose images
-   fail is taken out of the queue and fails alone.
+   images are encoded, all of them in one batched vision call (`vlmprep.batching.admission`). Requests with images
+   wait in a queue of their own until then, so upstream never schedules one before its images are encoded; a request
+   whose images fail fails alone.
 3. `_generation_step`: a step whose slices hold placeholders gets their feature rows (`mm_encoder_outputs`) and its
    real placeholder ids, and runs eagerly (a captured graph or a compiled forward has no image inputs); every other
    step is upstream's own.
@@ -14,6 +15,7 @@ Three of upstream's manager hooks are extended, each delegating to upstream for 
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +52,11 @@ class ImageBatchingManager(ContinuousBatchingManager):
 
     ```
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Requests with images, queued by `add_request` (any thread) until the loop thread encodes them
+        self._requests_to_admit: queue.Queue[ImageRequestState] = queue.Queue()
 
     def add_request(
         self,
@@ -124,7 +131,9 @@ class ImageBatchingManager(ContinuousBatchingManager):
             # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
             self.output_router.fail_and_deliver(state, ValueError(prompt.error))
             return request_id
-        self.input_queue.put(state, block=True, timeout=10)
+        # Not upstream's queue yet: its loop drains that queue at any time, and would schedule a request whose images
+        # are not encoded. The loop thread moves it there once encoded (`_admit_queued_requests`).
+        self._requests_to_admit.put(state, block=True, timeout=10)
         self._wake_up_loop.set()
         return request_id
 
@@ -143,22 +152,20 @@ class ImageBatchingManager(ContinuousBatchingManager):
         return super()._generation_loop_body(batch_processor, bootstrapping)
 
     def _admit_queued_requests(self) -> None:
-        # Only this thread takes from the queue, so what is seen here is still there when it is drained.
-        with self.input_queue.mutex:
-            pending = [
-                state
-                for state in self.input_queue.queue
-                if isinstance(state, ImageRequestState) and state.images is not None and state.images.features is None
-            ]
+        # Requests with images wait in their own queue until encoded; only encoded ones reach upstream's queue.
+        pending = []
+        while True:
+            try:
+                pending.append(self._requests_to_admit.get_nowait())
+            except queue.Empty:
+                break
         if not pending:
             return
         errors = encode_admitted(self.model, [state.images for state in pending])
         for state, error in zip(pending, errors, strict=True):
             if error is None:
+                self.input_queue.put(state, block=True, timeout=10)
                 continue
-            with self.input_queue.mutex:
-                self.input_queue.queue.remove(state)
-                self.input_queue.not_full.notify()
             logger.warning(f"Request {state.request_id} failed at admission: {error}")
             self.output_router.fail_and_deliver(state, error)
 
