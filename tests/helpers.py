@@ -240,3 +240,10 @@ def strong_image_gemma3_pair(std: float) -> tuple[torch.nn.Module, torch.nn.Modu
     model.save_pretrained(directory)
     upstream = case.upstream_class.from_pretrained(directory).eval()
     return upstream, vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
+
+
+# Prompt segments shared by the scenarios: a system prompt, a user turn and the video marker of the families'
+# `build_inputs` (tests/families/cases_qwen.py, cases_llava_video.py).
+SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
+USER = [20, 21, 22]
+VIDEO = "<video>"
