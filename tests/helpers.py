@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
 
 import vlmprep
 from family_registry import FAMILY_CASES
-from vlmprep.testing import TINY_VOCAB_SIZE, random_pixels
+from vlmprep.testing import TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
 
 ATOL = 1e-5
 # Ids above 100 are special tokens (placeholders, image and vision start/end): a random model must not answer with
@@ -247,3 +248,38 @@ def strong_image_gemma3_pair(std: float) -> tuple[torch.nn.Module, torch.nn.Modu
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
 USER = [20, 21, 22]
 VIDEO = "<video>"
+
+
+class _TowerRuns:
+    """Items (images or videos) per call of a patch-grid vision tower, read from the grid it is given."""
+
+    def __init__(self, tower: torch.nn.Module):
+        self.tower = tower
+        self.batch_sizes: list[int] = []
+
+    def _record(self, module, args, kwargs, output) -> None:
+        self.batch_sizes.append(int(kwargs["grid_thw"].shape[0]))
+
+    def __enter__(self) -> _TowerRuns:
+        self._handle = self.tower.register_forward_hook(self._record, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+
+@contextlib.contextmanager
+def encoder_runs(model) -> Iterator:
+    """Items per vision-encoder call (`.batch_sizes`), with the encoder cache off so every needed item is encoded.
+
+    Counted by `vlmprep.testing.VisionRunCounter`, except for patch-grid towers (`model.model.visual`, the Qwen-like
+    and GLM families), counted on the tower: Qwen3-VL's `get_video_features` calls `get_image_features` with the
+    grid as a positional argument, which `VisionRunCounter`'s wrapper drops.
+    """
+    saved, model.encoder_cache = model.encoder_cache, None
+    tower = getattr(model.model, "visual", None)
+    try:
+        with _TowerRuns(tower) if tower is not None else VisionRunCounter(model) as runs:
+            yield runs
+    finally:
+        model.encoder_cache = saved

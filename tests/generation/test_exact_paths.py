@@ -2,76 +2,16 @@
 
 from __future__ import annotations
 
-import tempfile
-
 import pytest
 import torch
-import transformers
 
 import vlmprep
 from conftest import model_pair
 from helpers import Prompt, assert_close, collate, generate_logits
-from vlmprep.testing import IMAGE, tiny_gemma3_config
+from vlmprep.testing import IMAGE
 
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
 USER = [20, 21, 22]
-
-
-@pytest.fixture(scope="module")
-def gemma3_pairs():
-    """Image-sensitive Gemma3 pairs whose sliding window (6) is shorter / longer than an image block (16 / 4)."""
-    pairs = {}
-    for tokens in (16, 4):
-        torch.manual_seed(0)
-        upstream = transformers.Gemma3ForConditionalGeneration(tiny_gemma3_config(mm_tokens_per_image=tokens))
-        with torch.no_grad():  # upstream init zeroes the projector: images would never reach the logits
-            upstream.model.multi_modal_projector.mm_input_projection_weight.normal_(std=0.5)
-        directory = tempfile.mkdtemp(prefix="vlmprep-exact-")
-        upstream.save_pretrained(directory)
-        pairs[tokens] = (
-            transformers.Gemma3ForConditionalGeneration.from_pretrained(directory).eval(),
-            vlmprep.Gemma3ForConditionalGeneration.from_pretrained(directory).eval(),
-        )
-    return pairs
-
-
-def _reference(upstream, prompt: Prompt) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
-
-
-@pytest.mark.parametrize("tokens", [16, 4])
-@pytest.mark.parametrize("chunk_size", [3, 8, 12])
-def test_static_cache_chunks_after_cached_tokens_with_an_image_block_are_refused(gemma3_pairs, chunk_size, tokens):
-    # transformers builds a static cache's mask from the chunk's token types alone: its logits are off (it is wrong
-    # there itself), so vlmprep refuses rather than answer wrongly.
-    upstream, ours = gemma3_pairs[tokens]
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
-    with pytest.raises(ValueError, match="static cache"):
-        ours.generate(
-            **prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size, cache_implementation="static"
-        )
-    # The dynamic cache (the default) is exact for the same chunks.
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size)
-    assert_close(logits[0], _reference(upstream, prompt))
-
-
-@pytest.mark.parametrize("chunk_size", [3, 5, 8])
-def test_static_cache_text_chunks_are_exact(gemma3_pairs, chunk_size):
-    # Chunks may still be cut anywhere in text, and an image inside the first chunk is fine.
-    upstream, ours = gemma3_pairs[4]
-    prompt = Prompt(ours.config, [[2, 10], IMAGE, SYSTEM, USER])
-    _, logits = generate_logits(
-        ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size + 6, cache_implementation="static"
-    )
-    assert_close(logits[0], _reference(upstream, prompt))
-
-
-def test_static_cache_unchunked_is_exact(gemma3_pairs):
-    upstream, ours = gemma3_pairs[16]
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, cache_implementation="static")
-    assert_close(logits[0], _reference(upstream, prompt))
 
 
 @pytest.mark.parametrize("chunk_size", [2.5, "8", 0, -1, True])

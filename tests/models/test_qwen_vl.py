@@ -15,13 +15,10 @@ import torch
 
 from conftest import model_pair
 from helpers import (
-    NO_SPECIAL_TOKENS,
     Prompt,
-    assert_batch_matches_upstream,
     assert_close,
     assert_same_steps,
     cache_of,
-    collate,
     generate_logits,
     reference_next_logits,
 )
@@ -52,89 +49,6 @@ class EncoderRuns:
 
     def __exit__(self, *exc) -> None:
         self._handle.remove()
-
-
-@pytest.mark.parametrize("num_beams", [1, 3])
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
-def test_images_and_video_match_transformers(family, num_beams):
-    upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, [31], IMAGE, [32]], image_seeds=[0, 1, 2])
-    assert len(prompt.full_inputs["video_grid_thw"]) == 1
-    kwargs = {"max_new_tokens": 3, "num_beams": num_beams}
-    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), **kwargs)
-    with EncoderRuns(ours) as runs:
-        sequences, logits = generate_logits(ours, prompt.inputs(), **kwargs)
-    assert torch.equal(sequences, expected_sequences)
-    assert_same_steps(logits, expected_logits)
-    assert runs.items == [2, 1]  # one batched call per modality: the two images, then the video
-
-
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
-def test_new_image_after_cached_video_turn(family):
-    """A cached conversation with a video gets a new image: only the image is encoded; upstream cannot do this."""
-    upstream, ours = model_pair(family)
-    turn_1 = [SYSTEM, VIDEO, USER]
-    conversation = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[5, 6])
-    turn_1_prompt = Prompt(ours.config, turn_1, image_seeds=[5])
-    cache = cache_of(upstream, turn_1_prompt.inputs())
-    with EncoderRuns(ours) as runs:
-        _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
-    assert runs.items == [1]
-    _, expected_logits = generate_logits(upstream, conversation.inputs())
-    assert_same_steps(logits, expected_logits)
-
-    cache = cache_of(upstream, turn_1_prompt.inputs())
-    with pytest.raises(ValueError, match="do not match"):
-        upstream.generate(**conversation.inputs(), cache=cache, max_new_tokens=1)
-
-
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
-def test_every_chunk_size_is_exact_with_a_video(family):
-    upstream, ours = model_pair(family)
-    saved, ours.encoder_cache = ours.encoder_cache, None  # count real encoder runs
-    try:
-        prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12], IMAGE, [13]], image_seeds=[1, 2])
-        expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
-        for chunk_size in range(1, prompt.length + 1):
-            with EncoderRuns(ours) as runs:
-                sequences, logits = generate_logits(
-                    ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size
-                )
-            assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
-            assert_same_steps(logits, expected_logits)
-            assert runs.items == [1, 1], f"chunk size {chunk_size}: {runs.items}"
-    finally:
-        ours.encoder_cache = saved
-
-
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_cache_ending_anywhere_in_a_video_with_chunks(family):
-    upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[0])
-    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
-    video_positions = (prompt.full_inputs["mm_token_type_ids"][0] == 2).nonzero().flatten().tolist()
-    assert len(video_positions) == 8
-    for cached in range(video_positions[0], video_positions[-1] + 2):
-        for chunk_size in (None, 3):
-            cache = cache_of(upstream, prompt.inputs())
-            cache.crop(cached - prompt.length)
-            _, logits = generate_logits(
-                ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
-            )
-            assert_same_steps(logits, expected_logits)
-
-
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
-def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
-    """Each row equals transformers on that row's prompt alone (uncached forwards); one encoder run per modality."""
-    upstream, ours = model_pair(family)
-    one = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[1])
-    two = Prompt(ours.config, [[2, 50], IMAGE, [51], VIDEO, [52], IMAGE, [53]], image_seeds=[2, 3, 4])
-    batch = collate([one, two], ours.generation_config.pad_token_id)  # patch and grid rows in prompt order
-    with EncoderRuns(ours) as runs:
-        sequences, logits = generate_logits(ours, batch, max_new_tokens=2, **NO_SPECIAL_TOKENS)
-    assert runs.items == [2, 2]
-    assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
 
 
 @pytest.mark.parametrize("family", QWEN_FAMILIES)
@@ -179,16 +93,6 @@ def test_deepstack_features_are_cached_with_the_image_features():
 
 
 # -- GLM-4V: video frames are image placeholders, told apart by `mm_token_type_ids` ---------------------------------
-
-
-def test_glm4v_every_chunk_size_is_exact_with_a_video():
-    upstream, ours = model_pair("glm4v")
-    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[1])
-    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
-    for chunk_size in range(1, prompt.length + 1):
-        sequences, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
-        assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
-        assert_same_steps(logits, expected_logits)
 
 
 def test_glm4v_videos_need_token_types():
