@@ -8,19 +8,13 @@ features, and pixel inputs that are patch rows indexed by grids.
 
 from __future__ import annotations
 
-import re
-
 import pytest
-import torch
 
 from conftest import model_pair
 from helpers import (
     Prompt,
-    assert_close,
     assert_same_steps,
-    cache_of,
     generate_logits,
-    reference_next_logits,
 )
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE
@@ -93,81 +87,3 @@ def test_deepstack_features_are_cached_with_the_image_features():
 
 
 # -- GLM-4V: video frames are image placeholders, told apart by `mm_token_type_ids` ---------------------------------
-
-
-def test_glm4v_videos_need_token_types():
-    _, ours = model_pair("glm4v")
-    inputs = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[0]).inputs()
-    inputs.pop("mm_token_type_ids")
-    with pytest.raises(ValueError, match="share the image placeholder token"):
-        ours.generate(**inputs, max_new_tokens=1)
-
-
-# -- Bad input: a clear `ValueError`, and the model still exact afterwards -----------------------------------------
-
-
-def _case_extra_image(model, prompt):
-    other = Prompt(model.config, [[5], IMAGE], image_seeds=[9])
-    inputs = prompt.inputs()
-    for key in ("pixel_values", "image_grid_thw"):
-        inputs[key] = torch.cat([inputs[key], other.full_inputs[key]])
-    return inputs, "2 image(s) were passed but the prompt has 1 image placeholder run"
-
-
-def _case_missing_image(model, prompt):
-    two = Prompt(model.config, [SYSTEM, IMAGE, [30], IMAGE, [31]], image_seeds=[0, 1])
-    inputs = two.inputs()
-    first_rows = int(inputs["image_grid_thw"][0].prod())
-    inputs["pixel_values"] = inputs["pixel_values"][:first_rows]
-    inputs["image_grid_thw"] = inputs["image_grid_thw"][:1]
-    return inputs, "more image placeholder tokens than the 1 images passed need"
-
-
-def _case_missing_video(model, prompt):
-    with_video = Prompt(model.config, [SYSTEM, VIDEO, [30]], image_seeds=[0])
-    inputs = with_video.inputs(with_pixels=False)
-    return inputs, "video placeholder run(s) after the 0 cached tokens"
-
-
-def _case_grid_without_pixels(model, prompt):
-    inputs = prompt.inputs()
-    inputs.pop("pixel_values")
-    return inputs, "no `pixel_values` was passed"
-
-
-def _case_patch_rows_of_another_size(model, prompt):
-    inputs = prompt.inputs()
-    inputs["pixel_values"] = inputs["pixel_values"][:-1]
-    return inputs, "vision tower takes flattened patches"
-
-
-def _case_cached_image_without_grid(model, prompt):
-    upstream, _ = model_pair(model.config.model_type)
-    cache = cache_of(upstream, prompt.inputs(length=prompt.length - 1))
-    return {**prompt.inputs(with_pixels=False), "cache": cache}, "no `image_grid_thw`"
-
-
-def _case_only_new_tokens_after_cache(model, prompt):
-    upstream, _ = model_pair(model.config.model_type)
-    cache = cache_of(upstream, prompt.inputs(length=prompt.length - 2))
-    inputs = {
-        "input_ids": prompt.input_ids[:, -2:],
-        "attention_mask": torch.ones(1, prompt.length, dtype=torch.long),
-        "cache": cache,
-    }
-    return inputs, "computed from the whole prompt"
-
-
-BAD_INPUTS = {name.removeprefix("_case_"): case for name, case in dict(globals()).items() if name.startswith("_case_")}
-
-
-@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_bad_input_raises_clear_error(family, case):
-    upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[0])
-    inputs, message = BAD_INPUTS[case](ours, prompt)
-    with pytest.raises(ValueError, match=re.escape(message)):
-        ours.generate(**inputs, max_new_tokens=2, do_sample=False)
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
-    assert_close(logits[0], reference_next_logits(upstream, prompt))

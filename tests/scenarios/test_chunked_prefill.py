@@ -126,7 +126,7 @@ def test_chunked_batch_matches_unchunked_batch(family):
         assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
 
 
-# -- Videos ------------------------------------------------------------------------------------------------------------
+# -- Videos -----------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("family", IMAGE_AND_VIDEO_FAMILIES)
@@ -153,7 +153,7 @@ def test_every_chunk_size_is_exact_with_video_frames_of_image_placeholders(famil
         assert_same_steps(logits, expected_logits)
 
 
-# -- Static cache: Gemma3 with image blocks longer and shorter than its sliding window ----------------------------------
+# -- Static cache: Gemma3 with image blocks longer and shorter than its sliding window --------------------------------
 
 
 @pytest.fixture(scope="module")
