@@ -269,14 +269,21 @@ class _TowerRuns:
 
 
 @contextlib.contextmanager
-def encoder_runs(model) -> Iterator:
-    """Items per vision-encoder call (`.batch_sizes`), with the encoder cache off so every needed item is encoded.
+def encoder_runs(model, encoder_cache_off: bool = True) -> Iterator:
+    """Items per vision-encoder call (`.batch_sizes`).
+
+    Args:
+        model (`torch.nn.Module`): a vlmprep drop-in.
+        encoder_cache_off (`bool`, *optional*, defaults to `True`): turn the model's encoder cache off inside the
+            block, so every item the prompt needs is really encoded.
 
     Counted by `vlmprep.testing.VisionRunCounter`, except for patch-grid towers (`model.model.visual`, the Qwen-like
     and GLM families), counted on the tower: Qwen3-VL's `get_video_features` calls `get_image_features` with the
     grid as a positional argument, which `VisionRunCounter`'s wrapper drops.
     """
-    saved, model.encoder_cache = model.encoder_cache, None
+    saved = model.encoder_cache
+    if encoder_cache_off:
+        model.encoder_cache = None
     tower = getattr(model.model, "visual", None)
     try:
         with _TowerRuns(tower) if tower is not None else VisionRunCounter(model) as runs:

@@ -75,15 +75,4 @@ def test_prefix_cache_across_turns_and_interleaved_requests(family):
     assert encoded == [1, 1, 1]  # each turn encodes only its new image or video
 
 
-def test_deepstack_features_are_cached_with_the_image_features():
-    upstream, ours = model_pair("qwen3_vl")
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, USER], image_seeds=[3, 4])
-    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
-    for expected_runs in ([1, 1], []):  # the second call's image and video come from the encoder cache
-        with EncoderRuns(ours) as runs:
-            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=5)
-        assert runs.items == expected_runs
-        assert_same_steps(logits, expected_logits)
-
-
 # -- GLM-4V: video frames are image placeholders, told apart by `mm_token_type_ids` ---------------------------------
