@@ -41,39 +41,39 @@ def video_positions(prompt: Prompt) -> list[int]:
     return (prompt.input_ids[0] == prompt.case.make_config().video_token_id).nonzero().flatten().tolist()
 
 
+# Prompts with one video: (segments, image seeds, items per vision call). One call per modality, shared by the beams;
+# the Qwen-like families batch the two images into one call, then encode the video.
+LLAVA_VIDEO_PROMPTS = {
+    "video": ([SYSTEM, VIDEO, USER], [0], [1]),
+    "image_and_video": ([SYSTEM, IMAGE, [30], VIDEO, USER], [0, 1], [1, 1]),
+}
+QWEN_VIDEO_PROMPTS = {"images_and_video": ([SYSTEM, IMAGE, [30], VIDEO, [31], IMAGE, [32]], [0, 1, 2], [2, 1])}
+VIDEO_PROMPT_PARAMS = [
+    pytest.param(family, *prompt, id=f"{family}-{name}")
+    for families, prompts in ((LLAVA_VIDEO_FAMILIES, LLAVA_VIDEO_PROMPTS), (QWEN_FAMILIES, QWEN_VIDEO_PROMPTS))
+    for family in families
+    for name, prompt in prompts.items()
+]
+
+
+def count_videos(prompt: Prompt) -> int:
+    grids = prompt.full_inputs.get("video_grid_thw")
+    return len(grids) if grids is not None else int(prompt.full_inputs["pixel_values_videos"].shape[0])
+
+
 @pytest.mark.parametrize("num_beams", [1, 3])
-@pytest.mark.parametrize(
-    ("segments", "seeds", "expected_runs"),
-    [([SYSTEM, VIDEO, USER], [0], [1]), ([SYSTEM, IMAGE, [30], VIDEO, USER], [0, 1], [1, 1])],
-    ids=["video", "image_and_video"],
-)
-@pytest.mark.parametrize("family", LLAVA_VIDEO_FAMILIES)
+@pytest.mark.parametrize(("family", "segments", "seeds", "expected_runs"), VIDEO_PROMPT_PARAMS)
 def test_video_prompts_match_transformers(family, segments, seeds, expected_runs, num_beams):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, segments, image_seeds=seeds)
-    assert prompt.full_inputs["pixel_values_videos"].shape[0] == 1
+    assert count_videos(prompt) == 1
     kwargs = {"max_new_tokens": 3, "num_beams": num_beams}
     expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), **kwargs)
     with encoder_runs(ours) as runs:
         sequences, logits = generate_logits(ours, prompt.inputs(), **kwargs)
     assert torch.equal(sequences, expected_sequences)
     assert_same_steps(logits, expected_logits)
-    assert runs.batch_sizes == expected_runs  # one call per modality, shared by the beams
-
-
-@pytest.mark.parametrize("num_beams", [1, 3])
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
-def test_images_and_video_match_transformers(family, num_beams):
-    upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, [31], IMAGE, [32]], image_seeds=[0, 1, 2])
-    assert len(prompt.full_inputs["video_grid_thw"]) == 1
-    kwargs = {"max_new_tokens": 3, "num_beams": num_beams}
-    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), **kwargs)
-    with encoder_runs(ours) as runs:
-        sequences, logits = generate_logits(ours, prompt.inputs(), **kwargs)
-    assert torch.equal(sequences, expected_sequences)
-    assert_same_steps(logits, expected_logits)
-    assert runs.batch_sizes == [2, 1]  # one batched call per modality: the two images, then the video
+    assert runs.batch_sizes == expected_runs
 
 
 @pytest.mark.parametrize("family", QWEN_FAMILIES)
