@@ -24,7 +24,7 @@ def model_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(transformers model, vlmprep drop-in) with the same random weights, through the real loading path.
 
     The weights are `vlmprep.testing.tiny_model`'s: upstream's initialisation with seed 0, with the multimodal
-    weights upstream leaves zero re-drawn, so every image changes the logits (tests/conformance/
+    weights upstream leaves zero re-drawn, so every image changes the logits (tests/scenarios/
     test_image_sensitivity.py checks it per family).
     """
     if family not in _PAIRS:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
 
 import vlmprep
 from family_registry import FAMILY_CASES
-from vlmprep.testing import TINY_VOCAB_SIZE, random_pixels
+from vlmprep.testing import TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
 
 ATOL = 1e-5
 # Ids above 100 are special tokens (placeholders, image and vision start/end): a random model must not answer with
@@ -240,3 +241,52 @@ def strong_image_gemma3_pair(std: float) -> tuple[torch.nn.Module, torch.nn.Modu
     model.save_pretrained(directory)
     upstream = case.upstream_class.from_pretrained(directory).eval()
     return upstream, vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
+
+
+# Prompt segments shared by the scenarios: a system prompt, a user turn and the video marker of the families'
+# `build_inputs` (tests/families/cases_qwen.py, cases_llava_video.py).
+SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
+USER = [20, 21, 22]
+VIDEO = "<video>"
+
+
+class _TowerRuns:
+    """Items (images or videos) per call of a patch-grid vision tower, read from the grid it is given."""
+
+    def __init__(self, tower: torch.nn.Module):
+        self.tower = tower
+        self.batch_sizes: list[int] = []
+
+    def _record(self, module, args, kwargs, output) -> None:
+        self.batch_sizes.append(int(kwargs["grid_thw"].shape[0]))
+
+    def __enter__(self) -> _TowerRuns:
+        self._handle = self.tower.register_forward_hook(self._record, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+
+@contextlib.contextmanager
+def encoder_runs(model, encoder_cache_off: bool = True) -> Iterator:
+    """Items per vision-encoder call (`.batch_sizes`).
+
+    Args:
+        model (`torch.nn.Module`): a vlmprep drop-in.
+        encoder_cache_off (`bool`, *optional*, defaults to `True`): turn the model's encoder cache off inside the
+            block, so every item the prompt needs is really encoded.
+
+    Counted by `vlmprep.testing.VisionRunCounter`, except for patch-grid towers (`model.model.visual`, the Qwen-like
+    and GLM families), counted on the tower: Qwen3-VL's `get_video_features` calls `get_image_features` with the
+    grid as a positional argument, which `VisionRunCounter`'s wrapper drops.
+    """
+    saved = model.encoder_cache
+    if encoder_cache_off:
+        model.encoder_cache = None
+    tower = getattr(model.model, "visual", None)
+    try:
+        with _TowerRuns(tower) if tower is not None else VisionRunCounter(model) as runs:
+            yield runs
+    finally:
+        model.encoder_cache = saved

@@ -3,7 +3,7 @@
 For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table states the transformers class and what
 the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: the vlmprep drop-in class and its layout, or why there
 is none, and whether `vlmprep.loading.text_only` loads its text decoder alone. From the tests it reads only what they
-alone know: the conformance scenarios (the `families_for("<scenario>")` calls of `tests/conformance/`) and the ones each
+alone know: the conformance scenarios (the `families_for("<scenario>")` calls of `tests/scenarios/`) and the ones each
 drop-in skips, with their reasons (`tests/family_registry.py`).
 
 Usage:
@@ -29,7 +29,7 @@ from vlmprep.models.registry import FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO_ROOT / "tests"
-CONFORMANCE_DIR = TESTS_DIR / "conformance"
+CONFORMANCE_DIR = TESTS_DIR / "scenarios"
 DOC_PATH = REPO_ROOT / "docs" / "families.md"
 NOT_ADAPTED = "transformers class (not adapted)"
 
@@ -160,7 +160,7 @@ def build_table(
         f"Every model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` in transformers {transformers.__version__} "
         "and what vlmprep does with it. A model type with a drop-in class loads as that class through "
         "`vlmprep.AutoModelForImageTextToText`; any other loads as transformers' own class (with a warning), so "
-        "its images are encoded as transformers does. *Conformance* counts the scenarios of `tests/conformance/` "
+        "its images are encoded as transformers does. *Conformance* counts the scenarios of `tests/scenarios/` "
         "the drop-in runs (see [Conformance scenarios per drop-in](#conformance-scenarios-per-drop-in)); "
         "*text-only* says whether `vlmprep.loading.text_only` loads the text decoder alone, without reading "
         "vision weights. *Layout* is how a drop-in's pixel inputs split into items and placeholders (see "

@@ -75,13 +75,13 @@ PIXEL_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_gr
 
 
 def upstream_beam_skips(upstream_class) -> dict[str, str]:
-    """GLM-4V's upstream beam bug, which both classes copy (checked against uncached forwards in test_glm_more.py)."""
+    """GLM-4V's upstream beam bug, which both classes copy (checked against uncached forwards in test_generate.py)."""
     return {
         "generate_matches_transformers": (
             f"transformers 5.24's `{upstream_class.__name__}._expand_multimodal_outputs` (copied from GLM-4V) repeats "
             "features image by image ([A, A, A, B, B, B]) instead of copy by copy, so upstream's beams and "
             "num_return_sequences with two images in a prompt are wrong; greedy and sampling parity and exact beams "
-            "are checked in tests/models/test_glm_more.py"
+            "are checked in tests/scenarios/test_generate.py"
         ),
     }
 

@@ -18,7 +18,7 @@ import transformers
 from family_registry import FamilyCase, register
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE
 
-VIDEO = "<video>"  # the video marker of tests/conformance/test_image_sensitivity.py
+VIDEO = "<video>"  # the video marker of tests/scenarios/test_image_sensitivity.py
 VIDEO_TOKEN_ID = 123
 IMAGE_START, IMAGE_END, VIDEO_START, VIDEO_FRAME_SEPARATOR, VIDEO_END = 110, 111, 112, 113, 114
 PATCH_SIZE, PATCH_TEMPORAL, MERGE_SIZE = 4, 2, 2

@@ -184,13 +184,13 @@ PIXEL_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_gr
 QWEN_SKIPS = {}
 
 # Upstream's own beams and `num_return_sequences` are wrong for GLM-4V; the other modes are checked against it in
-# tests/models/test_qwen_vl.py, and vlmprep's beams against uncached forwards.
+# tests/scenarios/test_generate.py, and vlmprep's beams against uncached forwards.
 GLM4V_SKIPS = {
     "generate_matches_transformers": (
         "transformers 5.24's `Glm4vForConditionalGeneration._expand_multimodal_outputs` repeats features image by "
         "image ([A, A, A, B, B, B]) instead of copy by copy, so upstream's beams and num_return_sequences with two "
         "images in a prompt are off by ~1e-2; greedy and sampling parity and exact beams are checked in "
-        "tests/models/test_qwen_vl.py"
+        "tests/scenarios/test_generate.py"
     ),
 }
 

@@ -8,7 +8,16 @@ import pytest
 import torch
 
 from conftest import FOUNDATION_FAMILIES, model_pair
-from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from helpers import (
+    USER,
+    VIDEO,
+    Prompt,
+    assert_close,
+    assert_same_steps,
+    encoder_runs,
+    generate_logits,
+    reference_next_logits,
+)
 from vlmprep import EncoderCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 
@@ -158,3 +167,15 @@ def test_images_already_in_the_kv_cache_are_not_hashed(fresh_cache, monkeypatch)
     _, logits = generate_logits(ours, conversation.inputs(), max_new_tokens=1, cache=cache)
     assert len(hashed) == 1, "only the new image is hashed"
     assert_close(logits[0], reference_next_logits(upstream, conversation))
+
+
+def test_deepstack_features_are_cached_with_the_image_features():
+    """Qwen3-VL's deepstack features (one per tapped vision layer) come from the cache with the image features."""
+    upstream, ours = model_pair("qwen3_vl")
+    prompt = Prompt(ours.config, [[2, 10, 11, 12, 13, 14, 15, 16], IMAGE, [30], VIDEO, USER], image_seeds=[3, 4])
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    for expected_runs in ([1, 1], []):  # the second call's image and video come from the encoder cache
+        with encoder_runs(ours, encoder_cache_off=False) as runs:
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=5)
+        assert runs.batch_sizes == expected_runs
+        assert_same_steps(logits, expected_logits)

@@ -9,7 +9,7 @@ import pytest
 
 import vlmprep
 
-DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 
 
 @pytest.mark.parametrize("page", sorted(path.name for path in DOCS.glob("*.md")))

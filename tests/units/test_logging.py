@@ -13,7 +13,7 @@ from transformers.utils import logging as hf_logging
 
 from vlmprep.utils.logging import get_logger
 
-SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 
 
 class _Records(logging.Handler):

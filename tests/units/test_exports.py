@@ -15,7 +15,7 @@ import vlmprep
 from vlmprep.generation import VisionPrepGenerationMixin
 from vlmprep.models import DROP_IN_CLASSES
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DROP_IN_NAMES = sorted(cls.__name__ for cls in DROP_IN_CLASSES.values())
 
 

@@ -15,7 +15,7 @@ from vlmprep.generation import VisionPrepGenerationMixin
 from vlmprep.models import DROP_IN_CLASSES, registry
 from vlmprep.models.registry import NOT_ADAPTED_REASONS
 
-SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "utils" / "families_table.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "utils" / "families_table.py"
 
 
 @pytest.fixture(scope="module")

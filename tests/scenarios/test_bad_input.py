@@ -1,0 +1,268 @@
+"""Bad input raises a `ValueError` (or `TypeError`) that names the problem and the fix; the model stays exact after.
+
+Every family runs the cases of `BAD_INPUTS` (each a `bad_input_<case>` conformance scenario); the Qwen-like and GLM-4V
+families add the cases of their flattened patch rows indexed by grids and of their videos.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import ALL_FAMILIES, model_pair
+from family_registry import FAMILY_CASES
+from helpers import SYSTEM, USER, VIDEO, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
+from vlmprep.testing import IMAGE
+
+SHORT_SYSTEM = [2, 10, 11, 12, 13]
+QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+# GLM-4V finds image and video placeholders by one token id: as upstream, one forward holds only one of them.
+PATCH_GRID_FAMILIES = [*QWEN_FAMILIES, "glm4v"]
+
+
+def _filled_cache(num_layers: int, heads: int, head_dim: int, length: int, batch: int = 1) -> DynamicCache:
+    cache = DynamicCache()
+    for layer in range(num_layers):
+        states = torch.zeros(batch, heads, length, head_dim)
+        cache.update(states, states.clone(), layer)
+    return cache
+
+
+def _text_config(model):
+    return model.config.get_text_config(decoder=True)
+
+
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _pixel_inputs(prompt: Prompt) -> dict:
+    return {key: value for key, value in prompt.inputs().items() if key in prompt.case.pixel_keys}
+
+
+def _case_too_many_images(model, prompt):
+    # The ids of a one-image prompt with the pixel inputs of a two-image one, in the family's own layout
+    two = Prompt(model.config, [SHORT_SYSTEM, IMAGE, [30], IMAGE, [31]])
+    inputs = {**prompt.inputs(), **_pixel_inputs(two)}
+    return inputs, ("2 image(s) were passed but the prompt has 1 image placeholder run",)
+
+
+def _case_too_few_images(model, prompt):
+    two = Prompt(model.config, [SHORT_SYSTEM, IMAGE, [30], IMAGE, [31]])
+    inputs = {**two.inputs(), **_pixel_inputs(prompt)}
+    # Families whose token counts depend on the images notice it while splitting the runs
+    return inputs, ("1 image(s) were passed but the prompt has 2", "more image placeholder tokens than the 1 images")
+
+
+def _case_wrong_run_length(model, prompt):
+    inputs = prompt.inputs()
+    ids = inputs["input_ids"].clone()
+    first = int((ids[0] == model.config.image_token_id).nonzero()[0])
+    ids[0, first] = 33  # one placeholder fewer
+    inputs["input_ids"] = ids
+    if "token_type_ids" in inputs and model.config.model_type == "gemma3":
+        inputs["token_type_ids"] = (ids == model.config.image_token_id).long()
+    return inputs, "does not match the images' token counts"
+
+
+def _case_placeholders_without_pixels(model, prompt):
+    return prompt.inputs(with_pixels=False), "no pixel inputs were passed"
+
+
+def _case_cache_longer_than_prompt(model, prompt):
+    config = _text_config(model)
+    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads, _head_dim(config), prompt.length + 2)
+    return {**prompt.inputs(), "cache": cache}, "the cache already holds"
+
+
+def _case_cache_from_other_layer_count(model, prompt):
+    config = _text_config(model)
+    cache = _filled_cache(config.num_hidden_layers + 1, config.num_key_value_heads, _head_dim(config), 3)
+    return {**prompt.inputs(), "cache": cache}, "made by another model"
+
+
+def _case_cache_from_other_head_shape(model, prompt):
+    config = _text_config(model)
+    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads + 1, _head_dim(config) * 2, 3)
+    return {**prompt.inputs(), "cache": cache}, "made by another model"
+
+
+def _case_attention_mask_mismatch(model, prompt):
+    return {**prompt.inputs(), "attention_mask": torch.ones(1, prompt.length - 2, dtype=torch.long)}, "attention_mask"
+
+
+def _case_token_type_ids_mismatch(model, prompt):
+    return {**prompt.inputs(), "token_type_ids": torch.zeros(1, prompt.length + 1, dtype=torch.long)}, "token_type_ids"
+
+
+def _malformed_pixels(prompt: Prompt, channels: bool) -> dict:
+    # The prompt's own pixel tensor, in the family's layout, with one channel or twice the height and width
+    inputs = prompt.inputs()
+    key = prompt.case.pixel_keys[0]
+    pixels = inputs[key]
+    if pixels.ndim >= 4 and channels:  # (..., C, H, W): the first channel only
+        pixels = pixels[..., :1, :, :]
+    elif pixels.ndim >= 4:  # (..., C, 2 * H, 2 * W): zero-padded well beyond the tower's image size
+        pixels = torch.nn.functional.pad(pixels, (0, pixels.shape[-1], 0, pixels.shape[-2]))
+    elif channels:  # flattened patches (..., patch_dim): a third of the columns, as for one of 3 channels
+        pixels = pixels[..., : pixels.shape[-1] // 3]
+    else:  # (..., 2 * patch_dim): patches of another size
+        pixels = torch.cat([pixels, pixels], dim=-1)
+    return {**inputs, key: pixels}
+
+
+def _case_wrong_resolution(model, prompt):
+    return _malformed_pixels(prompt, channels=False), "vision tower takes"
+
+
+def _case_wrong_channels(model, prompt):
+    return _malformed_pixels(prompt, channels=True), "vision tower takes"
+
+
+BAD_INPUTS = {name.removeprefix("_case_"): case for name, case in dict(globals()).items() if name.startswith("_case_")}
+
+
+def _family_case_params() -> list:
+    params = []
+    for family in ALL_FAMILIES:
+        for case in sorted(BAD_INPUTS):
+            reason = FAMILY_CASES[family].skip.get(f"bad_input_{case}")
+            marks = [pytest.mark.skip(reason=reason)] if reason else []
+            params.append(pytest.param(family, case, id=f"{family}-{case}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("family", "case"), _family_case_params())
+def test_bad_input_raises_clear_error_then_model_still_exact(family, case):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SHORT_SYSTEM, IMAGE, [30, 31]])
+    inputs, message = BAD_INPUTS[case](ours, prompt)
+    messages = message if isinstance(message, tuple) else (message,)
+    with pytest.raises(ValueError, match="(?i)" + "|".join(re.escape(m) for m in messages)):
+        ours.generate(**inputs, max_new_tokens=2, do_sample=False)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
+
+
+# -- Flattened patch rows indexed by grids (Qwen-like families, GLM-4V) -----------------------------------------
+
+
+def _patch_case_extra_image(model, prompt):
+    other = Prompt(model.config, [[5], IMAGE], image_seeds=[9])
+    inputs = prompt.inputs()
+    for key in ("pixel_values", "image_grid_thw"):
+        inputs[key] = torch.cat([inputs[key], other.full_inputs[key]])
+    return inputs, "2 image(s) were passed but the prompt has 1 image placeholder run"
+
+
+def _patch_case_missing_image(model, prompt):
+    two = Prompt(model.config, [SYSTEM, IMAGE, [30], IMAGE, [31]], image_seeds=[0, 1])
+    inputs = two.inputs()
+    first_rows = int(inputs["image_grid_thw"][0].prod())
+    inputs["pixel_values"] = inputs["pixel_values"][:first_rows]
+    inputs["image_grid_thw"] = inputs["image_grid_thw"][:1]
+    return inputs, "more image placeholder tokens than the 1 images passed need"
+
+
+def _patch_case_missing_video(model, prompt):
+    with_video = Prompt(model.config, [SYSTEM, VIDEO, [30]], image_seeds=[0])
+    inputs = with_video.inputs(with_pixels=False)
+    return inputs, "video placeholder run(s) after the 0 cached tokens"
+
+
+def _patch_case_grid_without_pixels(model, prompt):
+    inputs = prompt.inputs()
+    inputs.pop("pixel_values")
+    return inputs, "no `pixel_values` was passed"
+
+
+def _patch_case_patch_rows_of_another_size(model, prompt):
+    inputs = prompt.inputs()
+    inputs["pixel_values"] = inputs["pixel_values"][:-1]
+    return inputs, "vision tower takes flattened patches"
+
+
+def _patch_case_cached_image_without_grid(model, prompt):
+    upstream, _ = model_pair(model.config.model_type)
+    cache = cache_of(upstream, prompt.inputs(length=prompt.length - 1))
+    return {**prompt.inputs(with_pixels=False), "cache": cache}, "no `image_grid_thw`"
+
+
+def _patch_case_only_new_tokens_after_cache(model, prompt):
+    upstream, _ = model_pair(model.config.model_type)
+    cache = cache_of(upstream, prompt.inputs(length=prompt.length - 2))
+    inputs = {
+        "input_ids": prompt.input_ids[:, -2:],
+        "attention_mask": torch.ones(1, prompt.length, dtype=torch.long),
+        "cache": cache,
+    }
+    return inputs, "computed from the whole prompt"
+
+
+PATCH_BAD_INPUTS = {
+    name.removeprefix("_patch_case_"): case
+    for name, case in dict(globals()).items()
+    if name.startswith("_patch_case_")
+}
+
+
+@pytest.mark.parametrize("case", sorted(PATCH_BAD_INPUTS))
+@pytest.mark.parametrize("family", PATCH_GRID_FAMILIES)
+def test_bad_patch_input_raises_clear_error(family, case):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[0])
+    inputs, message = PATCH_BAD_INPUTS[case](ours, prompt)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ours.generate(**inputs, max_new_tokens=2, do_sample=False)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
+
+
+# -- Videos without what tells them apart, or without their pixels ----------------------------------------------------
+
+
+def test_glm4v_videos_need_token_types():
+    _, ours = model_pair("glm4v")
+    inputs = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[0]).inputs()
+    inputs.pop("mm_token_type_ids")
+    with pytest.raises(ValueError, match="share the image placeholder token"):
+        ours.generate(**inputs, max_new_tokens=1)
+
+
+@pytest.mark.parametrize("family", ["llava_onevision", "llava_next_video"])
+def test_video_placeholders_without_pixels_raise(family):
+    _, ours = model_pair(family)
+    inputs = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[0]).inputs(with_pixels=False)
+    with pytest.raises(ValueError, match="video placeholder run"):
+        ours.generate(**inputs, max_new_tokens=1)
+
+
+# -- Arguments of generate -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk_size", [2.5, "8", 0, -1, True])
+def test_bad_prefill_chunk_size_is_a_clear_type_error(chunk_size):
+    _, ours = model_pair("llava")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
+    with pytest.raises(TypeError, match="prefill_chunk_size"):
+        ours.generate(**prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size)
+
+
+def test_empty_prompt_is_refused_clearly():
+    _, ours = model_pair("llava")
+    with pytest.raises(ValueError, match="empty"):
+        ours.generate(input_ids=torch.zeros(1, 0, dtype=torch.long), max_new_tokens=1)
+
+
+@pytest.mark.parametrize("bad_value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("family", ["llava", "qwen2_vl"])
+def test_non_finite_pixels_are_refused_before_encoding(family, bad_value):
+    _, ours = model_pair(family)
+    inputs = Prompt(ours.config, [SYSTEM, IMAGE, USER]).inputs()
+    inputs["pixel_values"] = inputs["pixel_values"].clone()
+    inputs["pixel_values"].view(-1)[3] = bad_value
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        ours.generate(**inputs, max_new_tokens=1)

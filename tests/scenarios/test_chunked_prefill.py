@@ -1,0 +1,213 @@
+"""Image-aware chunked prefill: exact for every chunk size, with and without a cached prefix, one vision run.
+
+Chunks never cut a bidirectional block (Gemma3's and PaliGemma's images), may end anywhere else, and resume from any
+cached prefix; videos are chunked as images are; a static cache is exact wherever transformers' own chunk mask is.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import torch
+import transformers
+from transformers import DynamicCache
+
+import vlmprep
+from conftest import model_pair
+from family_registry import families_for
+from helpers import (
+    NO_SPECIAL_TOKENS,
+    SYSTEM,
+    USER,
+    VIDEO,
+    Prompt,
+    assert_batch_matches_upstream,
+    assert_close,
+    assert_same_steps,
+    collate,
+    encoder_runs,
+    generate_logits,
+)
+from vlmprep.testing import IMAGE, VisionRunCounter, tiny_gemma3_config
+
+TWO_IMAGE_SEGMENTS = [[2, 10, 11, 12], IMAGE, [13, 14, 15], IMAGE, [16, 17]]
+# Families with a video next to an image (one placeholder run per video, or one per frame), and GLM's, whose video
+# frames are image placeholders: as upstream, one of their forwards holds only one modality.
+IMAGE_AND_VIDEO_FAMILIES = [
+    "llava_onevision",
+    "llava_next_video",
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+]
+GLM_FAMILIES = ["glm4v", "glm4v_moe", "glm46v"]
+
+
+def _reference(upstream, prompt: Prompt):
+    """Greedy tokens and per-step logits of upstream's uncached, unchunked generate."""
+    return generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+
+
+def _assert_same(actual, expected) -> None:
+    sequences, logits = actual
+    expected_sequences, expected_logits = expected
+    assert torch.equal(sequences, expected_sequences)
+    for step_actual, step_expected in zip(logits, expected_logits, strict=True):
+        assert_close(step_actual, step_expected)
+
+
+@pytest.mark.parametrize("family", families_for("every_chunk_size_is_exact"))
+def test_every_chunk_size_is_exact(family):
+    upstream, ours = model_pair(family)
+    saved_cache, ours.encoder_cache = ours.encoder_cache, None  # count real encoder runs
+    try:
+        prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
+        expected = _reference(upstream, prompt)
+        for chunk_size in range(1, prompt.length + 1):
+            with VisionRunCounter(ours) as runs:
+                actual = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
+            _assert_same(actual, expected)
+            assert runs.calls == 1, f"chunk size {chunk_size}: {runs.calls} vision runs"
+    finally:
+        ours.encoder_cache = saved_cache
+
+
+def test_gemma3_sliding_window_is_shorter_than_an_image():
+    _, ours = model_pair("gemma3")
+    assert ours.config.text_config.sliding_window < ours.config.mm_tokens_per_image
+
+
+@pytest.mark.parametrize("family", ["gemma3", "paligemma"])
+def test_upstream_chunking_inside_a_bidirectional_block_is_wrong(family):
+    """The bug vlmprep fixes: transformers cuts chunks every N tokens, also inside bidirectional blocks."""
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
+    _, expected_logits = _reference(upstream, prompt)
+    _, upstream_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=7)
+    assert not torch.allclose(upstream_logits[0], expected_logits[0], atol=1e-5)
+
+
+def _cropped_cache(upstream, prompt: Prompt, length: int) -> DynamicCache:
+    cache = DynamicCache(config=upstream.config)
+    cache.activate_past_recording()  # lets the test crop past Gemma3's sliding window
+    with torch.no_grad():
+        upstream(**prompt.inputs(), cache=cache, use_cache=True)
+    cache.crop(length - prompt.length)
+    return cache
+
+
+@pytest.mark.parametrize("family", families_for("cached_prefix_of_every_length_with_chunks"))
+def test_cached_prefix_of_every_length_with_chunks(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
+    expected = _reference(upstream, prompt)
+    for cached in range(1, prompt.length):
+        for chunk_size in (1, 3, 7):
+            cache = _cropped_cache(upstream, prompt, cached)
+            actual = generate_logits(
+                ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
+            )
+            _assert_same(actual, expected)
+
+
+@pytest.mark.parametrize("family", families_for("chunked_batch_matches_unchunked_batch"))
+def test_chunked_batch_matches_unchunked_batch(family):
+    """A left-padded batch, chunked or not: each row equals transformers on that row's prompt alone (uncached)."""
+    upstream, ours = model_pair(family)
+    one = Prompt(ours.config, [[2, 10], IMAGE, [11]], image_seeds=[1])
+    two = Prompt(ours.config, TWO_IMAGE_SEGMENTS, image_seeds=[2, 3])
+    batch = collate([one, two], ours.generation_config.pad_token_id)
+    for chunk_size in (None, 1, 4, 9):
+        sequences, logits = generate_logits(
+            ours, batch, max_new_tokens=2, prefill_chunk_size=chunk_size, **NO_SPECIAL_TOKENS
+        )
+        assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
+
+
+# -- Videos -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", IMAGE_AND_VIDEO_FAMILIES)
+def test_every_chunk_size_is_exact_with_a_video(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12], IMAGE, [13]], image_seeds=[1, 2])
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    for chunk_size in range(1, prompt.length + 1):
+        with encoder_runs(ours) as runs:
+            sequences, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
+        assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
+        assert_same_steps(logits, expected_logits)
+        assert runs.batch_sizes == [1, 1], f"chunk size {chunk_size}: {runs.batch_sizes}"
+
+
+@pytest.mark.parametrize("family", GLM_FAMILIES)
+def test_every_chunk_size_is_exact_with_video_frames_of_image_placeholders(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[1])
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    for chunk_size in range(1, prompt.length + 1):
+        sequences, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
+        assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
+        assert_same_steps(logits, expected_logits)
+
+
+# -- Static cache: Gemma3 with image blocks longer and shorter than its sliding window --------------------------------
+
+
+@pytest.fixture(scope="module")
+def gemma3_pairs():
+    """Image-sensitive Gemma3 pairs whose sliding window (6) is shorter / longer than an image block (16 / 4)."""
+    pairs = {}
+    for tokens in (16, 4):
+        torch.manual_seed(0)
+        upstream = transformers.Gemma3ForConditionalGeneration(tiny_gemma3_config(mm_tokens_per_image=tokens))
+        with torch.no_grad():  # upstream init zeroes the projector: images would never reach the logits
+            upstream.model.multi_modal_projector.mm_input_projection_weight.normal_(std=0.5)
+        directory = tempfile.mkdtemp(prefix="vlmprep-exact-")
+        upstream.save_pretrained(directory)
+        pairs[tokens] = (
+            transformers.Gemma3ForConditionalGeneration.from_pretrained(directory).eval(),
+            vlmprep.Gemma3ForConditionalGeneration.from_pretrained(directory).eval(),
+        )
+    return pairs
+
+
+def _uncached_next_logits(upstream, prompt: Prompt) -> torch.Tensor:
+    with torch.no_grad():
+        return upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
+
+
+@pytest.mark.parametrize("tokens", [16, 4])
+@pytest.mark.parametrize("chunk_size", [3, 8, 12])
+def test_static_cache_chunks_after_cached_tokens_with_an_image_block_are_refused(gemma3_pairs, chunk_size, tokens):
+    # transformers builds a static cache's mask from the chunk's token types alone: its logits are off (it is wrong
+    # there itself), so vlmprep refuses rather than answer wrongly.
+    upstream, ours = gemma3_pairs[tokens]
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
+    with pytest.raises(ValueError, match="static cache"):
+        ours.generate(
+            **prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size, cache_implementation="static"
+        )
+    # The dynamic cache (the default) is exact for the same chunks.
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size)
+    assert_close(logits[0], _uncached_next_logits(upstream, prompt))
+
+
+@pytest.mark.parametrize("chunk_size", [3, 5, 8])
+def test_static_cache_text_chunks_are_exact(gemma3_pairs, chunk_size):
+    # Chunks may still be cut anywhere in text, and an image inside the first chunk is fine.
+    upstream, ours = gemma3_pairs[4]
+    prompt = Prompt(ours.config, [[2, 10], IMAGE, SYSTEM, USER])
+    _, logits = generate_logits(
+        ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size + 6, cache_implementation="static"
+    )
+    assert_close(logits[0], _uncached_next_logits(upstream, prompt))
+
+
+def test_static_cache_unchunked_is_exact(gemma3_pairs):
+    upstream, ours = gemma3_pairs[16]
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, cache_implementation="static")
+    assert_close(logits[0], _uncached_next_logits(upstream, prompt))

@@ -1,0 +1,202 @@
+"""Plain `generate`: the same tokens and logits as transformers, one vision run per call, no state on the model.
+
+Every family runs the conformance scenarios (`families_for`); the Qwen-like families add videos next to images and
+M-RoPE positions that upstream keeps on the model between calls; the GLM families, whose upstream beams repeat
+features image by image, are checked greedy and sampling against transformers and beams against uncached forwards.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import model_pair
+from family_registry import families_for
+from helpers import (
+    NO_SPECIAL_TOKENS,
+    SYSTEM,
+    USER,
+    VIDEO,
+    Prompt,
+    assert_batch_matches_upstream,
+    assert_close,
+    assert_same_steps,
+    collate,
+    generate_logits,
+    reference_next_logits,
+)
+from vlmprep.testing import IMAGE, VisionRunCounter
+
+QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+GLM_FAMILIES = ["glm4v", "glm4v_moe", "glm46v"]
+
+GENERATION_MODES = {
+    "greedy": {"do_sample": False},
+    "sample": {"do_sample": True, "top_k": 5},
+    "beams": {"do_sample": False, "num_beams": 3},
+    "return_two": {"do_sample": True, "num_return_sequences": 2},
+}
+
+
+@pytest.mark.parametrize("mode", list(GENERATION_MODES))
+@pytest.mark.parametrize("family", families_for("generate_matches_transformers"))
+def test_generate_matches_transformers(family, mode):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]])
+    kwargs = dict(max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **GENERATION_MODES[mode])
+    torch.manual_seed(1)
+    expected = upstream.generate(**prompt.inputs(), **kwargs)
+    torch.manual_seed(1)
+    with VisionRunCounter(ours) as runs:
+        actual = ours.generate(**prompt.inputs(), **kwargs)
+    assert torch.equal(actual.sequences, expected.sequences)
+    assert_same_steps(actual.logits, expected.logits)
+    assert runs.calls == 1 and runs.images == 2
+
+
+@pytest.mark.parametrize("family", families_for("left_padded_batch_matches_solo_runs"))
+def test_left_padded_batch_matches_solo_runs(family):
+    """Each row of the batch equals transformers on that row's prompt alone (uncached forwards), one vision run."""
+    upstream, ours = model_pair(family)
+    one = Prompt(ours.config, [SYSTEM, IMAGE, USER], image_seeds=[3])
+    two = Prompt(ours.config, [[2, 50], IMAGE, [51], IMAGE, [52, 53]], image_seeds=[4, 5])
+    batch = collate([one, two], ours.generation_config.pad_token_id)
+    with VisionRunCounter(ours) as runs:
+        sequences, logits = generate_logits(ours, batch, max_new_tokens=2, **NO_SPECIAL_TOKENS)
+    assert runs.calls == 1 and runs.images == 3
+    assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
+
+
+@pytest.mark.parametrize("family", families_for("interleaved_requests_share_no_state"))
+def test_interleaved_requests_share_no_state(family):
+    """A turn 1, B turn 1, then A turn 2 from A's cache: positions and features come from A's prompt and cache."""
+    upstream, ours = model_pair(family)
+    turn_1 = [SYSTEM, IMAGE, USER]
+    a_turn_1 = Prompt(ours.config, turn_1, image_seeds=[11])
+    a_turn_2 = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[11, 13])
+    b_turn_1 = Prompt(ours.config, [[2, 60], IMAGE, [61, 62], IMAGE, [63]], image_seeds=[12, 14])
+    a_cache = DynamicCache(config=ours.config)
+    generate_logits(ours, a_turn_1.inputs(), cache=a_cache, max_new_tokens=1)
+    assert a_cache.get_seq_length() == a_turn_1.length  # one new token: prefill only, the cache holds the prompt
+    generate_logits(ours, b_turn_1.inputs())
+    _, logits = generate_logits(ours, a_turn_2.inputs(), cache=a_cache)
+    _, expected_logits = generate_logits(upstream, a_turn_2.inputs())
+    assert_same_steps(logits, expected_logits)
+
+
+@pytest.mark.parametrize("family", families_for("save_pretrained_loads_in_transformers"))
+def test_save_pretrained_loads_in_transformers(family, tmp_path):
+    """A drop-in's checkpoint is a transformers checkpoint: no missing or unexpected keys, same logits."""
+    upstream, ours = model_pair(family)
+    ours.save_pretrained(tmp_path)
+    reloaded, info = type(upstream).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
+    with torch.no_grad():
+        expected = upstream(**prompt.inputs()).logits
+        actual = reloaded.eval()(**prompt.inputs()).logits
+    assert_close(actual, expected)
+
+
+# -- Token types left out: derived from the prompt, where upstream drops them ----------------------------------------
+
+
+def test_gemma3_derives_token_type_ids():
+    upstream, ours = model_pair("gemma3")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
+    inputs = prompt.inputs()
+    inputs.pop("token_type_ids")
+    _, logits = generate_logits(ours, inputs, max_new_tokens=1)
+    reference = reference_next_logits(upstream, prompt)
+    assert_close(logits[0], reference)
+    _, upstream_logits = generate_logits(upstream, inputs, max_new_tokens=1)
+    assert not torch.allclose(upstream_logits[0], reference, atol=1e-4), "upstream drops the bidirectional mask"
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_token_types_are_derived_when_left_out(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, USER], image_seeds=[3, 4])
+    inputs = prompt.inputs()
+    inputs.pop("mm_token_type_ids")
+    _, logits = generate_logits(ours, inputs, max_new_tokens=2)
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    assert_same_steps(logits, expected_logits)
+
+
+# -- Qwen-like families: no cache, and positions never read from the model -------------------------------------------
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_generate_without_cache_matches_transformers(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, VIDEO, [30], IMAGE, USER], image_seeds=[1, 3])
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, use_cache=False)
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    assert_same_steps(logits, expected_logits)
+
+
+def test_no_state_kept_on_the_model_between_requests():
+    """Upstream continues a cached request with `rope_deltas` left by whichever request ran last; vlmprep never reads
+    them: positions come from the prompt alone, so stale (even garbage) deltas change nothing."""
+    upstream, ours = model_pair("qwen2_vl")
+    turn_1 = [SYSTEM, IMAGE, USER]
+    a_turn_1 = Prompt(ours.config, turn_1, image_seeds=[2])
+    a_turn_2 = Prompt(ours.config, [*turn_1, [40, 41, 42]], image_seeds=[2])
+    b_turn_1 = Prompt(ours.config, [[2, 60], IMAGE, [61], IMAGE, [62]], image_seeds=[4, 6])
+    reference = reference_next_logits(upstream, a_turn_2)
+
+    a_cache = DynamicCache(config=upstream.config)
+    generate_logits(upstream, a_turn_1.inputs(), cache=a_cache, max_new_tokens=1)
+    generate_logits(upstream, b_turn_1.inputs(), max_new_tokens=1)
+    # Upstream fails on the cached image's pixels, so a caller continues with the text only
+    turn_2_text = a_turn_2.inputs(with_pixels=False)
+    _, upstream_logits = generate_logits(upstream, turn_2_text, cache=a_cache, max_new_tokens=1)
+    assert not torch.allclose(upstream_logits[0], reference, atol=1e-4), "upstream reads B's rope_deltas"
+
+    a_cache = DynamicCache(config=ours.config)
+    generate_logits(ours, a_turn_1.inputs(), cache=a_cache, max_new_tokens=1)
+    generate_logits(ours, b_turn_1.inputs(), max_new_tokens=1)
+    ours.model.rope_deltas = torch.tensor([[1000], [-1000]])  # garbage: a broadcast error if it were read
+    _, logits = generate_logits(ours, a_turn_2.inputs(), cache=a_cache, max_new_tokens=1)
+    assert_close(logits[0], reference)
+    # Written afterwards as upstream's generate writes it (code may read it), from this request's prompt
+    assert ours.model.rope_deltas.flatten().tolist() != [1000, -1000]
+
+
+# -- GLM families: video frames are image placeholders, told apart by `mm_token_type_ids` ---------------------------
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+@pytest.mark.parametrize("family", GLM_FAMILIES)
+def test_glm_greedy_and_sampling_match_transformers(family, do_sample):
+    """Images, then a video: one vision run each (GLM's tower sees a video as one grid row per frame)."""
+    upstream, ours = model_pair(family)
+    kwargs = {"max_new_tokens": 3, "do_sample": do_sample, "output_logits": True, "return_dict_in_generate": True}
+    for segments, seeds in (([SYSTEM, IMAGE, USER, IMAGE, [30]], [0, 1]), ([SYSTEM, VIDEO, USER], [0])):
+        prompt = Prompt(ours.config, segments, image_seeds=seeds)
+        torch.manual_seed(1)
+        expected = upstream.generate(**prompt.inputs(), **kwargs)
+        torch.manual_seed(1)
+        saved, ours.encoder_cache = ours.encoder_cache, None  # count real encoder runs
+        try:
+            with VisionRunCounter(ours) as runs:
+                actual = ours.generate(**prompt.inputs(), **kwargs)
+        finally:
+            ours.encoder_cache = saved
+        assert torch.equal(actual.sequences, expected.sequences)
+        assert_same_steps(actual.logits, expected.logits)
+        assert runs.calls == 1  # the two images in one call, or the video
+
+
+@pytest.mark.parametrize("family", GLM_FAMILIES)
+def test_glm_beams_are_exact_where_upstream_reorders_images(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]], image_seeds=[0, 1])
+    reference = reference_next_logits(upstream, prompt)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, num_beams=3)
+    for beam in range(3):  # every beam starts from the prompt: its first logits are the prompt's
+        assert_close(logits[0][beam], reference[0])
+    _, upstream_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=1, num_beams=3)
+    assert not torch.allclose(upstream_logits[0][1], reference[0], atol=1e-4), "upstream feeds A, A, A, B, B, B"

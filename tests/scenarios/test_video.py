@@ -1,0 +1,125 @@
+"""Videos next to images: each video encoded once, exact against transformers, also from a cache ending in a video.
+
+LLaVA-OneVision and LLaVA-NeXT-Video give a video one placeholder run (tests/families/cases_llava_video.py); the
+Qwen-like families one run per frame, told apart from images by `mm_token_type_ids`; GLM-4V, GLM-4.5V and GLM-4.6V
+find image and video placeholders by one token id, so (as upstream) one forward holds only one of them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import model_pair
+from helpers import (
+    NO_SPECIAL_TOKENS,
+    SYSTEM,
+    USER,
+    VIDEO,
+    Prompt,
+    assert_batch_matches_upstream,
+    assert_same_steps,
+    cache_of,
+    collate,
+    encoder_runs,
+    generate_logits,
+)
+from vlmprep.testing import IMAGE
+
+LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video"]
+QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+GLM_FAMILIES = ["glm4v", "glm4v_moe", "glm46v"]
+# Families that take an image and a video in one prompt
+IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES]
+
+
+def video_positions(prompt: Prompt) -> list[int]:
+    """Positions of the video's placeholder tokens: by token type where the family has them, else by token id."""
+    token_types = prompt.full_inputs.get("mm_token_type_ids")
+    if token_types is not None:
+        return (token_types[0] == 2).nonzero().flatten().tolist()
+    return (prompt.input_ids[0] == prompt.case.make_config().video_token_id).nonzero().flatten().tolist()
+
+
+# Prompts with one video: (segments, image seeds, items per vision call). One call per modality, shared by the beams;
+# the Qwen-like families batch the two images into one call, then encode the video.
+LLAVA_VIDEO_PROMPTS = {
+    "video": ([SYSTEM, VIDEO, USER], [0], [1]),
+    "image_and_video": ([SYSTEM, IMAGE, [30], VIDEO, USER], [0, 1], [1, 1]),
+}
+QWEN_VIDEO_PROMPTS = {"images_and_video": ([SYSTEM, IMAGE, [30], VIDEO, [31], IMAGE, [32]], [0, 1, 2], [2, 1])}
+VIDEO_PROMPT_PARAMS = [
+    pytest.param(family, *prompt, id=f"{family}-{name}")
+    for families, prompts in ((LLAVA_VIDEO_FAMILIES, LLAVA_VIDEO_PROMPTS), (QWEN_FAMILIES, QWEN_VIDEO_PROMPTS))
+    for family in families
+    for name, prompt in prompts.items()
+]
+
+
+def count_videos(prompt: Prompt) -> int:
+    grids = prompt.full_inputs.get("video_grid_thw")
+    return len(grids) if grids is not None else int(prompt.full_inputs["pixel_values_videos"].shape[0])
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize(("family", "segments", "seeds", "expected_runs"), VIDEO_PROMPT_PARAMS)
+def test_video_prompts_match_transformers(family, segments, seeds, expected_runs, num_beams):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, segments, image_seeds=seeds)
+    assert count_videos(prompt) == 1
+    kwargs = {"max_new_tokens": 3, "num_beams": num_beams}
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), **kwargs)
+    with encoder_runs(ours) as runs:
+        sequences, logits = generate_logits(ours, prompt.inputs(), **kwargs)
+    assert torch.equal(sequences, expected_sequences)
+    assert_same_steps(logits, expected_logits)
+    assert runs.batch_sizes == expected_runs
+
+
+@pytest.mark.parametrize("family", QWEN_FAMILIES)
+def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
+    """Each row equals transformers on that row's prompt alone (uncached forwards); one encoder run per modality."""
+    upstream, ours = model_pair(family)
+    one = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[1])
+    two = Prompt(ours.config, [[2, 50], IMAGE, [51], VIDEO, [52], IMAGE, [53]], image_seeds=[2, 3, 4])
+    batch = collate([one, two], ours.generation_config.pad_token_id)  # patch and grid rows in prompt order
+    with encoder_runs(ours) as runs:
+        sequences, logits = generate_logits(ours, batch, max_new_tokens=2, **NO_SPECIAL_TOKENS)
+    assert runs.batch_sizes == [2, 2]
+    assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
+
+
+@pytest.mark.parametrize("family", IMAGE_AND_VIDEO_FAMILIES)
+def test_new_image_after_cached_video_turn(family):
+    """A cached conversation holds a video and gets a new image: only the image is encoded; upstream cannot do it."""
+    upstream, ours = model_pair(family)
+    turn_1 = [SYSTEM, VIDEO, USER]
+    conversation = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[5, 6])
+    turn_1_prompt = Prompt(ours.config, turn_1, image_seeds=[5])
+    cache = cache_of(upstream, turn_1_prompt.inputs())
+    with encoder_runs(ours) as runs:
+        _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
+    assert runs.batch_sizes == [1]  # the new image; the cached video is not encoded again
+    _, expected_logits = generate_logits(upstream, conversation.inputs())
+    assert_same_steps(logits, expected_logits)
+
+    cache = cache_of(upstream, turn_1_prompt.inputs())
+    with pytest.raises(ValueError, match="do not match"):
+        upstream.generate(**conversation.inputs(), cache=cache, max_new_tokens=1)
+
+
+@pytest.mark.parametrize("family", [*IMAGE_AND_VIDEO_FAMILIES, *GLM_FAMILIES])
+def test_cache_ending_anywhere_in_a_video(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[0])
+    _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    positions = video_positions(prompt)
+    assert len(positions) >= 4
+    for cached in range(positions[0], positions[-1] + 2):  # before, inside and just after the video
+        for chunk_size in (None, 3):
+            cache = cache_of(upstream, prompt.inputs())
+            cache.crop(cached - prompt.length)
+            _, logits = generate_logits(
+                ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
+            )
+            assert_same_steps(logits, expected_logits)
