@@ -250,24 +250,6 @@ USER = [20, 21, 22]
 VIDEO = "<video>"
 
 
-class _TowerRuns:
-    """Items (images or videos) per call of a patch-grid vision tower, read from the grid it is given."""
-
-    def __init__(self, tower: torch.nn.Module):
-        self.tower = tower
-        self.batch_sizes: list[int] = []
-
-    def _record(self, module, args, kwargs, output) -> None:
-        self.batch_sizes.append(int(kwargs["grid_thw"].shape[0]))
-
-    def __enter__(self) -> _TowerRuns:
-        self._handle = self.tower.register_forward_hook(self._record, with_kwargs=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._handle.remove()
-
-
 @contextlib.contextmanager
 def encoder_runs(model, encoder_cache_off: bool = True) -> Iterator:
     """Items per vision-encoder call (`.batch_sizes`).
@@ -277,16 +259,13 @@ def encoder_runs(model, encoder_cache_off: bool = True) -> Iterator:
         encoder_cache_off (`bool`, *optional*, defaults to `True`): turn the model's encoder cache off inside the
             block, so every item the prompt needs is really encoded.
 
-    Counted by `vlmprep.testing.VisionRunCounter`, except for patch-grid towers (`model.model.visual`, the Qwen-like
-    and GLM families), counted on the tower: Qwen3-VL's `get_video_features` calls `get_image_features` with the
-    grid as a positional argument, which `VisionRunCounter`'s wrapper drops.
+    Counted by `vlmprep.testing.VisionRunCounter` (an encoder calling another, as Qwen3-VL's videos do, counts once).
     """
     saved = model.encoder_cache
     if encoder_cache_off:
         model.encoder_cache = None
-    tower = getattr(model.model, "visual", None)
     try:
-        with _TowerRuns(tower) if tower is not None else VisionRunCounter(model) as runs:
+        with VisionRunCounter(model) as runs:
             yield runs
     finally:
         model.encoder_cache = saved

@@ -7,6 +7,7 @@ time, so a count stays exact on a busy machine.
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 
 import torch
@@ -39,14 +40,25 @@ class VisionRunCounter:
         self.encoder_owner = getattr(model, "model", model)
         self.batch_sizes: list[int] = []
         self._wrapped: list[str] = []
+        self._active = False
 
     def _counting(self, modality: str, encode):
+        signature = inspect.signature(encode)
+
         @functools.wraps(encode)  # keeps the signature the mixin inspects
         def wrapper(*args, **kwargs):
-            if args:
-                kwargs = {"pixel_values" if modality == "image" else "pixel_values_videos": args[0], **kwargs}
-            self.batch_sizes.append(self._count(modality, kwargs))
-            return encode(**kwargs)
+            if self._active:
+                # An encoder calling another (Qwen3-VL's videos go through `get_image_features`): one run, counted once
+                return encode(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            named = {name: value for name, value in bound.arguments.items() if name != "kwargs"}
+            named.update(bound.arguments.get("kwargs", {}))
+            self.batch_sizes.append(self._count(modality, named))
+            self._active = True
+            try:
+                return encode(*args, **kwargs)
+            finally:
+                self._active = False
 
         return wrapper
 
