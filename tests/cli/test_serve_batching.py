@@ -223,3 +223,45 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     assert [text for _, text in answers] == expected
     # transformers' handler logs each request's path: every chat ran in continuous batching.
     assert "CB: True" in server_log and "CB: False" not in server_log, server_log
+
+
+@needs_serving
+def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_exactly():
+    from transformers.cli.serving.utils import Modality
+
+    import vlmprep
+    from vlmprep.serving_batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
+    from vlmprep.testing import tiny_gemma3_config, tiny_llava_config
+
+    llava = vlmprep.LlavaForConditionalGeneration(tiny_llava_config())
+    state = VisionPrepGenerationState(continuous_batching=True)
+    assert state.use_continuous_batching(llava, Modality.MULTIMODAL)
+    assert isinstance(state.get_manager("llava@main", use_cb=True), VisionPrepCBGenerateManager)
+    # Gemma3's image blocks are bidirectional: the engine refuses its images, its chats stay sequential.
+    assert not state.use_continuous_batching(
+        vlmprep.Gemma3ForConditionalGeneration(tiny_gemma3_config()), Modality.VLM
+    )
+    # transformers' own class: upstream's answer (no continuous batching for image models)
+    assert not state.use_continuous_batching(
+        transformers.LlavaForConditionalGeneration(tiny_llava_config()), Modality.VLM
+    )
+    assert not VisionPrepGenerationState(continuous_batching=False).use_continuous_batching(llava, Modality.MULTIMODAL)
+
+
+@needs_serving
+def test_image_urls_are_read_by_the_handler_and_an_unreadable_one_is_a_400(tmp_path):
+    from fastapi import HTTPException
+    from transformers.cli.serving.utils import Modality
+
+    from vlmprep.serving_batching import VisionPrepChatCompletionHandler
+
+    (image,) = _random_images(1)
+    image.save(tmp_path / "image.png")
+    urls = [_data_url(image), (tmp_path / "image.png").as_uri(), str(tmp_path / "image.png")]
+    messages = [{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": url}} for url in urls)]}]
+    (message,) = VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
+    assert all(np.array_equal(np.asarray(item["image"]), np.asarray(image)) for item in message["content"])
+    messages[0]["content"][1]["image_url"]["url"] = (tmp_path / "missing.png").as_uri()
+    with pytest.raises(HTTPException, match="Image 2 of the request could not be read") as raised:
+        VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
+    assert raised.value.status_code == 400
