@@ -13,6 +13,9 @@ images (`vlmprep.batching`), so these subclasses let the server use it for them:
 - `VisionPrepServe` is transformers' `Serve`: it builds the server as upstream does, then, before starting it, gives
   the handlers the state above and rebuilds the app with upstream's `build_server` around the chat handler above.
   `Serve` takes no handler or state class, so this is the one place these classes can be handed to it.
+
+Importing this module needs transformers' serving dependencies (`pip install "vlmprep[serving]"`); `vlmprep serve`
+imports it only after checking them.
 """
 
 from __future__ import annotations
