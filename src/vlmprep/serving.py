@@ -170,12 +170,14 @@ def _transformers_serve_command(started: list):
     from transformers.cli.serve import Serve
 
     from .registration import register
+    from .serving_batching import VisionPrepServe
 
     def start_in_thread(**kwargs) -> None:
         register()  # only now: `--help` or refused arguments leave transformers' auto classes as they were
         # `non_blocking` (a hidden option of transformers' command) runs uvicorn in a thread: this process then
         # stops it cleanly and reads its models' stats before they are freed.
-        started.append(Serve(**{**kwargs, "non_blocking": True}))
+        # `VisionPrepServe` is `Serve`, whose continuous batching also takes the drop-ins' image chats.
+        started.append(VisionPrepServe(**{**kwargs, "non_blocking": True}))
 
     # typer builds the options from the signature and help text: exactly those of `transformers serve`.
     start_in_thread.__signature__ = inspect.signature(Serve)

@@ -1,0 +1,267 @@
+"""`vlmprep serve --continuous-batching`: image chats go through transformers' continuous-batching engine, exactly.
+
+A loopback load test: the server runs in a subprocess on a tiny image-sensitive LLaVA checkpoint (a family the engine
+runs exactly with images); 16 chats are sent at once from threads (base64 data URLs and file URLs, one or two images,
+images shared across chats, half of them streamed), with 2 bad requests mixed in. Every answer must be the plain
+transformers class's greedy answer to the same chat, no request may be lost, the bad ones get HTTP 400, and the server
+log must show that the chats ran in continuous batching.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from PIL import Image
+
+from vlmprep.serving import SERVING_INSTALL_COMMAND, missing_serving_packages
+from vlmprep.serving_checkpoint import build_llava_checkpoint
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MAX_NEW_TOKENS = 6
+NUM_CHATS = 16
+QUESTIONS = ("What is in this picture?", "Describe the colors you see.")
+# From the server's start to its last answer; the server's start (imports) takes most of it on a busy 2-core machine.
+SERVER_DEADLINE_S = 75
+SERVER_EXIT_TIMEOUT_S = 10
+
+needs_serving = pytest.mark.skipif(
+    bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
+)
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _random_images(count: int) -> list[Image.Image]:
+    generator = np.random.default_rng(0)
+    return [Image.fromarray(generator.integers(0, 256, (16, 16, 3), dtype=np.uint8), mode="RGB") for _ in range(count)]
+
+
+def _data_url(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")  # lossless: the server decodes the very pixels the reference gets
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _time_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AssertionError(f"the server took more than {SERVER_DEADLINE_S} s to start and answer")
+    return left
+
+
+def _post(url: str, payload: dict, deadline: float) -> tuple[int, str]:
+    """The HTTP status and the answer's text (from one JSON body or from the deltas of the server-sent events)."""
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=_time_left(deadline)) as response:
+            status, body = response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    if not payload.get("stream"):
+        return status, json.loads(body)["choices"][0]["message"]["content"]
+    events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
+    chunks = [json.loads(event) for event in events if event != "[DONE]"]
+    if any("error" in chunk for chunk in chunks):
+        return 500, body
+    return status, "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
+
+
+def _wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadline: float) -> None:
+    while True:
+        if server.poll() is not None:
+            raise AssertionError(f"the server exited with {server.returncode}: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=min(2.0, _time_left(deadline))) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.3)
+
+
+def _chats(images: list[Image.Image], image_dir: Path) -> list[tuple[list[int], str]]:
+    """16 chats as (image indices, question): one or two images each, every image in several chats."""
+    for index, image in enumerate(images):
+        image.save(image_dir / f"image_{index}.png")
+    chats = []
+    for number in range(NUM_CHATS):
+        indices = [number % len(images)] if number % 3 else [number % len(images), (number + 1) % len(images)]
+        chats.append((indices, QUESTIONS[number % 2]))
+    return chats
+
+
+def _payload(indices: list[int], question: str, images, image_dir: Path, stream: bool) -> dict:
+    # Even images travel as base64 data URLs, odd ones as file URLs.
+    parts = [
+        {
+            "type": "image_url",
+            "image_url": {
+                "url": _data_url(images[index]) if index % 2 == 0 else (image_dir / f"image_{index}.png").as_uri()
+            },
+        }
+        for index in indices
+    ]
+    return {
+        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": question}]}],
+        "temperature": 0,
+        "max_tokens": MAX_NEW_TOKENS,
+        "stream": stream,
+    }
+
+
+def _transformers_answers(checkpoint: Path, images, chats) -> list[str]:
+    """The plain transformers class's greedy answers, decoded as transformers serve decodes them."""
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint)
+    model = transformers.LlavaForConditionalGeneration.from_pretrained(checkpoint).eval()
+    answers = {}
+    for indices, question in chats:
+        key = (tuple(indices), question)
+        if key in answers:
+            continue
+        content = [
+            *({"type": "image", "image": images[index]} for index in indices),
+            {"type": "text", "text": question},
+        ]
+        inputs = processor.apply_chat_template(
+            [{"role": "user", "content": content}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+        )
+        with torch.no_grad():
+            output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
+        answers[key] = processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    return [answers[(tuple(indices), question)] for indices, question in chats]
+
+
+@needs_serving
+def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
+    checkpoint = build_llava_checkpoint(tmp_path / "checkpoint")
+    port = _free_loopback_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [
+        *(sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--continuous-batching"),
+        *("--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"),
+    ]
+    log = tmp_path / "server.log"
+    with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
+        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_DEADLINE_S
+    image_dir = tmp_path / "images"
+    image_dir.mkdir()
+    images = _random_images(4)
+    chats = _chats(images, image_dir)
+    payloads = [
+        _payload(indices, question, images, image_dir, number % 2 == 1)
+        for number, (indices, question) in enumerate(chats)
+    ]
+    undecodable = _payload([0], QUESTIONS[0], images, image_dir, stream=False)
+    undecodable["messages"][0]["content"][0]["image_url"]["url"] = "data:image/png;base64,bm90IGFuIGltYWdl"
+    # One image sent, two placeholders in the prompt (the second written in the text)
+    mismatch = _payload([1], "<image_soft_token> " + QUESTIONS[0], images, image_dir, stream=False)
+    bad = {NUM_CHATS // 3: undecodable, 2 * NUM_CHATS // 3: mismatch}
+    for position, payload in sorted(bad.items()):  # ascending: each lands at its position in the final list
+        payloads.insert(position, payload)
+    try:
+        # The references are computed while the server starts (it spends that time importing).
+        expected = _transformers_answers(checkpoint, images, chats)
+        # The tiny model must be able to fail: answers that ignored the images would all be the same per question.
+        assert len(set(expected)) > len(QUESTIONS)
+        base_url = f"http://127.0.0.1:{port}"
+        _wait_until_healthy(base_url, server, log, deadline)
+        results: dict[int, tuple[int, str]] = {}
+
+        def send(number: int, payload: dict) -> None:
+            results[number] = _post(f"{base_url}/v1/chat/completions", payload, deadline)
+
+        threads = [threading.Thread(target=send, args=item) for item in enumerate(payloads)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=_time_left(deadline))
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=SERVER_EXIT_TIMEOUT_S)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+    server_log = log.read_text()
+    assert len(results) == len(payloads), server_log  # no request lost
+    bad_positions = set(bad)
+    bad_results = [results[position] for position in sorted(bad_positions)]
+    assert [status for status, _ in bad_results] == [400, 400], bad_results
+    assert "could not be read" in bad_results[0][1] and "image" in bad_results[1][1].lower(), bad_results
+    answers = [results[number] for number in range(len(payloads)) if number not in bad_positions]
+    assert [status for status, _ in answers] == [200] * NUM_CHATS, answers
+    assert [text for _, text in answers] == expected
+    # transformers' handler logs each request's path: every chat ran in continuous batching.
+    assert "CB: True" in server_log and "CB: False" not in server_log, server_log
+
+
+@needs_serving
+def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_exactly():
+    from transformers.cli.serving.utils import Modality
+
+    import vlmprep
+    from vlmprep.serving_batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
+    from vlmprep.testing import tiny_gemma3_config, tiny_llava_config
+
+    llava = vlmprep.LlavaForConditionalGeneration(tiny_llava_config())
+    state = VisionPrepGenerationState(continuous_batching=True)
+    assert state.use_continuous_batching(llava, Modality.MULTIMODAL)
+    assert isinstance(state.get_manager("llava@main", use_cb=True), VisionPrepCBGenerateManager)
+    # Gemma3's image blocks are bidirectional: the engine refuses its images, its chats stay sequential.
+    assert not state.use_continuous_batching(
+        vlmprep.Gemma3ForConditionalGeneration(tiny_gemma3_config()), Modality.VLM
+    )
+    # transformers' own class: upstream's answer (no continuous batching for image models)
+    assert not state.use_continuous_batching(
+        transformers.LlavaForConditionalGeneration(tiny_llava_config()), Modality.VLM
+    )
+    assert not VisionPrepGenerationState(continuous_batching=False).use_continuous_batching(llava, Modality.MULTIMODAL)
+
+
+@needs_serving
+def test_image_urls_are_read_by_the_handler_and_an_unreadable_one_is_a_400(tmp_path):
+    from fastapi import HTTPException
+    from transformers.cli.serving.utils import Modality
+
+    from vlmprep.serving_batching import VisionPrepChatCompletionHandler
+
+    (image,) = _random_images(1)
+    image.save(tmp_path / "image.png")
+    urls = [_data_url(image), (tmp_path / "image.png").as_uri(), str(tmp_path / "image.png")]
+    messages = [{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": url}} for url in urls)]}]
+    (message,) = VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
+    assert all(np.array_equal(np.asarray(item["image"]), np.asarray(image)) for item in message["content"])
+    messages[0]["content"][1]["image_url"]["url"] = (tmp_path / "missing.png").as_uri()
+    with pytest.raises(HTTPException, match="Image 2 of the request could not be read") as raised:
+        VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
+    assert raised.value.status_code == 400
