@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .cli.demo_checkpoint import DEMO_CHAT_TEMPLATE, build_demo_tokenizer
+from .cli.demo_checkpoint import DEMO_CHAT_TEMPLATE, build_demo_tokenizer, save_chat_checkpoint
 
 __all__ = ["build_llava_checkpoint"]
 
@@ -57,11 +57,5 @@ def build_llava_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
         image_token=tokenizer.image_token,
     )
     model = tiny_model(transformers.LlavaForConditionalGeneration, config, seed=seed)
-    end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    processor.save_pretrained(directory)
+    save_chat_checkpoint(directory, model, processor, tokenizer)
     return directory

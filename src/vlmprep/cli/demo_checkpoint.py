@@ -167,6 +167,20 @@ def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     # Random weights under which the images reach the logits (upstream's init zeroes Gemma3's projector), so the
     # demo's "same answer" check can fail; the caller's random state is left as it was.
     model = tiny_model(transformers.Gemma3ForConditionalGeneration, config, seed=seed)
+    save_chat_checkpoint(directory, model, processor, tokenizer)
+    (directory / _VERSION_FILE).write_text(DEMO_CHECKPOINT_VERSION + "\n")
+    return directory
+
+
+def save_chat_checkpoint(directory: Path, model, processor, tokenizer) -> None:
+    """Save a model built on the demo tokenizer with its processor; answers end at the end of a chat turn.
+
+    Args:
+        directory (`Path`): where to write; created (with parents) when missing.
+        model (`PreTrainedModel`): the model.
+        processor (`ProcessorMixin`): its processor (tokenizer, image processor, chat template).
+        tokenizer: the demo tokenizer (`build_demo_tokenizer`).
+    """
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -174,8 +188,6 @@ def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
-    (directory / _VERSION_FILE).write_text(DEMO_CHECKPOINT_VERSION + "\n")
-    return directory
 
 
 def ensure_demo_checkpoint(directory: str | os.PathLike | None = None) -> tuple[Path, bool]:
