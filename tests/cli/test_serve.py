@@ -9,8 +9,6 @@ the plain transformers class's greedy answer to the same chat, and the stats the
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import json
 import os
 import signal
@@ -25,14 +23,13 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
 
 from vlmprep.cli.demo_checkpoint import build_demo_checkpoint, demo_images
 from vlmprep.registration import registered, unregister
 from vlmprep.serving import (
     SERVE_STATS_ENV,
-    SERVING_INSTALL_COMMAND,
     add_serve_command,
-    missing_serving_packages,
     serve,
 )
 
@@ -46,54 +43,19 @@ SERVER_DEADLINE_S = 60
 # longer under load.
 SERVER_EXIT_TIMEOUT_S = 20
 
-needs_serving = pytest.mark.skipif(
-    bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
-)
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _data_url(image) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")  # lossless: the server decodes the very pixels the reference gets
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def _time_left(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise AssertionError(f"the server took more than {SERVER_DEADLINE_S} s to start and answer")
-    return left
-
 
 def _chat_completion(url: str, payload: dict, deadline: float) -> str:
     """The answer's text, from one JSON body or, with `"stream": true`, from the deltas of the server-sent events."""
     request = urllib.request.Request(
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=_time_left(deadline)) as response:
+    with urllib.request.urlopen(request, timeout=time_left(deadline)) as response:
         body = response.read().decode()
     if not payload["stream"]:
         return json.loads(body)["choices"][0]["message"]["content"]
     events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
     chunks = [json.loads(event) for event in events if event != "[DONE]"]
     return "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
-
-
-def _wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadline: float) -> None:
-    while True:
-        if server.poll() is not None:
-            raise AssertionError(f"the server exited with {server.returncode}: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=min(2.0, _time_left(deadline))) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.3)
 
 
 def _transformers_answer(checkpoint: Path, image) -> str:
@@ -112,7 +74,7 @@ def _transformers_answer(checkpoint: Path, image) -> str:
 @needs_serving
 def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
     checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
-    port = _free_loopback_port()
+    port = free_loopback_port()
     stats_path = tmp_path / "stats.json"
     env = {
         **os.environ,
@@ -135,7 +97,7 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
         # The tiny model must be able to fail: an answer that ignored the image would match only one of these.
         assert expected["first"] != expected["second"]
         base_url = f"http://127.0.0.1:{port}"
-        _wait_until_healthy(base_url, server, log, deadline)
+        wait_until_healthy(base_url, server, log, deadline)
         answers = []
         # The repeated image must come from the encoder cache; its request is streamed (transformers' streamer path).
         for image, stream in ((first, False), (first, True), (second, False)):
@@ -145,7 +107,7 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
                     {
                         "role": "user",
                         "content": [
-                            {"type": "image_url", "image_url": {"url": _data_url(image)}},
+                            {"type": "image_url", "image_url": {"url": data_url(image)}},
                             {"type": "text", "text": QUESTION},
                         ],
                     }

@@ -9,12 +9,9 @@ log must show that the chats ran in continuous batching.
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,8 +25,8 @@ import pytest
 import torch
 import transformers
 from PIL import Image
+from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
 
-from vlmprep.serving import SERVING_INSTALL_COMMAND, missing_serving_packages
 from vlmprep.serving_checkpoint import build_llava_checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -40,33 +37,10 @@ QUESTIONS = ("What is in this picture?", "Describe the colors you see.")
 SERVER_DEADLINE_S = 75
 SERVER_EXIT_TIMEOUT_S = 10
 
-needs_serving = pytest.mark.skipif(
-    bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
-)
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
 
 def _random_images(count: int) -> list[Image.Image]:
     generator = np.random.default_rng(0)
     return [Image.fromarray(generator.integers(0, 256, (16, 16, 3), dtype=np.uint8), mode="RGB") for _ in range(count)]
-
-
-def _data_url(image: Image.Image) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")  # lossless: the server decodes the very pixels the reference gets
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def _time_left(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise AssertionError(f"the server took more than {SERVER_DEADLINE_S} s to start and answer")
-    return left
 
 
 def _post(url: str, payload: dict, deadline: float) -> tuple[int, str]:
@@ -75,7 +49,7 @@ def _post(url: str, payload: dict, deadline: float) -> tuple[int, str]:
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
     try:
-        with urllib.request.urlopen(request, timeout=_time_left(deadline)) as response:
+        with urllib.request.urlopen(request, timeout=time_left(deadline)) as response:
             status, body = response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -86,18 +60,6 @@ def _post(url: str, payload: dict, deadline: float) -> tuple[int, str]:
     if any("error" in chunk for chunk in chunks):
         return 500, body
     return status, "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
-
-
-def _wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadline: float) -> None:
-    while True:
-        if server.poll() is not None:
-            raise AssertionError(f"the server exited with {server.returncode}: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=min(2.0, _time_left(deadline))) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.3)
 
 
 def _chats(images: list[Image.Image], image_dir: Path) -> list[tuple[list[int], str]]:
@@ -117,7 +79,7 @@ def _payload(indices: list[int], question: str, images, image_dir: Path, stream:
         {
             "type": "image_url",
             "image_url": {
-                "url": _data_url(images[index]) if index % 2 == 0 else (image_dir / f"image_{index}.png").as_uri()
+                "url": data_url(images[index]) if index % 2 == 0 else (image_dir / f"image_{index}.png").as_uri()
             },
         }
         for index in indices
@@ -159,7 +121,7 @@ def _transformers_answers(checkpoint: Path, images, chats) -> list[str]:
 @needs_serving
 def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     checkpoint = build_llava_checkpoint(tmp_path / "checkpoint")
-    port = _free_loopback_port()
+    port = free_loopback_port()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
@@ -194,7 +156,7 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
         # The tiny model must be able to fail: answers that ignored the images would all be the same per question.
         assert len(set(expected)) > len(QUESTIONS)
         base_url = f"http://127.0.0.1:{port}"
-        _wait_until_healthy(base_url, server, log, deadline)
+        wait_until_healthy(base_url, server, log, deadline)
         results: dict[int, tuple[int, str]] = {}
 
         def send(number: int, payload: dict) -> None:
@@ -204,7 +166,7 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=_time_left(deadline))
+            thread.join(timeout=time_left(deadline))
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=SERVER_EXIT_TIMEOUT_S)
     finally:
@@ -257,7 +219,7 @@ def test_image_urls_are_read_by_the_handler_and_an_unreadable_one_is_a_400(tmp_p
 
     (image,) = _random_images(1)
     image.save(tmp_path / "image.png")
-    urls = [_data_url(image), (tmp_path / "image.png").as_uri(), str(tmp_path / "image.png")]
+    urls = [data_url(image), (tmp_path / "image.png").as_uri(), str(tmp_path / "image.png")]
     messages = [{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": url}} for url in urls)]}]
     (message,) = VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
     assert all(np.array_equal(np.asarray(item["image"]), np.asarray(image)) for item in message["content"])

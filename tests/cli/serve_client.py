@@ -1,0 +1,55 @@
+"""What the serve tests share: a free loopback port, image data URLs, deadlines, and waiting for a healthy server."""
+
+from __future__ import annotations
+
+import base64
+import io
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from vlmprep.serving import SERVING_INSTALL_COMMAND, missing_serving_packages
+
+needs_serving = pytest.mark.skipif(
+    bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
+)
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def data_url(image) -> str:
+    """A PNG data URL of a PIL image (lossless: the server decodes the very pixels the reference gets)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def time_left(deadline: float) -> float:
+    """Seconds until `deadline` (a `time.monotonic()` value); fails the test once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AssertionError("the server took too long to start and answer")
+    return left
+
+
+def wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadline: float) -> None:
+    """Return once the server answers `/health`; fail with its log if it exits first."""
+    while True:
+        if server.poll() is not None:
+            raise AssertionError(f"the server exited with {server.returncode}: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=min(2.0, time_left(deadline))) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.3)
