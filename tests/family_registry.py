@@ -1,4 +1,4 @@
-"""The conformance suite's family registry: each family states how to build its tiny model and its prompts.
+"""The conformance suite's family registry: each family states how its processor builds prompts.
 
 A family is registered by a `tests/families/cases_*.py` module calling `register(FamilyCase(...))`; every
 scenario test is parameterized over `FAMILY_CASES`, so a new family runs the whole suite by adding one case.
@@ -12,17 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import transformers
 from transformers import PreTrainedConfig, PreTrainedModel
+
+from vlmprep.models.registry import FAMILY_SPECS
+from vlmprep.testing import tiny_config
 
 
 @dataclass
 class FamilyCase:
-    """How the conformance suite builds one family's tiny model and prompts.
+    """How the conformance suite builds one family's prompts; its tiny config and reference class come from the
+    registry (`vlmprep.models.registry.FAMILY_SPECS`).
 
     Args:
         name: the model type (a key of vlmprep's drop-in registry).
-        upstream_class: the transformers class the drop-in replaces.
-        make_config: a tiny config in memory.
         build_inputs: `(config, segments, image_seeds) -> dict` with `input_ids`, the per-token inputs and the
             pixel inputs the family's processor would return; segments are lists of text ids or `IMAGE`.
         per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
@@ -35,14 +38,21 @@ class FamilyCase:
     """
 
     name: str
-    upstream_class: type[PreTrainedModel]
-    make_config: Callable[[], PreTrainedConfig]
     build_inputs: Callable[[PreTrainedConfig, list, list[int]], dict[str, torch.Tensor]]
     per_token_keys: tuple[str, ...] = ("token_type_ids",)
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     skip: dict[str, str] = field(default_factory=dict)
     collate: Callable | None = None
     answer_token_types: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def upstream_class(self) -> type[PreTrainedModel]:
+        """The transformers class the drop-in replaces (the drop-in has its name)."""
+        return getattr(transformers, FAMILY_SPECS[self.name].class_name)
+
+    def make_config(self) -> PreTrainedConfig:
+        """A fresh tiny config: the builder the registry names for this model type (`vlmprep.testing.tiny_config`)."""
+        return tiny_config(self.name)
 
 
 FAMILY_CASES: dict[str, FamilyCase] = {}

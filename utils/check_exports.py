@@ -5,6 +5,7 @@ Each one must be:
 
 - the class its spec names: a `VisionPrepGenerationMixin` subclass whose `config_class.model_type` is the spec's key,
   with its layout's hooks (`vlmprep.models.layouts.LAYOUTS`) among its bases;
+- built tiny by the builder its spec names in `vlmprep.testing.configs`, a config of the spec's model type;
 - in the static table `vlmprep.models.DROP_IN_MODULES` (class name -> family module) that the lazy exports read;
 - in `vlmprep.__all__`, and `vlmprep.<Name>` must be the drop-in class itself;
 - imported in the `if TYPE_CHECKING:` block of `src/vlmprep/__init__.py`, so type checkers and IDEs see it;
@@ -30,6 +31,7 @@ import subprocess
 import sys
 
 import vlmprep
+import vlmprep.testing.configs
 from vlmprep.generation import VisionPrepGenerationMixin
 from vlmprep.models import DROP_IN_CLASSES, DROP_IN_MODULES
 from vlmprep.models.layouts import LAYOUTS
@@ -76,6 +78,13 @@ def registry_problems() -> list[str]:
         hooks = LAYOUTS[spec.layout].hooks
         if hooks is not None and not any(f"{base.__module__}.{base.__name__}".endswith(hooks) for base in cls.__mro__):
             found.append(f"{spec.drop_in} has layout {spec.layout!r} but does not inherit its hooks {hooks}")
+        builder = getattr(vlmprep.testing.configs, spec.tiny_config, None)
+        if builder is None:
+            found.append(
+                f"FAMILY_SPECS[{model_type!r}] names the tiny config {spec.tiny_config!r}: add it to vlmprep.testing.configs"
+            )
+        elif builder().model_type != model_type:
+            found.append(f"vlmprep.testing.configs.{spec.tiny_config}() is no {model_type!r} config")
     registered = {(spec.module, spec.class_name) for spec in FAMILY_SPECS.values() if spec.drop_in is not None}
     family_modules = sorted(path.stem for path in MODELS_DIR.glob("*.py") if path.stem not in NOT_FAMILY_MODULES)
     for name in family_modules:

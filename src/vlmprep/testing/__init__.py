@@ -1,6 +1,8 @@
 """Tiny random-weight models for tests, demos and benchmarks: configs, weights, prompts, pixels and work counters.
 
-- `configs`: tiny configs (2 decoder layers, hidden size 32, 16x16 images) and their shared special token ids;
+- `configs`: the tiny config of every drop-in family (2 decoder layers, hidden size 32, 8-32 px images), its parts
+  (a tiny decoder, tiny vision towers) and their shared special token ids; `tiny_config(model_type)` looks a family's
+  up in the registry;
 - `weights`: `tiny_model`, upstream's initialisation with the image path's vanishing tensors redrawn
   (`make_image_sensitive`), so that every image changes the logits;
 - `prompts`: token ids with image runs (`build_prompt`, `IMAGE`) and deterministic random pixels;
@@ -22,11 +24,14 @@ from .configs import (
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_SIZE,
     TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
     TINY_VOCAB_SIZE,
     tiny_config,
     tiny_gemma3_config,
     tiny_llava_config,
     tiny_paligemma_config,
+    tiny_text_config,
+    tiny_vision_config,
 )
 from .counters import PrefillCounter, VisionRunCounter
 from .prompts import IMAGE, build_prompt, random_pixels, tokens_per_image
@@ -40,6 +45,7 @@ __all__ = [
     "TINY_EOI_TOKEN_ID",
     "TINY_IMAGE_SIZE",
     "TINY_IMAGE_TOKEN_ID",
+    "TINY_VIDEO_TOKEN_ID",
     "TINY_VOCAB_SIZE",
     "PrefillCounter",
     "VisionRunCounter",
@@ -51,5 +57,7 @@ __all__ = [
     "tiny_llava_config",
     "tiny_model",
     "tiny_paligemma_config",
+    "tiny_text_config",
+    "tiny_vision_config",
     "tokens_per_image",
 ]
