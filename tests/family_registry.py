@@ -73,13 +73,79 @@ def _load_case_modules() -> None:
 _load_case_modules()
 
 
-def families_for(scenario: str, families: list[str] | None = None) -> list:
-    """`pytest.param`s of the families that run `scenario`, the others marked skip with their stated reason."""
+@dataclass(frozen=True)
+class Scenario:
+    """One conformance scenario: the name a `FamilyCase.skip` key uses, the test file that runs it, and the families
+    it is limited to (`None`: every registered family)."""
+
+    name: str
+    source: str
+    families: tuple[str, ...] | None = None
+
+
+def _declare(test_file: str, *names: str) -> list[Scenario]:
+    return [Scenario(name, f"tests/scenarios/{test_file}") for name in names]
+
+
+# The conformance scenarios, by test file: each family runs each one unless its case skips it with a reason.
+# `utils/families_table.py` writes them into docs/families.md; `families_for` refuses a name not declared here.
+SCENARIOS: dict[str, Scenario] = {
+    scenario.name: scenario
+    for scenario in (
+        *_declare(
+            "test_bad_input.py",  # one per case of its `BAD_INPUTS`
+            "bad_input_attention_mask_mismatch",
+            "bad_input_cache_from_other_head_shape",
+            "bad_input_cache_from_other_layer_count",
+            "bad_input_cache_longer_than_prompt",
+            "bad_input_placeholders_without_pixels",
+            "bad_input_token_type_ids_mismatch",
+            "bad_input_too_few_images",
+            "bad_input_too_many_images",
+            "bad_input_wrong_channels",
+            "bad_input_wrong_resolution",
+            "bad_input_wrong_run_length",
+        ),
+        *_declare(
+            "test_cached_prefix.py",
+            "cache_cropped_inside_image",
+            "cache_from_prompt_truncated_inside_image",
+            "cached_text_prefix_then_image_turn",
+            "image_already_in_cache_is_not_encoded",
+            "new_image_next_to_cached_image_encodes_only_the_new_one",
+        ),
+        *_declare(
+            "test_chunked_prefill.py",
+            "cached_prefix_of_every_length_with_chunks",
+            "chunked_batch_matches_unchunked_batch",
+            "every_chunk_size_is_exact",
+        ),
+        *_declare("test_differential.py", "differential"),
+        *_declare(
+            "test_generate.py",
+            "generate_matches_transformers",
+            "interleaved_requests_share_no_state",
+            "left_padded_batch_matches_solo_runs",
+            "save_pretrained_loads_in_transformers",
+        ),
+    )
+}
+
+
+def skip_marks(family: str, scenario: str) -> list:
+    """`[pytest.mark.skip(reason)]` when the family's case skips the declared `scenario`, else `[]`."""
     import pytest
 
-    params = []
-    for name in families if families is not None else sorted(FAMILY_CASES):
-        reason = FAMILY_CASES[name].skip.get(scenario)
-        marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(name, id=name, marks=marks))
-    return params
+    if scenario not in SCENARIOS:
+        raise ValueError(f"{scenario!r} is no declared conformance scenario: add it to SCENARIOS in {__file__}")
+    reason = FAMILY_CASES[family].skip.get(scenario)
+    return [pytest.mark.skip(reason=reason)] if reason else []
+
+
+def families_for(scenario: str) -> list:
+    """`pytest.param`s of the families that run the declared `scenario`, the others marked skip with their reason."""
+    import pytest
+
+    limited = SCENARIOS[scenario].families if scenario in SCENARIOS else None
+    families = limited if limited is not None else sorted(FAMILY_CASES)
+    return [pytest.param(name, id=name, marks=skip_marks(name, scenario)) for name in families]
