@@ -18,18 +18,14 @@ Example:
 ```
 """
 
-from .configs import (
+from .configs import TINY_CONFIG_BUILDERS, tiny_config, tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
+from .configs.parts import (
     TINY_BOI_TOKEN_ID,
-    TINY_CONFIG_BUILDERS,
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_SIZE,
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
     TINY_VOCAB_SIZE,
-    tiny_config,
-    tiny_gemma3_config,
-    tiny_llava_config,
-    tiny_paligemma_config,
     tiny_text_config,
     tiny_vision_config,
 )

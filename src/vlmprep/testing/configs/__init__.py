@@ -1,8 +1,8 @@
 """Tiny random-weight model configs for tests, demos and benchmarks: one builder per drop-in family.
 
 Every builder returns a transformers config small enough to run on a CPU in milliseconds (2 decoder layers, hidden
-size 32, images of 8-32 px), made of the shared parts of `parts` (special token ids, a tiny decoder, tiny vision
-towers). Token ids above 100 are reserved for special tokens so that random text ids (drawn from 3..99) never collide
+size 32, images of 8-32 px), made of the shared parts of `parts` (special token ids `TINY_*`, a tiny decoder, tiny
+vision towers). Token ids above 100 are reserved for special tokens so that random text ids (drawn from 3..99) never collide
 with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names each drop-in's builder; `tiny_config` looks it
 up by model type.
 
@@ -43,17 +43,7 @@ from .fixed_size import (
     tiny_video_llava_config,
     tiny_vipllava_config,
 )
-from .parts import (
-    TINY_BOI_TOKEN_ID,
-    TINY_EOI_TOKEN_ID,
-    TINY_IMAGE_SIZE,
-    TINY_IMAGE_TOKEN_ID,
-    TINY_VIDEO_TOKEN_ID,
-    TINY_VOCAB_SIZE,
-    tiny_sam_vision_config,
-    tiny_text_config,
-    tiny_vision_config,
-)
+from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_exaone4_5_config,
     tiny_glm4v_config,
@@ -101,13 +91,7 @@ def tiny_config(model_type: str) -> PreTrainedConfig:
 
 
 __all__ = [
-    "TINY_BOI_TOKEN_ID",
     "TINY_CONFIG_BUILDERS",
-    "TINY_EOI_TOKEN_ID",
-    "TINY_IMAGE_SIZE",
-    "TINY_IMAGE_TOKEN_ID",
-    "TINY_VIDEO_TOKEN_ID",
-    "TINY_VOCAB_SIZE",
     "tiny_aria_config",
     "tiny_aya_vision_config",
     "tiny_cohere2_vision_config",

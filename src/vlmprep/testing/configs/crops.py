@@ -26,7 +26,8 @@ def _qwen2(model_type: str = "qwen2", **overrides) -> dict:
 def _anyres(text_config: dict, tower: str) -> dict:
     """LLaVA-NeXT-like keyword arguments: anyres grids of 8 px crops of `tower`."""
     vision = tiny_vision_config(tower, image_size=8, projection_dim=32)
-    return {"text_config": text_config, "vision_config": vision, "image_grid_pinpoints": ANYRES_PINPOINTS}
+    kwargs = {"text_config": text_config, "vision_config": vision, "image_grid_pinpoints": ANYRES_PINPOINTS}
+    return {**kwargs, "image_token_index": TINY_IMAGE_TOKEN_ID}
 
 
 def tiny_llava_next_config() -> transformers.LlavaNextConfig:
@@ -35,11 +36,7 @@ def tiny_llava_next_config() -> transformers.LlavaNextConfig:
     Returns:
         `transformers.LlavaNextConfig`
     """
-    return transformers.LlavaNextConfig(
-        **_anyres(tiny_text_config(), "clip_vision_model"),
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-        vision_feature_layer=-1,
-    )
+    return transformers.LlavaNextConfig(**_anyres(tiny_text_config(), "clip_vision_model"), vision_feature_layer=-1)
 
 
 def tiny_llava_next_video_config() -> transformers.LlavaNextVideoConfig:
@@ -48,12 +45,8 @@ def tiny_llava_next_video_config() -> transformers.LlavaNextVideoConfig:
     Returns:
         `transformers.LlavaNextVideoConfig`
     """
-    return transformers.LlavaNextVideoConfig(
-        **_anyres(tiny_text_config(), "clip_vision_model"),
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-        video_token_index=TINY_VIDEO_TOKEN_ID,
-        vision_feature_layer=-1,
-    )
+    parts = _anyres(tiny_text_config(), "clip_vision_model")
+    return transformers.LlavaNextVideoConfig(**parts, video_token_index=TINY_VIDEO_TOKEN_ID, vision_feature_layer=-1)
 
 
 def tiny_llava_onevision_config() -> transformers.LlavaOnevisionConfig:
@@ -64,11 +57,9 @@ def tiny_llava_onevision_config() -> transformers.LlavaOnevisionConfig:
     Returns:
         `transformers.LlavaOnevisionConfig`
     """
+    parts = _anyres(_qwen2(), "siglip_vision_model")
     return transformers.LlavaOnevisionConfig(
-        **_anyres(_qwen2(), "siglip_vision_model"),
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-        video_token_index=TINY_VIDEO_TOKEN_ID,
-        vision_aspect_ratio="anyres_max_1",
+        **parts, video_token_index=TINY_VIDEO_TOKEN_ID, vision_aspect_ratio="anyres_max_1"
     )
 
 
@@ -122,18 +113,24 @@ def tiny_cohere2_vision_config() -> transformers.Cohere2VisionConfig:
     )
 
 
+def _internvl_tiles(text_config: dict, tower: str | None) -> dict:
+    """InternVL-like keyword arguments: 16 px tiles of 4x4 patches, CLS dropped, pixel-shuffled into 4 tokens."""
+    vision = tiny_vision_config(tower)
+    return {
+        "text_config": text_config,
+        "vision_config": vision,
+        "image_token_id": TINY_IMAGE_TOKEN_ID,
+        "image_seq_length": 4,
+    }
+
+
 def tiny_internvl_config() -> transformers.InternVLConfig:
     """A tiny InternVL config: 16 px tiles of 4x4 patches, CLS dropped, pixel-shuffled into 4 tokens; Qwen2 decoder.
 
     Returns:
         `transformers.InternVLConfig`
     """
-    return transformers.InternVLConfig(
-        text_config=_qwen2(),
-        vision_config=tiny_vision_config("internvl_vision"),
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        image_seq_length=4,
-    )
+    return transformers.InternVLConfig(**_internvl_tiles(_qwen2(), "internvl_vision"))
 
 
 def tiny_qianfan_ocr_config() -> transformers.QianfanOCRConfig:
@@ -142,12 +139,7 @@ def tiny_qianfan_ocr_config() -> transformers.QianfanOCRConfig:
     Returns:
         `transformers.QianfanOCRConfig`
     """
-    return transformers.QianfanOCRConfig(
-        text_config=tiny_text_config("qwen3", head_dim=16),
-        vision_config=tiny_vision_config(),
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        image_seq_length=4,
-    )
+    return transformers.QianfanOCRConfig(**_internvl_tiles(tiny_text_config("qwen3", head_dim=16), None))
 
 
 def tiny_got_ocr2_config() -> transformers.GotOcr2Config:

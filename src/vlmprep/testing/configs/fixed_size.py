@@ -25,9 +25,15 @@ def _siglip(**overrides) -> dict:
     return tiny_vision_config("siglip_vision_model", **overrides)
 
 
-def _clip() -> dict:
-    """The two-layer CLIP tower of the LLaVA-like families of this module, 16 patches per 16x16 image."""
-    return tiny_vision_config("clip_vision_model", num_hidden_layers=2, projection_dim=32)
+def _llava_parts() -> dict:
+    """LLaVA's keyword arguments: a two-layer CLIP tower (16 patches per 16x16 image), a Llama decoder."""
+    vision = tiny_vision_config("clip_vision_model", num_hidden_layers=2, projection_dim=32)
+    return {"text_config": tiny_text_config(), "vision_config": vision, "image_token_index": TINY_IMAGE_TOKEN_ID}
+
+
+def _deepseek_parts() -> dict:
+    """DeepSeek-VL's keyword arguments: a SigLIP tower (16 patches per 16x16 image), a Llama decoder."""
+    return {"text_config": tiny_text_config(), "vision_config": _siglip(), "image_token_id": TINY_IMAGE_TOKEN_ID}
 
 
 def tiny_gemma3_config(sliding_window: int = 6, mm_tokens_per_image: int = 16) -> transformers.Gemma3Config:
@@ -80,12 +86,7 @@ def tiny_llava_config() -> transformers.LlavaConfig:
     Returns:
         `transformers.LlavaConfig`
     """
-    return transformers.LlavaConfig(
-        text_config=tiny_text_config(),
-        vision_config=_clip(),
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-        vision_feature_layer=-1,
-    )
+    return transformers.LlavaConfig(**_llava_parts(), vision_feature_layer=-1)
 
 
 def tiny_vipllava_config() -> transformers.VipLlavaConfig:
@@ -94,12 +95,7 @@ def tiny_vipllava_config() -> transformers.VipLlavaConfig:
     Returns:
         `transformers.VipLlavaConfig`
     """
-    return transformers.VipLlavaConfig(
-        text_config=tiny_text_config(),
-        vision_config=_clip(),
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-        vision_feature_layer=[-2, -1],
-    )
+    return transformers.VipLlavaConfig(**_llava_parts(), vision_feature_layer=[-2, -1])
 
 
 def tiny_video_llava_config() -> transformers.VideoLlavaConfig:
@@ -108,12 +104,7 @@ def tiny_video_llava_config() -> transformers.VideoLlavaConfig:
     Returns:
         `transformers.VideoLlavaConfig`
     """
-    return transformers.VideoLlavaConfig(
-        text_config=tiny_text_config(),
-        vision_config=_clip(),
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-        video_token_index=TINY_VIDEO_TOKEN_ID,
-    )
+    return transformers.VideoLlavaConfig(**_llava_parts(), video_token_index=TINY_VIDEO_TOKEN_ID)
 
 
 def tiny_deepseek_vl_config() -> transformers.DeepseekVLConfig:
@@ -122,9 +113,7 @@ def tiny_deepseek_vl_config() -> transformers.DeepseekVLConfig:
     Returns:
         `transformers.DeepseekVLConfig`
     """
-    return transformers.DeepseekVLConfig(
-        text_config=tiny_text_config(), vision_config=_siglip(), image_token_id=TINY_IMAGE_TOKEN_ID
-    )
+    return transformers.DeepseekVLConfig(**_deepseek_parts())
 
 
 def tiny_deepseek_vl_hybrid_config() -> transformers.DeepseekVLHybridConfig:
@@ -133,14 +122,8 @@ def tiny_deepseek_vl_hybrid_config() -> transformers.DeepseekVLHybridConfig:
     Returns:
         `transformers.DeepseekVLHybridConfig`
     """
-    return transformers.DeepseekVLHybridConfig(
-        text_config=tiny_text_config(),
-        vision_config=_siglip(),
-        high_res_vision_config=tiny_sam_vision_config(
-            "sam_vision_model", output_channels=8, image_size=HIGH_RES_IMAGE_SIZE, patch_size=4
-        ),
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-    )
+    sam = tiny_sam_vision_config("sam_vision_model", output_channels=8, image_size=HIGH_RES_IMAGE_SIZE, patch_size=4)
+    return transformers.DeepseekVLHybridConfig(**_deepseek_parts(), high_res_vision_config=sam)
 
 
 def tiny_aria_config() -> transformers.AriaConfig:
