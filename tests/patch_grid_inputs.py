@@ -13,10 +13,9 @@ from collections.abc import Callable
 
 import torch
 
-from vlmprep.testing import IMAGE
+from vlmprep.testing import IMAGE, VIDEO
 from vlmprep.testing.configs.patch_grid import MERGE_SIZE, PATCH_SIZE, TEMPORAL_PATCH_SIZE
 
-VIDEO = "<video>"  # marks where a video goes in a prompt (the conformance suite's prompts hold images only)
 PATCH_DIM = 3 * TEMPORAL_PATCH_SIZE * PATCH_SIZE**2
 # Grid `(t, h, w)` in patches of an image: 16x16, 8x16, 16x24, 24x8 px (each family picks one from the seed).
 IMAGE_GRIDS = [(1, 4, 4), (1, 2, 4), (1, 4, 6), (1, 6, 2)]

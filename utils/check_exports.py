@@ -5,11 +5,11 @@ Each one must be:
 
 - the class its spec names: a `VisionPrepGenerationMixin` subclass whose `config_class.model_type` is the spec's key,
   with its layout's hooks (`vlmprep.models.layouts.LAYOUTS`) among its bases;
-- built tiny by the builder its spec names in `vlmprep.testing.configs`, a config of the spec's model type;
 - in the static table `vlmprep.models.DROP_IN_MODULES` (class name -> family module) that the lazy exports read;
 - in `vlmprep.__all__`, and `vlmprep.<Name>` must be the drop-in class itself;
 - imported in the `if TYPE_CHECKING:` block of `src/vlmprep/__init__.py`, so type checkers and IDEs see it;
-- named in docs/reference.md.
+- named in docs/reference.md;
+- built tiny by the builder its spec names (`tiny_config`) in `vlmprep.testing.configs`: a config of its model type.
 
 Every family module of `vlmprep.models` must define exactly the drop-ins the registry names for it, and import no other
 family module. The table, the `TYPE_CHECKING` block and the docs list are written between generated-block markers, so
@@ -31,7 +31,6 @@ import subprocess
 import sys
 
 import vlmprep
-import vlmprep.testing.configs
 from vlmprep.generation import VisionPrepGenerationMixin
 from vlmprep.models import DROP_IN_CLASSES, DROP_IN_MODULES
 from vlmprep.models.layouts import LAYOUTS
@@ -78,13 +77,6 @@ def registry_problems() -> list[str]:
         hooks = LAYOUTS[spec.layout].hooks
         if hooks is not None and not any(f"{base.__module__}.{base.__name__}".endswith(hooks) for base in cls.__mro__):
             found.append(f"{spec.drop_in} has layout {spec.layout!r} but does not inherit its hooks {hooks}")
-        builder = getattr(vlmprep.testing.configs, spec.tiny_config, None)
-        if builder is None:
-            found.append(
-                f"FAMILY_SPECS[{model_type!r}] names the tiny config {spec.tiny_config!r}: add it to vlmprep.testing.configs"
-            )
-        elif builder().model_type != model_type:
-            found.append(f"vlmprep.testing.configs.{spec.tiny_config}() is no {model_type!r} config")
     registered = {(spec.module, spec.class_name) for spec in FAMILY_SPECS.values() if spec.drop_in is not None}
     family_modules = sorted(path.stem for path in MODELS_DIR.glob("*.py") if path.stem not in NOT_FAMILY_MODULES)
     for name in family_modules:
@@ -103,6 +95,22 @@ def registry_problems() -> list[str]:
             for other in family_modules
             if re.search(rf"^\s*from \.{other} import|^\s*from vlmprep\.models\.{other} import", source, re.M)
         ]
+    return found
+
+
+def tiny_config_problems() -> list[str]:
+    """Each drop-in's tiny config: its spec names a builder of `vlmprep.testing.configs` returning its model type."""
+    import vlmprep.testing.configs as tiny_configs  # the testing wing, imported only by this check
+
+    found = []
+    for model_type, spec in FAMILY_SPECS.items():
+        if spec.drop_in is None:
+            continue
+        builder = getattr(tiny_configs, spec.tiny_config, None)
+        if builder is None:
+            found.append(f"FAMILY_SPECS[{model_type!r}] names {spec.tiny_config}: add it to vlmprep.testing.configs")
+        elif builder().model_type != model_type:
+            found.append(f"vlmprep.testing.configs.{spec.tiny_config}() is no {model_type!r} config")
     return found
 
 
@@ -178,7 +186,7 @@ def problems() -> list[str]:
             found.append(f"{_shown(path)} has no generated block matching {pattern.pattern[:60]!r}")
         elif match.group(2) != block:
             found.append(f"the generated block of {_shown(path)} is stale")
-    return found
+    return found + tiny_config_problems()
 
 
 def _type_checking_names(source: str) -> set[str]:

@@ -14,9 +14,8 @@ import math
 import torch
 
 from family_registry import FAMILY_CASES, register
-from vlmprep.testing import IMAGE, TINY_VIDEO_TOKEN_ID
+from vlmprep.testing import IMAGE, TINY_VIDEO_TOKEN_ID, VIDEO
 
-VIDEO = "<video>"  # marks where a video goes in a prompt
 VIDEO_FRAMES = 4  # one count for every video: the processor stacks videos into one `(videos, frames, ...)` tensor
 
 

@@ -19,12 +19,12 @@ from safetensors.torch import load_file, save_file
 from transformers import CONFIG_MAPPING, AutoModelForImageTextToText, LlamaConfig, PreTrainedConfig, PreTrainedModel
 from transformers.utils import is_accelerate_available
 
+from family_registry import QWEN_FAMILIES
 from vlmprep.loading import text_only
 from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, load_text_decoder
 from vlmprep.testing import TINY_CONFIG_BUILDERS, tiny_config, tiny_text_config, tiny_vision_config
 
 FAMILIES = sorted(TEXT_ONLY_FAMILIES)
-QWEN_VL_FAMILIES = ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
 # One family per key layout and lm_head arrangement, for the error cases.
 ERROR_FAMILIES = ["gemma3", "llava", "idefics3", "lighton_ocr"]
 
@@ -79,7 +79,7 @@ def tiny_checkpoint(model_type: str) -> TinyCheckpoint:
     """A tiny random VLM of a family, saved once per session as one file and as 20KB shards."""
     torch.manual_seed(0)
     vlm = AutoModelForImageTextToText.from_config(tiny_vlm_config(model_type)).eval()
-    if model_type in QWEN_VL_FAMILIES:
+    if model_type in QWEN_FAMILIES:
         # Upstream init leaves the MoE router and experts at zero, where a wrong routing rule cannot show.
         with torch.no_grad():
             for parameter in vlm.parameters():

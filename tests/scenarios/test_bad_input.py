@@ -13,12 +13,11 @@ import torch
 from transformers import DynamicCache
 
 from conftest import ALL_FAMILIES, model_pair
-from family_registry import SCENARIOS, skip_marks
-from helpers import SYSTEM, USER, VIDEO, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
-from vlmprep.testing import IMAGE
+from family_registry import QWEN_FAMILIES, SCENARIOS, skip_marks
+from helpers import SYSTEM, USER, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
+from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
-QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
 # GLM-4V finds image and video placeholders by one token id: as upstream, one forward holds only one of them.
 PATCH_GRID_FAMILIES = [*QWEN_FAMILIES, "glm4v"]
 

@@ -5,7 +5,8 @@
   up in the registry;
 - `weights`: `tiny_model`, upstream's initialisation with the image path's vanishing tensors redrawn
   (`make_image_sensitive`), so that every image changes the logits;
-- `prompts`: token ids with image runs (`build_prompt`, `IMAGE`) and deterministic random pixels;
+- `prompts`: token ids with image runs (`build_prompt`, `IMAGE`; `VIDEO` marks a video) and deterministic random
+  pixels;
 - `counters`: the one vision-run counter (`VisionRunCounter`) and the one prefill counter (`PrefillCounter`).
 
 Example:
@@ -30,7 +31,7 @@ from .configs.parts import (
     tiny_vision_config,
 )
 from .counters import PrefillCounter, VisionRunCounter
-from .prompts import IMAGE, build_prompt, random_pixels, tokens_per_image
+from .prompts import IMAGE, VIDEO, build_prompt, random_pixels, tokens_per_image
 from .weights import IMAGE_PATH_INIT_STD, make_image_sensitive, tiny_model
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "TINY_VIDEO_TOKEN_ID",
     "TINY_VOCAB_SIZE",
     "PrefillCounter",
+    "VIDEO",
     "VisionRunCounter",
     "build_prompt",
     "make_image_sensitive",
