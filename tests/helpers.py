@@ -13,6 +13,7 @@ from transformers import DynamicCache
 import vlmprep
 from family_registry import FAMILY_CASES
 from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
+from vlmprep.testing import VIDEO as VIDEO  # re-exported: tests import the video marker from here too
 
 ATOL = 1e-5
 # Ids above 100 are special tokens (placeholders, image and vision start/end): a random model must not answer with
