@@ -1,6 +1,6 @@
-"""Shared pieces of the LLaVA-like family cases (`tests/families/cases_llava_*.py`, `cases_more.py`): images drawn
-from a seed, and prompts and batches as the families' processors build them. Their tiny configs are the registry's
-(`vlmprep.testing.configs`).
+"""Shared pieces of the LLaVA-like family cases (`tests/families/cases_llava_*.py`, `cases_fixed_size.py`): images
+drawn from a seed, and prompts and batches as the families' processors build them. Their tiny configs are the
+registry's (`vlmprep.testing.configs`).
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
 Image sizes and tile counts are functions of the image seed (`size_of`, `tiles_of`).
@@ -58,7 +58,8 @@ def prompt_ids(segments: list, image_token_runs: list[list[int]]) -> list[int]:
 
 
 def build_patch_run_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-    """One fixed-size image per run of `(image_size / patch_size) ** 2` placeholders, `pixel_values` `(images, C, H, W)`.
+    """One fixed-size image per run of `(image_size / patch_size) ** 2` placeholders; `pixel_values` is
+    `(images, C, H, W)`.
 
     As the processors of VipLLaVA, DeepSeek-VL (`num_image_tokens`, the SigLIP patch count) and Video-LLaVA (patches
     plus the CLS token, minus 1 for "default"; `pixel_values` as returned with `return_legacy_image_output=False`)

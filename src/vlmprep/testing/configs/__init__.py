@@ -2,9 +2,9 @@
 
 Every builder returns a transformers config small enough to run on a CPU in milliseconds (2 decoder layers, hidden
 size 32, images of 8-32 px), made of the shared parts of `parts` (special token ids `TINY_*`, a tiny decoder, tiny
-vision towers). Token ids above 100 are reserved for special tokens so that random text ids (drawn from 3..99) never collide
-with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names each drop-in's builder; `tiny_config` looks it
-up by model type.
+vision towers). Token ids above 100 are reserved for special tokens so that random text ids (drawn from 3..99) never
+collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names each drop-in's builder;
+`tiny_config` looks it up by model type.
 
 - `fixed_size`: one image size (Gemma3, PaliGemma, LLaVA, VipLLaVA, Video-LLaVA, DeepSeek-VL(-Hybrid), Aria);
 - `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);

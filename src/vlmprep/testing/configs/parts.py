@@ -61,7 +61,8 @@ def tiny_vision_config(
     Args:
         model_type (`str`, *optional*): the tower's model type; `None` leaves it out (the family's own tower).
         num_hidden_layers (`int`, *optional*, defaults to 1): encoder layers.
-        image_size (`int`, *optional*, defaults to 16): image side in pixels; `None` leaves it out (towers of any size).
+        image_size (`int`, *optional*, defaults to 16):
+            Image side in pixels; `None` leaves it out (towers of any size).
         patch_size (`int`, *optional*, defaults to 4): patch side in pixels.
         overrides (`Any`): further entries (`projection_dim=32`, `num_patches=16`, ...).
 

@@ -61,8 +61,8 @@ def _windowed_tower(**overrides: Any) -> dict[str, Any]:
 
 
 def _mrope_text(**overrides: Any) -> dict[str, Any]:
-    # `head_dim` is stated, though Qwen2-VL derives it (hidden_size // heads): the bad-cache cases read it. Its 8 rotary
-    # frequencies are split over the (t, h, w) position rows.
+    # `head_dim` is stated, though Qwen2-VL derives it (hidden_size // heads): the bad-cache cases read it. Its 8
+    # rotary frequencies are split over the (t, h, w) position rows.
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
     text = tiny_text_config(None, head_dim=16, max_position_embeddings=1024, rope_parameters=rope)
     return {**text, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, **overrides}
