@@ -141,13 +141,18 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def declared(scenario: str) -> Scenario:
+    """The declared conformance scenario of that name; a name not in `SCENARIOS` is refused."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"{scenario!r} is no declared conformance scenario: add it to SCENARIOS in {__file__}")
+    return SCENARIOS[scenario]
+
+
 def skip_marks(family: str, scenario: str) -> list:
     """`[pytest.mark.skip(reason)]` when the family's case skips the declared `scenario`, else `[]`."""
     import pytest
 
-    if scenario not in SCENARIOS:
-        raise ValueError(f"{scenario!r} is no declared conformance scenario: add it to SCENARIOS in {__file__}")
-    reason = FAMILY_CASES[family].skip.get(scenario)
+    reason = FAMILY_CASES[family].skip.get(declared(scenario).name)
     return [pytest.mark.skip(reason=reason)] if reason else []
 
 
@@ -155,6 +160,6 @@ def families_for(scenario: str) -> list:
     """`pytest.param`s of the families that run the declared `scenario`, the others marked skip with their reason."""
     import pytest
 
-    limited = SCENARIOS[scenario].families if scenario in SCENARIOS else None
+    limited = declared(scenario).families
     families = limited if limited is not None else sorted(FAMILY_CASES)
     return [pytest.param(name, id=name, marks=skip_marks(name, scenario)) for name in families]
