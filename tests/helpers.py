@@ -12,7 +12,8 @@ from transformers import DynamicCache
 
 import vlmprep
 from family_registry import FAMILY_CASES
-from vlmprep.testing import TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
+from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
+from vlmprep.testing import VIDEO as VIDEO  # re-exported: tests import the video marker from here too
 
 ATOL = 1e-5
 # Ids above 100 are special tokens (placeholders, image and vision start/end): a random model must not answer with
@@ -125,6 +126,43 @@ def assert_batch_matches_upstream(upstream, prompts: list[Prompt], sequences: to
     width = sequences.shape[1] - len(logits)
     for row, prompt in enumerate(prompts):
         assert_steps_match_upstream(upstream, prompt, sequences[row, width:], logits, row=row)
+
+
+def generate_batch_matching_upstream(upstream, ours, prompts: list[Prompt], max_new_tokens: int = 2, **kwargs):
+    """Greedy `generate` of the drop-in on the left-padded batch of `prompts`, each row checked against upstream's
+    uncached forward of that row's prompt alone (`assert_batch_matches_upstream`).
+
+    Special tokens are suppressed (`NO_SPECIAL_TOKENS`), so every answer continues its prompt validly.
+
+    Returns:
+        `(sequences, per-step logits)` of the drop-in's generation.
+    """
+    batch = collate(prompts, ours.generation_config.pad_token_id)
+    sequences, logits = generate_logits(ours, batch, max_new_tokens=max_new_tokens, **NO_SPECIAL_TOKENS, **kwargs)
+    assert_batch_matches_upstream(upstream, prompts, sequences, logits)
+    return sequences, logits
+
+
+def generate_new_image_turn(upstream, ours, turn_1: list, image_seeds: list[int], cache_from, counter):
+    """The drop-in continues a conversation whose first turn is in a caller's cache with a turn holding a new image;
+    each step equals upstream's `generate` of the whole conversation without a cache.
+
+    Args:
+        turn_1: the first turn's segments, with one image or video (seed `image_seeds[0]`).
+        image_seeds: the seeds of the first turn's medium and of the new image.
+        cache_from: `(upstream, inputs) -> cache`, how the caller filled the cache of the first turn.
+        counter: `counter(ours)`, a context manager counting the drop-in's encoder runs.
+
+    Returns:
+        The counter, to check what the drop-in encoded (the new image only).
+    """
+    conversation = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=image_seeds)
+    cache = cache_from(upstream, Prompt(ours.config, turn_1, image_seeds=image_seeds[:1]).inputs())
+    with counter(ours) as runs:
+        _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
+    _, expected_logits = generate_logits(upstream, conversation.inputs())
+    assert_same_steps(logits, expected_logits)
+    return runs
 
 
 def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
@@ -243,11 +281,9 @@ def strong_image_gemma3_pair(std: float) -> tuple[torch.nn.Module, torch.nn.Modu
     return upstream, vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
 
 
-# Prompt segments shared by the scenarios: a system prompt, a user turn and the video marker of the families'
-# `build_inputs` (tests/families/cases_qwen.py, cases_llava_video.py).
+# Prompt segments shared by the scenarios: a system prompt and a user turn.
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
 USER = [20, 21, 22]
-VIDEO = "<video>"
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
-"""Shared pieces of the LLaVA-like family cases (`tests/families/cases_llava_*.py`): tiny decoder and vision configs,
-images drawn from a seed, and prompts and batches as the families' processors build them.
+"""Shared pieces of the LLaVA-like family cases (`tests/families/cases_llava_*.py`, `cases_fixed_size.py`): images
+drawn from a seed, and prompts and batches as the families' processors build them. Their tiny configs are the
+registry's (`vlmprep.testing.configs`).
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
 Image sizes and tile counts are functions of the image seed (`size_of`, `tiles_of`).
@@ -9,31 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE
-
-TINY_LLAMA = {
-    "model_type": "llama",
-    "vocab_size": TINY_VOCAB_SIZE,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
-# `head_dim` is stated for decoders whose config lacks the attribute: the bad-input cases read `config.head_dim`.
-TINY_QWEN2 = {**TINY_LLAMA, "model_type": "qwen2", "head_dim": 16}
-TINY_CLIP_8PX = {
-    "model_type": "clip_vision_model",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "image_size": 8,
-    "patch_size": 4,
-    "projection_dim": 32,
-}
-TINY_SIGLIP_8PX = {**TINY_CLIP_8PX, "model_type": "siglip_vision_model"}
-
+from vlmprep.testing import IMAGE, random_pixels
 
 # -- Images drawn from a seed -----------------------------------------------------------------------------------------
 
@@ -78,6 +55,22 @@ def prompt_ids(segments: list, image_token_runs: list[list[int]]) -> list[int]:
     for segment in segments:
         ids += next(runs) if segment is IMAGE else list(segment)
     return ids
+
+
+def build_patch_run_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    """One fixed-size image per run of `(image_size / patch_size) ** 2` placeholders; `pixel_values` is
+    `(images, C, H, W)`.
+
+    As the processors of VipLLaVA, DeepSeek-VL (`num_image_tokens`, the SigLIP patch count) and Video-LLaVA (patches
+    plus the CLS token, minus 1 for "default"; `pixel_values` as returned with `return_legacy_image_output=False`)
+    write them.
+    """
+    vision = config.vision_config
+    run = [config.image_token_id] * (vision.image_size // vision.patch_size) ** 2
+    inputs = {"input_ids": torch.tensor([prompt_ids(segments, [run] * len(image_seeds))])}
+    if image_seeds:
+        inputs["pixel_values"] = torch.cat([random_pixels(1, seed) for seed in image_seeds])
+    return inputs
 
 
 def left_pad(value: torch.Tensor, width: int, fill: int) -> torch.Tensor:

@@ -8,7 +8,8 @@ Each one must be:
 - in the static table `vlmprep.models.DROP_IN_MODULES` (class name -> family module) that the lazy exports read;
 - in `vlmprep.__all__`, and `vlmprep.<Name>` must be the drop-in class itself;
 - imported in the `if TYPE_CHECKING:` block of `src/vlmprep/__init__.py`, so type checkers and IDEs see it;
-- named in docs/reference.md.
+- named in docs/reference.md;
+- built tiny by the builder its spec names (`tiny_config`) in `vlmprep.testing.configs`: a config of its model type.
 
 Every family module of `vlmprep.models` must define exactly the drop-ins the registry names for it, and import no other
 family module. The table, the `TYPE_CHECKING` block and the docs list are written between generated-block markers, so
@@ -97,6 +98,22 @@ def registry_problems() -> list[str]:
     return found
 
 
+def tiny_config_problems() -> list[str]:
+    """Each drop-in's tiny config: its spec names a builder of `vlmprep.testing.configs` returning its model type."""
+    import vlmprep.testing.configs as tiny_configs  # the testing wing, imported only by this check
+
+    found = []
+    for model_type, spec in FAMILY_SPECS.items():
+        if spec.drop_in is None:
+            continue
+        builder = getattr(tiny_configs, spec.tiny_config, None)
+        if builder is None:
+            found.append(f"FAMILY_SPECS[{model_type!r}] names {spec.tiny_config}: add it to vlmprep.testing.configs")
+        elif builder().model_type != model_type:
+            found.append(f"vlmprep.testing.configs.{spec.tiny_config}() is no {model_type!r} config")
+    return found
+
+
 def render_modules_table(modules: dict[str, str]) -> str:
     lines = ["DROP_IN_MODULES: dict[str, str] = {"]
     lines += [f'    "{name}": "{module}",' for name, module in modules.items()]
@@ -169,7 +186,7 @@ def problems() -> list[str]:
             found.append(f"{_shown(path)} has no generated block matching {pattern.pattern[:60]!r}")
         elif match.group(2) != block:
             found.append(f"the generated block of {_shown(path)} is stale")
-    return found
+    return found + tiny_config_problems()
 
 
 def _type_checking_names(source: str) -> set[str]:

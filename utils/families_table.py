@@ -3,8 +3,8 @@
 For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table states the transformers class and what
 the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: the vlmprep drop-in class and its layout, or why there
 is none, and whether `vlmprep.loading.text_only` loads its text decoder alone. From the tests it reads only what they
-alone know: the conformance scenarios (the `families_for("<scenario>")` calls of `tests/scenarios/`) and the ones each
-drop-in skips, with their reasons (`tests/family_registry.py`).
+alone know, as data of `tests/family_registry.py`: the conformance scenarios they declare (`SCENARIOS`) and the ones
+each drop-in's case skips, with their reasons (`FAMILY_CASES`).
 
 Usage:
     python utils/families_table.py          # rewrite docs/families.md
@@ -14,11 +14,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import difflib
 import pathlib
 import sys
+import types
 
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
@@ -29,68 +28,31 @@ from vlmprep.models.registry import FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO_ROOT / "tests"
-CONFORMANCE_DIR = TESTS_DIR / "scenarios"
 DOC_PATH = REPO_ROOT / "docs" / "families.md"
 NOT_ADAPTED = "transformers class (not adapted)"
 
 
-@dataclasses.dataclass(frozen=True)
-class Scenario:
-    """One conformance scenario: the name a `FamilyCase.skip` key uses, and the families it is limited to."""
-
-    name: str
-    source: str  # test file it comes from
-    families: tuple[str, ...] | None = None  # None: every registered family
-
-
-def load_family_cases() -> dict:
-    """`FAMILY_CASES` of `tests/family_registry.py`, imported by path the way pytest's rootdir import does it."""
+def _family_registry() -> types.ModuleType:
+    """`tests/family_registry.py`, imported by path the way pytest's rootdir import does it."""
     if str(TESTS_DIR) not in sys.path:
         sys.path.insert(0, str(TESTS_DIR))
     import family_registry
 
-    return dict(family_registry.FAMILY_CASES)
+    return family_registry
 
 
-def _literal(node: ast.AST):
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        return None
+def load_family_cases() -> dict:
+    """`FAMILY_CASES` of `tests/family_registry.py`: model type -> the conformance suite's `FamilyCase`."""
+    return dict(_family_registry().FAMILY_CASES)
 
 
-def collect_scenarios(conformance_dir: pathlib.Path = CONFORMANCE_DIR) -> list[Scenario]:
-    """The scenario names of the conformance suite, read from its test files without importing them.
-
-    A scenario is a `families_for("<name>")` call (optionally limited by a literal `families=[...]` list), or, in a
-    file that parameterizes bad-input cases, `bad_input_<case>` for each module-level `_case_<case>` function.
-
-    Args:
-        conformance_dir (`pathlib.Path`): the folder of the conformance test files.
+def load_scenarios() -> list:
+    """The conformance scenarios `tests/family_registry.py` declares (`SCENARIOS`), sorted by name.
 
     Returns:
-        `list[Scenario]`, sorted by name.
+        `list[Scenario]`: each with its name, test file and the families it is limited to (`None`: all).
     """
-    scenarios: dict[str, Scenario] = {}
-    for path in sorted(conformance_dir.glob("test_*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        source = path.relative_to(REPO_ROOT).as_posix()
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "families_for" and node.args):
-                continue
-            name = _literal(node.args[0])
-            if not isinstance(name, str):
-                continue
-            limited = node.args[1] if len(node.args) > 1 else None
-            limited = next((k.value for k in node.keywords if k.arg == "families"), limited)
-            families = _literal(limited) if limited is not None else None
-            scenarios[name] = Scenario(name, source, tuple(families) if isinstance(families, (list, tuple)) else None)
-        if "bad_input_" in path.read_text():
-            for node in tree.body:
-                if isinstance(node, ast.FunctionDef) and node.name.startswith("_case_"):
-                    name = "bad_input_" + node.name.removeprefix("_case_")
-                    scenarios[name] = Scenario(name, source)
-    return sorted(scenarios.values(), key=lambda scenario: scenario.name)
+    return sorted(_family_registry().SCENARIOS.values(), key=lambda scenario: scenario.name)
 
 
 def _escape(text: str) -> str:
@@ -106,7 +68,7 @@ def build_table(
     drop_ins: dict[str, type],
     reasons: dict[str, str],
     cases: dict,
-    scenarios: list[Scenario],
+    scenarios: list,
     text_only: set[str],
     layouts: dict[str, str] | None = None,
 ) -> tuple[str, list[str], list[str]]:
@@ -117,7 +79,7 @@ def build_table(
         drop_ins (`dict[str, type]`): model type -> vlmprep drop-in class.
         reasons (`dict[str, str]`): model type -> why it has no drop-in.
         cases (`dict`): model type -> `FamilyCase` of the conformance suite.
-        scenarios (`list[Scenario]`): the conformance scenarios.
+        scenarios (`list`): the conformance scenarios (`Scenario`s of `tests/family_registry.py`).
         text_only (`set[str]`): model types whose text decoder loads alone.
         layouts (`dict[str, str]`, *optional*): model type -> the drop-in's layout (a key of `LAYOUTS`).
 
@@ -149,7 +111,7 @@ def build_table(
         for key in sorted(set(case.skip) - known_scenarios):
             warnings.append(f"FamilyCase {name!r} skips {key!r}, which is no conformance scenario")
 
-    def applies(scenario: Scenario, family: str) -> bool:
+    def applies(scenario, family: str) -> bool:
         return scenario.families is None or family in scenario.families
 
     lines = [
@@ -240,7 +202,7 @@ def render() -> tuple[str, list[str], list[str]]:
         drop_ins=dict(DROP_IN_CLASSES),
         reasons=dict(NOT_ADAPTED_REASONS),
         cases=load_family_cases(),
-        scenarios=collect_scenarios(),
+        scenarios=load_scenarios(),
         text_only={model_type for model_type, spec in FAMILY_SPECS.items() if spec.text_only is not None},
         layouts={model_type: spec.layout for model_type, spec in FAMILY_SPECS.items() if spec.layout is not None},
     )

@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 import torch
-from cb_models import (
-    LlavaCB,
-    assert_matches_reference,
-    engine_config,
-    greedy,
-    image_run,
-    llava_cb_pair,
-    pixels,
-    wait_for,
-)
+from cb_models import LlavaCB, engine_config, greedy, llava_cb_pair, wait_for
+from cb_references import assert_matches_reference, image_run, pixels
 from transformers.generation.continuous_batching.requests import RequestStatus
 
 from vlmprep.batching.admission import encode_admitted

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import (
-    assert_matches_reference,
-    engine_config,
-    greedy,
-    image_run,
-    llava_cb_pair,
-    pixels,
-    reference_tokens,
-    wait_for,
-)
+from cb_models import engine_config, greedy, llava_cb_pair, wait_for
+from cb_references import assert_matches_reference, image_run, pixels, reference_tokens
 
 from vlmprep.batching import ImageBatchingManager
 from vlmprep.testing import VisionRunCounter

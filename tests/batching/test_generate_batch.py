@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import (
-    assert_matches_reference,
-    engine_config,
-    greedy,
-    image_run,
-    llava_cb_pair,
-    pixels,
-    reference_tokens,
-)
+from cb_models import engine_config, greedy, llava_cb_pair
+from cb_references import assert_matches_reference, image_run, pixels, reference_tokens
 from transformers import ContinuousBatchingConfig, GenerationConfig
 
 from vlmprep.batching import ImageRequestState

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-from cb_models import (
-    TokensFed,
-    assert_matches_reference,
-    engine_config,
-    greedy,
-    image_run,
-    llava_cb_pair,
-    pixels,
-    wait_for,
-)
+from cb_models import TokensFed, engine_config, greedy, llava_cb_pair, wait_for
+from cb_references import assert_matches_reference, image_run, pixels
 
 NEW_TOKENS = 3
 DECODE_STEPS = NEW_TOKENS - 1  # the first token comes from the last prefill slice

@@ -1,10 +1,9 @@
 """Gemma3, PaliGemma and LLaVA: fixed-resolution families whose prompts `vlmprep.testing.build_prompt` builds."""
 
 import torch
-import transformers
 
 from family_registry import FamilyCase, register
-from vlmprep.testing import build_prompt, random_pixels, tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
+from vlmprep.testing import build_prompt, random_pixels
 
 
 def build_fixed_resolution_inputs(config, segments: list, image_seeds: list[int]) -> dict:
@@ -17,20 +16,7 @@ def build_fixed_resolution_inputs(config, segments: list, image_seeds: list[int]
     return inputs
 
 
-register(
-    FamilyCase(
-        "gemma3", transformers.Gemma3ForConditionalGeneration, tiny_gemma3_config, build_fixed_resolution_inputs
-    )
-)
-register(
-    FamilyCase(
-        "paligemma",
-        transformers.PaliGemmaForConditionalGeneration,
-        tiny_paligemma_config,
-        build_fixed_resolution_inputs,
-        answer_token_types={"token_type_ids": 1},
-    )
-)
-register(
-    FamilyCase("llava", transformers.LlavaForConditionalGeneration, tiny_llava_config, build_fixed_resolution_inputs)
-)
+register(FamilyCase("gemma3", build_fixed_resolution_inputs))
+# PaliGemma's suffix (answer) tokens have token type 1: causal, after the bidirectional prefix.
+register(FamilyCase("paligemma", build_fixed_resolution_inputs, answer_token_types={"token_type_ids": 1}))
+register(FamilyCase("llava", build_fixed_resolution_inputs))

@@ -3,46 +3,21 @@ split by `[IMG_BREAK]`) and LightOnOCR (one run per image).
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
 Placeholder counts follow each processor's own arithmetic (called on a stand-in where the processor can be imported),
-never the drop-in under test. Shared pieces (tiny configs, seeded images, prompts, batches): `llava_like_inputs.py`.
+never the drop-in under test. Shared pieces (seeded images, prompts, batches): `llava_like_inputs.py`.
 """
 
 from __future__ import annotations
 
 import torch
-import transformers
 
 from family_registry import FamilyCase, register
-from llava_like_inputs import (
-    TINY_LLAMA,
-    TINY_QWEN2,
-    pad_dim,
-    pixels,
-    prompt_ids,
-    size_of,
-)
-from vlmprep.testing import TINY_IMAGE_TOKEN_ID
+from llava_like_inputs import pad_dim, pixels, prompt_ids, size_of
 
 # -- Mistral3 (Pixtral vision) ----------------------------------------------------------------------------------------
 
 IMG_BREAK_ID, IMG_END_ID = 110, 111
 # Processed (height, width) of the images (see `size_of`); 4x4 merged patches: rows of 1-4 `[IMG]` tokens.
 PIXTRAL_SIZES = [(16, 16), (8, 16), (16, 8), (12, 8)]
-
-
-def tiny_mistral3_config() -> transformers.Mistral3Config:
-    return transformers.Mistral3Config(
-        text_config={**TINY_LLAMA, "model_type": "mistral"},
-        vision_config={
-            "model_type": "pixtral",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": 16,
-            "patch_size": 2,
-        },
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-    )
 
 
 def pixtral_image_tokens(config, image_size: tuple[int, int]) -> list[int]:
@@ -68,28 +43,10 @@ def build_mistral3_inputs(config, segments: list, image_seeds: list[int]) -> dic
     return inputs
 
 
-register(
-    FamilyCase(
-        "mistral3",
-        transformers.Mistral3ForConditionalGeneration,
-        tiny_mistral3_config,
-        build_mistral3_inputs,
-        per_token_keys=(),
-        pixel_keys=("pixel_values", "image_sizes"),
-    )
-)
+register(FamilyCase("mistral3", build_mistral3_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_sizes")))
 
 
 # -- LightOnOCR: Pixtral vision, one run per image --------------------------------------------------------------------
-
-
-def tiny_lighton_ocr_config() -> transformers.LightOnOcrConfig:
-    pixtral = tiny_mistral3_config().vision_config.to_dict()
-    return transformers.LightOnOcrConfig(
-        text_config={**TINY_QWEN2, "model_type": "qwen3"},
-        vision_config=pixtral,
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-    )
 
 
 def build_lighton_ocr_inputs(config, segments: list, image_seeds: list[int]) -> dict:
@@ -105,12 +62,5 @@ def build_lighton_ocr_inputs(config, segments: list, image_seeds: list[int]) -> 
 
 
 register(
-    FamilyCase(
-        "lighton_ocr",
-        transformers.LightOnOcrForConditionalGeneration,
-        tiny_lighton_ocr_config,
-        build_lighton_ocr_inputs,
-        per_token_keys=(),
-        pixel_keys=("pixel_values", "image_sizes"),
-    )
+    FamilyCase("lighton_ocr", build_lighton_ocr_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_sizes"))
 )

@@ -2,37 +2,19 @@
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
 Placeholder counts follow each processor's own arithmetic (called on a stand-in where the processor can be imported),
-never the drop-in under test. Shared pieces (tiny configs, seeded images, prompts, batches): `llava_like_inputs.py`.
+never the drop-in under test. Shared pieces (seeded images, prompts, batches): `llava_like_inputs.py`.
 """
 
 from __future__ import annotations
 
 import torch
-import transformers
 
 from family_registry import FamilyCase, register
-from llava_like_inputs import (
-    TINY_LLAMA,
-    TINY_SIGLIP_8PX,
-    collate_padded_patches,
-    prompt_ids,
-    tile_pixels,
-    tiles_of,
-)
-from vlmprep.testing import TINY_IMAGE_TOKEN_ID
+from llava_like_inputs import collate_padded_patches, prompt_ids, tile_pixels, tiles_of
 
 # -- Idefics3 and SmolVLM: sub-images in (batch, sub-images, C, H, W) -------------------------------------------------
 
 FAKE_AROUND_IMAGE, GLOBAL_IMG, ROW_COL_TAG, NEWLINE = 112, 113, 114, 9
-
-
-def tiny_idefics3_config() -> transformers.Idefics3Config:
-    vision = {key: value for key, value in TINY_SIGLIP_8PX.items() if key != "model_type"}
-    return transformers.Idefics3Config(
-        text_config=dict(TINY_LLAMA),
-        vision_config={**vision, "image_size": 16},
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-    )
 
 
 def idefics3_image_tokens(config, sub_images: int) -> list[int]:
@@ -70,36 +52,14 @@ def collate_sub_images(prompts: list, pad_token_id: int) -> dict:
     return collate_padded_patches(prompts, pad_token_id, patch_keys=("pixel_values", "pixel_attention_mask"))
 
 
-register(
-    FamilyCase(
-        "idefics3",
-        transformers.Idefics3ForConditionalGeneration,
-        tiny_idefics3_config,
-        build_idefics3_inputs,
-        per_token_keys=(),
-        pixel_keys=("pixel_values", "pixel_attention_mask"),
-        collate=collate_sub_images,
+# SmolVLM's processor writes images exactly as Idefics3's.
+for name in ("idefics3", "smolvlm"):
+    register(
+        FamilyCase(
+            name,
+            build_idefics3_inputs,
+            per_token_keys=(),
+            pixel_keys=("pixel_values", "pixel_attention_mask"),
+            collate=collate_sub_images,
+        )
     )
-)
-
-
-def tiny_smolvlm_config() -> transformers.SmolVLMConfig:
-    vision = {key: value for key, value in TINY_SIGLIP_8PX.items() if key != "model_type"}
-    return transformers.SmolVLMConfig(
-        text_config=dict(TINY_LLAMA),
-        vision_config={**vision, "image_size": 16},
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-    )
-
-
-register(
-    FamilyCase(
-        "smolvlm",
-        transformers.SmolVLMForConditionalGeneration,
-        tiny_smolvlm_config,
-        build_idefics3_inputs,  # SmolVLM's processor writes images exactly as Idefics3's
-        per_token_keys=(),
-        pixel_keys=("pixel_values", "pixel_attention_mask"),
-        collate=collate_sub_images,
-    )
-)

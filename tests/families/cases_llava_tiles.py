@@ -1,197 +1,77 @@
 """LLaVA-like families with one tile per item, the tiles of every image flattened in `pixel_values`: Aya Vision,
-Cohere2 Vision, InternVL, GOT-OCR2 and LFM2-VL (SigLIP2 NaFlex rows).
+Cohere2 Vision, InternVL, Qianfan-OCR, GOT-OCR2 and LFM2-VL (SigLIP2 NaFlex rows).
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
 Placeholder counts follow each processor's own arithmetic (called on a stand-in where the processor can be imported),
-never the drop-in under test. Shared pieces (tiny configs, seeded images, prompts, batches): `llava_like_inputs.py`.
+never the drop-in under test. Shared pieces (seeded images, prompts, batches): `llava_like_inputs.py`.
 """
 
 from __future__ import annotations
 
 import torch
-import transformers
 
 from family_registry import FamilyCase, register
-from llava_like_inputs import (
-    TINY_CLIP_8PX,
-    TINY_QWEN2,
-    TINY_SIGLIP_8PX,
-    pixels,
-    prompt_ids,
-    size_of,
-    tile_pixels,
-    tiles_of,
-)
-from vlmprep.testing import TINY_IMAGE_TOKEN_ID
+from llava_like_inputs import pixels, prompt_ids, size_of, tile_pixels, tiles_of
 
-# -- Aya Vision -------------------------------------------------------------------------------------------------------
-
+# Aya Vision and Cohere2 Vision: start, end, a tile's marker, the global view's marker; Cohere2's line break.
 AYA_START, AYA_END, AYA_TILE, AYA_GLOBAL = 112, 113, 114, 115
+COHERE_LINE_BREAK = 116
+# `<img>` and `</img>` around an image's tiles (InternVL, Qianfan-OCR, GOT-OCR2).
+IMG_START, IMG_END = 112, 113
+GOT_TOKENS_PER_TILE = 4  # GOT-OCR2's `num_image_tokens`: a tile's 8x8 SAM patches, 2x2-pooled twice
 
 
-def tiny_aya_vision_config() -> transformers.AyaVisionConfig:
-    return transformers.AyaVisionConfig(
-        text_config={
-            **TINY_QWEN2,
-            "model_type": "cohere2",
-            "sliding_window": 6,
-            "layer_types": ["sliding_attention", "full_attention"],
-        },
-        vision_config={**TINY_SIGLIP_8PX, "image_size": 16},
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-    )
-
-
-def aya_image_tokens(config, tiles: int) -> list[int]:
-    """`AyaVisionProcessor.replace_image_token`: start, a marker and a placeholder run per tile (global last), end."""
+def shuffled_tile_run(config) -> list[int]:
+    """A tile's placeholders after the pixel shuffle of Aya Vision and Cohere2 Vision."""
     vision = config.vision_config
-    run = [config.image_token_id] * (vision.image_size // vision.patch_size // config.downsample_factor) ** 2
-    local = [token for _ in range(tiles - 1) for token in [AYA_TILE, *run]]
+    return [config.image_token_id] * (vision.image_size // vision.patch_size // config.downsample_factor) ** 2
+
+
+def aya_image_tokens(config, seed: int) -> list[int]:
+    """`AyaVisionProcessor.replace_image_token`: start, a marker and a placeholder run per tile (global last), end."""
+    run = shuffled_tile_run(config)
+    local = [token for _ in range(tiles_of(seed) - 1) for token in [AYA_TILE, *run]]
     return [AYA_START, *local, AYA_GLOBAL, *run, AYA_END]
 
 
-def build_aya_vision_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-    runs = [aya_image_tokens(config, tiles_of(seed)) for seed in image_seeds]
-    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
-    if image_seeds:
-        inputs["pixel_values"] = tile_pixels(config, image_seeds)
-    return inputs
-
-
-register(
-    FamilyCase(
-        "aya_vision",
-        transformers.AyaVisionForConditionalGeneration,
-        tiny_aya_vision_config,
-        build_aya_vision_inputs,
-        per_token_keys=(),
-    )
-)
-
-
-# -- InternVL ---------------------------------------------------------------------------------------------------------
-
-INTERNVL_START, INTERNVL_END = 112, 113
-
-
-def tiny_internvl_config() -> transformers.InternVLConfig:
-    return transformers.InternVLConfig(
-        text_config=dict(TINY_QWEN2),
-        vision_config={
-            "model_type": "internvl_vision",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": 16,
-            "patch_size": 4,
-        },
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        image_seq_length=4,  # 4x4 patches, CLS dropped ("default"), pixel-shuffled by 0.5
-    )
-
-
-def build_internvl_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-    """`InternVLProcessor.replace_image_token`: `<img>`, `image_seq_length` placeholders per tile, `</img>`."""
-    runs = [
-        [INTERNVL_START, *[config.image_token_id] * (config.image_seq_length * tiles_of(seed)), INTERNVL_END]
-        for seed in image_seeds
-    ]
-    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
-    if image_seeds:
-        inputs["pixel_values"] = tile_pixels(config, image_seeds)
-    return inputs
-
-
-register(
-    FamilyCase(
-        "internvl",
-        transformers.InternVLForConditionalGeneration,
-        tiny_internvl_config,
-        build_internvl_inputs,
-        per_token_keys=(),
-    )
-)
-
-
-# -- GOT-OCR2: one run per image, `num_image_tokens` per tile ---------------------------------------------------------
-
-GOT_IMG_START, GOT_IMG_END = 112, 113
-
-
-def tiny_got_ocr2_config() -> transformers.GotOcr2Config:
-    return transformers.GotOcr2Config(
-        text_config=dict(TINY_QWEN2),
-        vision_config={
-            "hidden_size": 32,
-            "output_channels": 16,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "image_size": 16,
-            "patch_size": 2,
-            "window_size": 4,
-            "global_attn_indexes": [1],
-            "mlp_dim": 64,
-        },
-        image_token_index=TINY_IMAGE_TOKEN_ID,
-    )
-
-
-def build_got_ocr2_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-    """`GotOcr2Processor`: `<img>`, `num_image_tokens` `<imgpad>` per tile (8x8 patches -> 4 tokens), `</img>`."""
-    runs = [[GOT_IMG_START, *[config.image_token_id] * (4 * tiles_of(seed)), GOT_IMG_END] for seed in image_seeds]
-    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
-    if image_seeds:
-        inputs["pixel_values"] = tile_pixels(config, image_seeds)
-    return inputs
-
-
-register(
-    FamilyCase(
-        "got_ocr2",
-        transformers.GotOcr2ForConditionalGeneration,
-        tiny_got_ocr2_config,
-        build_got_ocr2_inputs,
-        per_token_keys=(),
-    )
-)
-
-
-# -- Cohere2 Vision: Aya Vision's tiles, each closed by a line break --------------------------------------------------
-
-COHERE_LINE_BREAK = 116
-
-
-def tiny_cohere2_vision_config() -> transformers.Cohere2VisionConfig:
-    aya = tiny_aya_vision_config()
-    return transformers.Cohere2VisionConfig(
-        text_config=aya.text_config.to_dict(),
-        vision_config=aya.vision_config.to_dict(),
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        alignment_intermediate_size=64,
-    )
-
-
-def build_cohere2_vision_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+def cohere2_image_tokens(config, seed: int) -> list[int]:
     """`Cohere2VisionProcessor.replace_image_token`: start, per tile its placeholders and a line break, end."""
-    vision = config.vision_config
-    tile = [config.image_token_id] * (vision.image_size // vision.patch_size // config.downsample_factor) ** 2
-    runs = [[AYA_START, *([*tile, COHERE_LINE_BREAK] * tiles_of(seed)), AYA_END] for seed in image_seeds]
-    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
-    if image_seeds:
-        inputs["pixel_values"] = tile_pixels(config, image_seeds)
-    return inputs
+    return [AYA_START, *([*shuffled_tile_run(config), COHERE_LINE_BREAK] * tiles_of(seed)), AYA_END]
 
 
-register(
-    FamilyCase(
-        "cohere2_vision",
-        transformers.Cohere2VisionForConditionalGeneration,
-        tiny_cohere2_vision_config,
-        build_cohere2_vision_inputs,
-        per_token_keys=(),
-    )
-)
+def internvl_image_tokens(config, seed: int) -> list[int]:
+    """`InternVLProcessor.replace_image_token` (Qianfan-OCR's too): `<img>`, `image_seq_length` placeholders per tile,
+    `</img>`."""
+    return [IMG_START, *[config.image_token_id] * (config.image_seq_length * tiles_of(seed)), IMG_END]
+
+
+def got_ocr2_image_tokens(config, seed: int) -> list[int]:
+    """`GotOcr2Processor`: `<img>`, `num_image_tokens` `<imgpad>` per tile, `</img>`."""
+    return [IMG_START, *[config.image_token_id] * (GOT_TOKENS_PER_TILE * tiles_of(seed)), IMG_END]
+
+
+def tile_inputs(image_tokens):
+    """A builder of prompts whose images are runs of `image_tokens(config, seed)` and whose tiles are flattened in
+    `pixel_values` `(total_tiles, C, H, W)`."""
+
+    def build_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+        runs = [image_tokens(config, seed) for seed in image_seeds]
+        inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
+        if image_seeds:
+            inputs["pixel_values"] = tile_pixels(config, image_seeds)
+        return inputs
+
+    return build_inputs
+
+
+for name, image_tokens in (
+    ("aya_vision", aya_image_tokens),
+    ("cohere2_vision", cohere2_image_tokens),
+    ("internvl", internvl_image_tokens),
+    ("qianfan_ocr", internvl_image_tokens),
+    ("got_ocr2", got_ocr2_image_tokens),
+):
+    register(FamilyCase(name, tile_inputs(image_tokens), per_token_keys=()))
 
 
 # -- LFM2-VL: SigLIP2 NaFlex rows (tiles or whole images) of any patch grid -------------------------------------------
@@ -199,19 +79,6 @@ register(
 LFM2_START, LFM2_END, LFM2_TILE_TAG, LFM2_THUMBNAIL = 112, 113, 114, 115
 # Patch grid (rows, columns) of the whole image / thumbnail drawn with a seed (see `size_of`); tiles are 4x4 patches.
 NAFLEX_SHAPES = [(4, 4), (2, 4), (4, 2), (2, 2)]
-
-
-def tiny_lfm2_vl_config() -> transformers.Lfm2VlConfig:
-    return transformers.Lfm2VlConfig(
-        text_config={**TINY_QWEN2, "model_type": "lfm2", "layer_types": ["conv", "full_attention"]},
-        vision_config={
-            **{key: value for key, value in TINY_CLIP_8PX.items() if key not in ("image_size", "projection_dim")},
-            "model_type": "siglip2_vision_model",
-            "num_patches": 16,
-        },
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        projector_hidden_size=32,
-    )
 
 
 def build_lfm2_vl_inputs(config, segments: list, image_seeds: list[int]) -> dict:
@@ -244,8 +111,6 @@ def build_lfm2_vl_inputs(config, segments: list, image_seeds: list[int]) -> dict
 register(
     FamilyCase(
         "lfm2_vl",
-        transformers.Lfm2VlForConditionalGeneration,
-        tiny_lfm2_vl_config,
         build_lfm2_vl_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "spatial_shapes", "pixel_attention_mask"),

@@ -14,10 +14,8 @@ import math
 import torch
 
 from family_registry import FAMILY_CASES, register
-from vlmprep.testing import IMAGE
+from vlmprep.testing import IMAGE, TINY_VIDEO_TOKEN_ID, VIDEO
 
-VIDEO = "<video>"  # marks where a video goes in a prompt
-VIDEO_TOKEN_ID = 123  # `video_token_index` of both tiny configs
 VIDEO_FRAMES = 4  # one count for every video: the processor stacks videos into one `(videos, frames, ...)` tensor
 
 
@@ -56,7 +54,7 @@ def with_videos(build_images):
         position = 0
         for segment in segments:
             if segment == VIDEO:
-                ids += [VIDEO_TOKEN_ID] * video_tokens(config)
+                ids += [TINY_VIDEO_TOKEN_ID] * video_tokens(config)
                 continue
             if segment is IMAGE:
                 end = position

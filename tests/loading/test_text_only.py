@@ -19,32 +19,19 @@ from safetensors.torch import load_file, save_file
 from transformers import CONFIG_MAPPING, AutoModelForImageTextToText, LlamaConfig, PreTrainedConfig, PreTrainedModel
 from transformers.utils import is_accelerate_available
 
-from family_registry import FAMILY_CASES
+from family_registry import QWEN_FAMILIES
 from vlmprep.loading import text_only
 from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, load_text_decoder
-from vlmprep.testing import TINY_CONFIG_BUILDERS, TINY_VOCAB_SIZE
+from vlmprep.testing import TINY_CONFIG_BUILDERS, tiny_config, tiny_text_config, tiny_vision_config
 
 FAMILIES = sorted(TEXT_ONLY_FAMILIES)
-QWEN_VL_FAMILIES = ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
 # One family per key layout and lm_head arrangement, for the error cases.
 ERROR_FAMILIES = ["gemma3", "llava", "idefics3", "lighton_ocr"]
 
-_TINY_TEXT = {
-    "vocab_size": TINY_VOCAB_SIZE,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 16,
-    "max_position_embeddings": 512,
-}
-_TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
-_TINY_VISION_IMAGE = {"image_size": 16, "patch_size": 4}
-# Sizes the generic shrinking below does not reach (projector widths, resampler, SAM neck).
+_TINY_TEXT = tiny_text_config(None, head_dim=16, max_position_embeddings=512)
+_TINY_VISION = tiny_vision_config()
+# Sizes the generic shrinking below does not reach (Idefics2's perceiver resampler).
 _TINY_OVERRIDES = {
-    "cohere2_vision": {"alignment_intermediate_size": 64},
-    "got_ocr2": {"vision_config": {"output_channels": 32, "mlp_dim": 64}},
     "idefics2": {
         "perceiver_config": {
             "resampler_n_latents": 4,
@@ -54,28 +41,22 @@ _TINY_OVERRIDES = {
             "num_key_value_heads": 1,
         }
     },
-    "lfm2_vl": {"projector_hidden_size": 64, "vision_config": {"num_patches": 16}},
 }
 
 
 def tiny_vlm_config(model_type: str) -> PreTrainedConfig:
-    """The tiny config of a covered family: `vlmprep.testing`'s or the drop-in tests' where there is one, else the
+    """The tiny config of a covered family: its drop-in's (`vlmprep.testing.tiny_config`) where it has one, else the
     defaults shrunk."""
     if model_type in TINY_CONFIG_BUILDERS:
-        return TINY_CONFIG_BUILDERS[model_type]()
-    if model_type in QWEN_VL_FAMILIES:
-        # mrope sections that split the rotary frequencies unevenly, interleaved for Qwen3-VL, 4 experts for the MoE
-        return FAMILY_CASES[model_type].make_config()
+        return tiny_config(model_type)
     config_class = CONFIG_MAPPING[model_type]
     config = config_class().to_dict()
     config.pop("model_type", None)
-    overrides = _TINY_OVERRIDES.get(model_type, {})
     # `layer_types` is sized by the default layer count; dropping it lets the text config derive it again.
     text_config = {k: v for k, v in config["text_config"].items() if k != "layer_types"} | _TINY_TEXT
     vision_config = dict(config["vision_config"])
-    vision_config.update({k: v for k, v in (_TINY_VISION | _TINY_VISION_IMAGE).items() if k in vision_config})
-    vision_config.update(overrides.get("vision_config", {}))
-    config.update({k: v for k, v in overrides.items() if k != "vision_config"})
+    vision_config.update({k: v for k, v in _TINY_VISION.items() if k in vision_config})
+    config.update(_TINY_OVERRIDES.get(model_type, {}))
     return config_class(**{**config, "text_config": text_config, "vision_config": vision_config})
 
 
@@ -98,7 +79,7 @@ def tiny_checkpoint(model_type: str) -> TinyCheckpoint:
     """A tiny random VLM of a family, saved once per session as one file and as 20KB shards."""
     torch.manual_seed(0)
     vlm = AutoModelForImageTextToText.from_config(tiny_vlm_config(model_type)).eval()
-    if model_type in QWEN_VL_FAMILIES:
+    if model_type in QWEN_FAMILIES:
         # Upstream init leaves the MoE router and experts at zero, where a wrong routing rule cannot show.
         with torch.no_grad():
             for parameter in vlm.parameters():

@@ -13,12 +13,11 @@ import torch
 from transformers import DynamicCache
 
 from conftest import ALL_FAMILIES, model_pair
-from family_registry import FAMILY_CASES
-from helpers import SYSTEM, USER, VIDEO, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
-from vlmprep.testing import IMAGE
+from family_registry import QWEN_FAMILIES, SCENARIOS, skip_marks
+from helpers import SYSTEM, USER, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
+from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
-QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
 # GLM-4V finds image and video placeholders by one token id: as upstream, one forward holds only one of them.
 PATCH_GRID_FAMILIES = [*QWEN_FAMILIES, "glm4v"]
 
@@ -126,13 +125,16 @@ BAD_INPUTS = {name.removeprefix("_case_"): case for name, case in dict(globals()
 
 
 def _family_case_params() -> list:
-    params = []
-    for family in ALL_FAMILIES:
-        for case in sorted(BAD_INPUTS):
-            reason = FAMILY_CASES[family].skip.get(f"bad_input_{case}")
-            marks = [pytest.mark.skip(reason=reason)] if reason else []
-            params.append(pytest.param(family, case, id=f"{family}-{case}", marks=marks))
-    return params
+    return [
+        pytest.param(family, case, id=f"{family}-{case}", marks=skip_marks(family, f"bad_input_{case}"))
+        for family in ALL_FAMILIES
+        for case in sorted(BAD_INPUTS)
+    ]
+
+
+def test_every_bad_input_case_is_a_declared_scenario():
+    declared = {name for name, scenario in SCENARIOS.items() if scenario.source.endswith("/test_bad_input.py")}
+    assert declared == {f"bad_input_{case}" for case in BAD_INPUTS}
 
 
 @pytest.mark.parametrize(("family", "case"), _family_case_params())

@@ -19,6 +19,7 @@ from helpers import (
     assert_close,
     assert_same_steps,
     generate_logits,
+    generate_new_image_turn,
     reference_next_logits,
     truncated_cache,
 )
@@ -88,15 +89,8 @@ def test_image_already_in_cache_is_not_encoded(family):
 @pytest.mark.parametrize("family", families_for("new_image_next_to_cached_image_encodes_only_the_new_one"))
 def test_new_image_next_to_cached_image_encodes_only_the_new_one(family):
     upstream, ours = model_pair(family)
-    turn_1 = [SYSTEM, IMAGE, USER]
-    conversation = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[7, 8])
-    turn_1_prompt = Prompt(ours.config, turn_1, image_seeds=[7])
-    cache = recorded_cache_of(upstream, turn_1_prompt.inputs())
-    with VisionRunCounter(ours) as runs:
-        _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
+    runs = generate_new_image_turn(upstream, ours, [SYSTEM, IMAGE, USER], [7, 8], recorded_cache_of, VisionRunCounter)
     assert runs.batch_sizes == ([2] if ours.vision_facts.bidirectional == "prefix" else [1])
-    _, expected_logits = generate_logits(upstream, conversation.inputs())
-    assert_same_steps(logits, expected_logits)
 
 
 # -- Cache ending inside an image's placeholder run ------------------------------------------------------------------

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
+from concurrency import run_in_threads
 from conftest import FOUNDATION_FAMILIES, model_pair
-from helpers import (
-    USER,
-    VIDEO,
-    Prompt,
-    assert_close,
-    assert_same_steps,
-    encoder_runs,
-    generate_logits,
-    reference_next_logits,
-)
+from helpers import USER, Prompt, assert_close, assert_same_steps, encoder_runs, generate_logits, reference_next_logits
 from vlmprep import EncoderCache
-from vlmprep.testing import IMAGE, VisionRunCounter
+from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 
 SYSTEM = [2, 10, 11, 12]
 
@@ -129,24 +119,15 @@ def test_one_cache_shared_by_threads_and_models(fresh_cache):
         for seed in range(3):
             prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[seed])
             expected[index, seed] = (prompt, reference_next_logits(upstream, prompt))
-    errors = []
 
     def work(index):
-        try:
-            _, ours = pairs[index % 2]
-            for seed in [0, 1, 2, 1, 0]:
-                prompt, reference = expected[index % 2, seed]
-                _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
-                assert_close(logits[0], reference)
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        _, ours = pairs[index % 2]
+        for seed in [0, 1, 2, 1, 0]:
+            prompt, reference = expected[index % 2, seed]
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+            assert_close(logits[0], reference)
 
-    threads = [threading.Thread(target=work, args=(index,)) for index in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    run_in_threads(work, 4)
     assert shared.stats.entries == 6  # 3 images x 2 models, never shared across models
 
 

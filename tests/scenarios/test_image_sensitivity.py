@@ -15,9 +15,8 @@ import torch
 from conftest import ALL_FAMILIES, model_pair
 from family_registry import FAMILY_CASES
 from helpers import NO_SPECIAL_TOKENS, Prompt, assert_steps_match_upstream, generate_logits
-from vlmprep.testing import IMAGE
+from vlmprep.testing import IMAGE, VIDEO
 
-VIDEO = "<video>"  # the video marker of tests/families/cases_qwen.py and cases_llava_video.py
 SYSTEM = [2, 10, 11, 12, 13]
 USER = [20, 21, 22]
 # Seed 28 draws other pixels of the same shape as seed 0 in every builder (sizes, tiles, grids and masks follow the

@@ -15,11 +15,8 @@ from transformers import CompileConfig
 
 import vlmprep
 from conftest import model_pair
-from helpers import Prompt, assert_same_steps, generate_logits
+from helpers import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
 from vlmprep.testing import IMAGE, VisionRunCounter, tiny_gemma3_config
-
-SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
-USER = [20, 21, 22]
 
 
 def _image_sensitive(model: torch.nn.Module) -> torch.nn.Module:

@@ -11,26 +11,19 @@ import pytest
 import torch
 
 from conftest import model_pair
+from family_registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, LLAVA_VIDEO_FAMILIES, QWEN_FAMILIES
 from helpers import (
-    NO_SPECIAL_TOKENS,
     SYSTEM,
     USER,
-    VIDEO,
     Prompt,
-    assert_batch_matches_upstream,
     assert_same_steps,
     cache_of,
-    collate,
     encoder_runs,
+    generate_batch_matching_upstream,
     generate_logits,
+    generate_new_image_turn,
 )
-from vlmprep.testing import IMAGE
-
-LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video"]
-QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
-GLM_FAMILIES = ["glm4v", "glm4v_moe", "glm46v"]
-# Families that take an image and a video in one prompt
-IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES]
+from vlmprep.testing import IMAGE, VIDEO
 
 
 def video_positions(prompt: Prompt) -> list[int]:
@@ -82,11 +75,9 @@ def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
     upstream, ours = model_pair(family)
     one = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[1])
     two = Prompt(ours.config, [[2, 50], IMAGE, [51], VIDEO, [52], IMAGE, [53]], image_seeds=[2, 3, 4])
-    batch = collate([one, two], ours.generation_config.pad_token_id)  # patch and grid rows in prompt order
-    with encoder_runs(ours) as runs:
-        sequences, logits = generate_logits(ours, batch, max_new_tokens=2, **NO_SPECIAL_TOKENS)
+    with encoder_runs(ours) as runs:  # the batch's patch and grid rows are in prompt order
+        generate_batch_matching_upstream(upstream, ours, [one, two])
     assert runs.batch_sizes == [2, 2]
-    assert_batch_matches_upstream(upstream, [one, two], sequences, logits)
 
 
 @pytest.mark.parametrize("family", IMAGE_AND_VIDEO_FAMILIES)
@@ -94,16 +85,11 @@ def test_new_image_after_cached_video_turn(family):
     """A cached conversation holds a video and gets a new image: only the image is encoded; upstream cannot do it."""
     upstream, ours = model_pair(family)
     turn_1 = [SYSTEM, VIDEO, USER]
-    conversation = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[5, 6])
-    turn_1_prompt = Prompt(ours.config, turn_1, image_seeds=[5])
-    cache = cache_of(upstream, turn_1_prompt.inputs())
-    with encoder_runs(ours) as runs:
-        _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
+    runs = generate_new_image_turn(upstream, ours, turn_1, [5, 6], cache_of, encoder_runs)
     assert runs.batch_sizes == [1]  # the new image; the cached video is not encoded again
-    _, expected_logits = generate_logits(upstream, conversation.inputs())
-    assert_same_steps(logits, expected_logits)
 
-    cache = cache_of(upstream, turn_1_prompt.inputs())
+    conversation = Prompt(ours.config, [*turn_1, [40, 41], IMAGE, [42]], image_seeds=[5, 6])
+    cache = cache_of(upstream, Prompt(ours.config, turn_1, image_seeds=[5]).inputs())
     with pytest.raises(ValueError, match="do not match"):
         upstream.generate(**conversation.inputs(), cache=cache, max_new_tokens=1)
 

@@ -1,10 +1,10 @@
 import random
-import threading
 from collections import OrderedDict
 
 import pytest
 import torch
 
+from concurrency import run_in_threads
 from vlmprep.cache.encoder_cache import EncoderCache, EncoderCacheStats
 
 
@@ -190,34 +190,25 @@ def test_random_workload_matches_reference_lru():
 
 def test_thread_safety():
     cache = EncoderCache(max_bytes=4096)
-    errors = []
     lookups = []
     sizes = {f"k{i}": 4 * (1 + i % 50) for i in range(64)}
 
     def worker(seed):
         rng = random.Random(seed)
         count = 0
-        try:
-            for _ in range(500):
-                key = rng.choice(list(sizes))
-                if rng.random() < 0.5:
-                    cache.put(key, _features(sizes[key]))
-                else:
-                    value = cache.get(key)
-                    count += 1
-                    assert value is None or value.numel() * 4 == sizes[key]
-                if rng.random() < 0.01:
-                    cache.max_bytes = rng.choice([1024, 4096])
-        except Exception as error:  # surfaced by the main thread
-            errors.append(error)
+        for _ in range(500):
+            key = rng.choice(list(sizes))
+            if rng.random() < 0.5:
+                cache.put(key, _features(sizes[key]))
+            else:
+                value = cache.get(key)
+                count += 1
+                assert value is None or value.numel() * 4 == sizes[key]
+            if rng.random() < 0.01:
+                cache.max_bytes = rng.choice([1024, 4096])
         lookups.append(count)
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    run_in_threads(worker, 8)
     stats = cache.stats
     stored = [key for key in sizes if key in cache]
     assert stats.entries == len(cache) == len(stored)

@@ -11,11 +11,13 @@ import types
 import pytest
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
+from family_registry import Scenario
 from vlmprep.generation import VisionPrepGenerationMixin
 from vlmprep.models import DROP_IN_CLASSES, registry
 from vlmprep.models.registry import NOT_ADAPTED_REASONS
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "utils" / "families_table.py"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "utils" / "families_table.py"
 
 
 @pytest.fixture(scope="module")
@@ -76,17 +78,23 @@ def test_drop_ins_and_not_adapted_families_are_marked(rendered):
             assert "transformers class (not adapted)" in rows[model_type]
 
 
-def test_scenarios_are_read_from_the_conformance_suite(families_table):
-    names = {scenario.name for scenario in families_table.collect_scenarios()}
+def test_declared_scenarios_are_run_by_their_test_files(families_table):
+    scenarios = families_table.load_scenarios()
+    names = {scenario.name for scenario in scenarios}
     assert {"generate_matches_transformers", "every_chunk_size_is_exact", "bad_input_too_many_images"} <= names
-    assert not any(name.startswith("test_") or name.startswith("_") for name in names)
+    for scenario in scenarios:
+        source = (ROOT / scenario.source).read_text()
+        # A scenario is a `families_for("<name>")` parameterization, or a bad-input case `_case_<case>`.
+        assert f'families_for("{scenario.name}")' in source or (
+            f"def _case_{scenario.name.removeprefix('bad_input_')}(" in source
+        ), f"{scenario.name} is declared but {scenario.source} does not run it"
 
 
 def test_skip_reasons_appear_with_their_scenario(families_table):
     case = types.SimpleNamespace(skip={"every_chunk_size_is_exact": "a specific reason"})
     scenarios = [
-        families_table.Scenario("every_chunk_size_is_exact", "t.py"),
-        families_table.Scenario("only_for_others", "t.py", families=("other",)),
+        Scenario("every_chunk_size_is_exact", "t.py"),
+        Scenario("only_for_others", "t.py", families=("other",)),
     ]
     document, errors, warnings = families_table.build_table(
         mapping={"fam": "FamClass", "old": "OldClass"},

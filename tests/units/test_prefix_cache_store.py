@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-import threading
 
 import pytest
 import torch
 
+from concurrency import run_in_threads
 from vlmprep.cache.prefix_cache import PrefixCache, token_key_material
 
 ROOT = PrefixCache.root_key(("model", "salt"))
@@ -149,26 +149,17 @@ def test_budget_holds_over_a_random_workload():
 
 def test_threads_share_one_store():
     store = PrefixCache(max_bytes=4096)
-    errors = []
 
     def work(seed):
         rng = random.Random(seed)
-        try:
-            for _ in range(200):
-                tokens = [rng.randint(0, 3) for _ in range(rng.randint(2, 12))]
-                _insert(store, tokens)
-                match = store.match(ROOT, tokens, _no_images)
-                if match.tokens:
-                    assert match.layer_kv(0, match.tokens)[0].flatten().tolist() == tokens[: match.tokens]
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for _ in range(200):
+            tokens = [rng.randint(0, 3) for _ in range(rng.randint(2, 12))]
+            _insert(store, tokens)
+            match = store.match(ROOT, tokens, _no_images)
+            if match.tokens:
+                assert match.layer_kv(0, match.tokens)[0].flatten().tolist() == tokens[: match.tokens]
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    run_in_threads(work, 6)
     assert store.stats.bytes <= 4096
 
 

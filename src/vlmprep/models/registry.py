@@ -1,8 +1,10 @@
-"""One table of what vlmprep states about every model type: drop-in class, layout, text-only rule, or why not adapted.
+"""One table of what vlmprep states about every model type: drop-in class, layout, text-only rule, tiny test config, or
+why not adapted.
 
 `FAMILY_SPECS` is keyed by model type (the `config_class.model_type` of the transformers class, which is how
 `vlmprep.AutoModelForImageTextToText` picks a drop-in). A model type with a drop-in names its class (imported only when
-asked for) and the layout it picks from `vlmprep.models.layouts.LAYOUTS`; one without a drop-in says why not.
+asked for), the layout it picks from `vlmprep.models.layouts.LAYOUTS` and the builder of its tiny test config
+(`vlmprep.testing.configs`); one without a drop-in says why not.
 Either may have a text-only rule (`vlmprep.models.text_only_rules`), which `vlmprep.loading.text_only` applies.
 `utils/families_table.py` writes the table into docs/families.md and fails when an image-text-to-text model type of
 transformers has no entry; `utils/check_exports.py` checks each drop-in against its module, class and layout.
@@ -57,18 +59,24 @@ class FamilySpec:
         text_only (`TextOnlyFamily`, *optional*):
             how `vlmprep.AutoModelForCausalLM` takes the text decoder out of a checkpoint; `None` when it does not.
         not_adapted (`str`, *optional*): for a model type without a drop-in, why (one line).
+        tiny_config (`str`, *optional*):
+            the builder in `vlmprep.testing.configs` of the tiny test config (`"tiny_gemma3_config"`), which every
+            drop-in has (`vlmprep.testing.tiny_config(model_type)` calls it); `None` without a drop-in.
     """
 
     drop_in: str | None = None
     layout: str | None = None
     text_only: TextOnlyFamily | None = None
     not_adapted: str | None = None
+    tiny_config: str | None = None
 
     def __post_init__(self):
         if (self.drop_in is None) == (self.not_adapted is None):
             raise ValueError("A FamilySpec names either its drop-in class or the reason it has none, not both.")
         if (self.drop_in is None) != (self.layout is None) or (self.layout is not None and self.layout not in LAYOUTS):
             raise ValueError(f"A drop-in's layout is one of {sorted(LAYOUTS)}; a type without a drop-in has none.")
+        if (self.drop_in is None) != (self.tiny_config is None):
+            raise ValueError("A drop-in names the builder of its tiny test config; a type without a drop-in has none.")
 
     @property
     def module(self) -> str | None:
@@ -110,7 +118,9 @@ def _candidate(details: str) -> str:
 
 
 def _drop_in(drop_in: str, layout: str, text_only: TextOnlyFamily | None = None) -> FamilySpec:
-    return FamilySpec(drop_in=drop_in, layout=layout, text_only=text_only)
+    # A drop-in's tiny test config is built by `tiny_<module>_config` of `vlmprep.testing.configs`.
+    tiny_config = f"tiny_{drop_in.rsplit('.', 1)[0]}_config"
+    return FamilySpec(drop_in=drop_in, layout=layout, text_only=text_only, tiny_config=tiny_config)
 
 
 def _not_adapted(reason: str, text_only: TextOnlyFamily | None = None) -> FamilySpec:

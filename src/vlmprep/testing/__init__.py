@@ -1,9 +1,12 @@
 """Tiny random-weight models for tests, demos and benchmarks: configs, weights, prompts, pixels and work counters.
 
-- `configs`: tiny configs (2 decoder layers, hidden size 32, 16x16 images) and their shared special token ids;
+- `configs`: the tiny config of every drop-in family (2 decoder layers, hidden size 32, 8-32 px images), its parts
+  (a tiny decoder, tiny vision towers) and their shared special token ids; `tiny_config(model_type)` looks a family's
+  up in the registry;
 - `weights`: `tiny_model`, upstream's initialisation with the image path's vanishing tensors redrawn
   (`make_image_sensitive`), so that every image changes the logits;
-- `prompts`: token ids with image runs (`build_prompt`, `IMAGE`) and deterministic random pixels;
+- `prompts`: token ids with image runs (`build_prompt`, `IMAGE`; `VIDEO` marks a video) and deterministic random
+  pixels;
 - `counters`: the one vision-run counter (`VisionRunCounter`) and the one prefill counter (`PrefillCounter`).
 
 Example:
@@ -16,20 +19,19 @@ Example:
 ```
 """
 
-from .configs import (
+from .configs import TINY_CONFIG_BUILDERS, tiny_config, tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
+from .configs.parts import (
     TINY_BOI_TOKEN_ID,
-    TINY_CONFIG_BUILDERS,
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_SIZE,
     TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
     TINY_VOCAB_SIZE,
-    tiny_config,
-    tiny_gemma3_config,
-    tiny_llava_config,
-    tiny_paligemma_config,
+    tiny_text_config,
+    tiny_vision_config,
 )
 from .counters import PrefillCounter, VisionRunCounter
-from .prompts import IMAGE, build_prompt, random_pixels, tokens_per_image
+from .prompts import IMAGE, VIDEO, build_prompt, random_pixels, tokens_per_image
 from .weights import IMAGE_PATH_INIT_STD, make_image_sensitive, tiny_model
 
 __all__ = [
@@ -40,8 +42,10 @@ __all__ = [
     "TINY_EOI_TOKEN_ID",
     "TINY_IMAGE_SIZE",
     "TINY_IMAGE_TOKEN_ID",
+    "TINY_VIDEO_TOKEN_ID",
     "TINY_VOCAB_SIZE",
     "PrefillCounter",
+    "VIDEO",
     "VisionRunCounter",
     "build_prompt",
     "make_image_sensitive",
@@ -51,5 +55,7 @@ __all__ = [
     "tiny_llava_config",
     "tiny_model",
     "tiny_paligemma_config",
+    "tiny_text_config",
+    "tiny_vision_config",
     "tokens_per_image",
 ]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedConfig
 
-from .configs import TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID, TINY_IMAGE_SIZE
+from .configs.parts import TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID, TINY_IMAGE_SIZE
 
 IMAGE = "<image>"  # marks where an image goes in a prompt built by `build_prompt`
+VIDEO = "<video>"  # marks where a video goes in a prompt, for the test cases of families that take videos
 
 
 def tokens_per_image(config: PreTrainedConfig) -> int:

@@ -1,0 +1,132 @@
+"""Tiny random-weight model configs for tests, demos and benchmarks: one builder per drop-in family.
+
+Every builder returns a transformers config small enough to run on a CPU in milliseconds (2 decoder layers, hidden
+size 32, images of 8-32 px), made of the shared parts of `parts` (special token ids `TINY_*`, a tiny decoder, tiny
+vision towers). Token ids above 100 are reserved for special tokens so that random text ids (drawn from 3..99) never
+collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names each drop-in's builder;
+`tiny_config` looks it up by model type.
+
+- `fixed_size`: one image size (Gemma3, PaliGemma, LLaVA, VipLLaVA, Video-LLaVA, DeepSeek-VL(-Hybrid), Aria);
+- `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);
+- `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, Muse Glimmer, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from transformers import PreTrainedConfig
+
+from ...models.registry import FAMILY_SPECS
+from .crops import (
+    tiny_aya_vision_config,
+    tiny_cohere2_vision_config,
+    tiny_got_ocr2_config,
+    tiny_idefics3_config,
+    tiny_internvl_config,
+    tiny_lfm2_vl_config,
+    tiny_lighton_ocr_config,
+    tiny_llava_next_config,
+    tiny_llava_next_video_config,
+    tiny_llava_onevision_config,
+    tiny_mistral3_config,
+    tiny_qianfan_ocr_config,
+    tiny_smolvlm_config,
+)
+from .fixed_size import (
+    tiny_aria_config,
+    tiny_deepseek_vl_config,
+    tiny_deepseek_vl_hybrid_config,
+    tiny_gemma3_config,
+    tiny_llava_config,
+    tiny_paligemma_config,
+    tiny_video_llava_config,
+    tiny_vipllava_config,
+)
+from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
+from .patch_grid import (
+    tiny_exaone4_5_config,
+    tiny_glm4v_config,
+    tiny_glm4v_moe_config,
+    tiny_glm46v_config,
+    tiny_hyperclovax_vision_v2_config,
+    tiny_lfm3_vl_config,
+    tiny_muse_glimmer_config,
+    tiny_patch_merger_vision_config,
+    tiny_qwen2_5_vl_config,
+    tiny_qwen2_vl_config,
+    tiny_qwen3_vl_config,
+    tiny_qwen3_vl_moe_config,
+)
+
+# model_type -> builder, for every drop-in of the registry whose builder exists (`utils/check_exports.py` reports a
+# drop-in without one).
+TINY_CONFIG_BUILDERS: dict[str, Callable[[], PreTrainedConfig]] = {
+    model_type: globals()[spec.tiny_config]
+    for model_type, spec in sorted(FAMILY_SPECS.items())
+    if spec.tiny_config is not None and spec.tiny_config in globals()
+}
+
+
+def tiny_config(model_type: str) -> PreTrainedConfig:
+    """The tiny test config of a drop-in's model type (`"gemma3"`, `"qwen2_vl"`, ...), from its registry entry.
+
+    Args:
+        model_type (`str`): a model type with a drop-in (a key of `TINY_CONFIG_BUILDERS`).
+
+    Returns:
+        `PreTrainedConfig`: a fresh config, of that model type.
+
+    Example:
+
+    ```python
+    >>> tiny_config("qwen2_vl").vision_config.spatial_merge_size
+    2
+
+    ```
+    """
+    if model_type not in TINY_CONFIG_BUILDERS:
+        raise ValueError(f"No tiny config for model type {model_type!r}; known: {sorted(TINY_CONFIG_BUILDERS)}")
+    return TINY_CONFIG_BUILDERS[model_type]()
+
+
+__all__ = [
+    "TINY_CONFIG_BUILDERS",
+    "tiny_aria_config",
+    "tiny_aya_vision_config",
+    "tiny_cohere2_vision_config",
+    "tiny_config",
+    "tiny_deepseek_vl_config",
+    "tiny_deepseek_vl_hybrid_config",
+    "tiny_exaone4_5_config",
+    "tiny_gemma3_config",
+    "tiny_glm46v_config",
+    "tiny_glm4v_config",
+    "tiny_glm4v_moe_config",
+    "tiny_got_ocr2_config",
+    "tiny_hyperclovax_vision_v2_config",
+    "tiny_idefics3_config",
+    "tiny_internvl_config",
+    "tiny_lfm2_vl_config",
+    "tiny_lfm3_vl_config",
+    "tiny_lighton_ocr_config",
+    "tiny_llava_config",
+    "tiny_llava_next_config",
+    "tiny_llava_next_video_config",
+    "tiny_llava_onevision_config",
+    "tiny_mistral3_config",
+    "tiny_muse_glimmer_config",
+    "tiny_paligemma_config",
+    "tiny_patch_merger_vision_config",
+    "tiny_qianfan_ocr_config",
+    "tiny_qwen2_5_vl_config",
+    "tiny_qwen2_vl_config",
+    "tiny_qwen3_vl_config",
+    "tiny_qwen3_vl_moe_config",
+    "tiny_sam_vision_config",
+    "tiny_smolvlm_config",
+    "tiny_text_config",
+    "tiny_video_llava_config",
+    "tiny_vipllava_config",
+    "tiny_vision_config",
+]

@@ -1,0 +1,63 @@
+"""Patch-grid families with 1D positions: Muse Glimmer, EXAONE 4.5, HyperCLOVAX-Vision v2 and LFM3-VL, prompts and
+pixel inputs as their processors build them.
+
+Images are flattened patches with one `(t, h, w)` grid row per image (`patch_grid_inputs.py`), each image one run of
+`t * h * w / merge_size**2` placeholders between the vision start and end tokens (`<|image_start|>` and
+`<|image_end|>` in `MuseGlimmerProcessor.replace_image_token`; `Exaone4_5_Processor.replace_image_token` and the chat
+template write EXAONE 4.5's, HyperCLOVAX's and LFM3-VL's the same way). A Muse Glimmer video is `<|vid_start|>`, then
+per temporal patch its timestamp text and one run of `h * w / merge_size**2` video placeholders, closed by
+`<|vid_frame_separator|>` or, after the last, `<|vid_end|>` (`replace_video_token`). The processors return no
+`mm_token_type_ids` unless asked.
+
+Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
+110-121, text 3..99.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from family_registry import FamilyCase, register
+from patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
+from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
+from vlmprep.testing.configs.patch_grid import MERGE_SIZE, VISION_END, VISION_START
+
+VIDEO_START, VIDEO_FRAME_SEPARATOR, VIDEO_END = 112, 113, 114
+
+
+def image_grid(seed: int) -> tuple[int, int, int]:
+    """`IMAGE_GRIDS[seed % 7 % 4]`: seed 7 has seed 0's grid (`test_image_already_in_cache_is_not_encoded` measures
+    turn 1 with seed 0)."""
+    return IMAGE_GRIDS[seed % 7 % len(IMAGE_GRIDS)]
+
+
+def placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    """An image's or a video's tokens (their token types, which the processor does not return, all 0)."""
+    if medium is IMAGE:
+        ids = [VISION_START, *[TINY_IMAGE_TOKEN_ID] * merged_tokens(grid), VISION_END]
+        return ids, [0] * len(ids)
+    t, h, w = grid
+    ids = [VIDEO_START]
+    for index in range(t):  # the temporal patch's timestamp text, its run, then a separator (or the end)
+        ids += [90 + index, *[TINY_VIDEO_TOKEN_ID] * (h * w // MERGE_SIZE**2)]
+        ids.append(VIDEO_FRAME_SEPARATOR if index < t - 1 else VIDEO_END)
+    return ids, [0] * len(ids)
+
+
+def build_text_positions_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    ids, _, pixel_inputs, _ = grid_prompt(segments, image_seeds, image_grid, placeholder)
+    return {"input_ids": torch.tensor([ids]), **pixel_inputs}
+
+
+register(
+    FamilyCase(
+        "muse_glimmer",
+        build_text_positions_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
+    )
+)
+for name in ("exaone4_5", "hyperclovax_vision_v2", "lfm3_vl"):
+    register(
+        FamilyCase(name, build_text_positions_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_grid_thw"))
+    )

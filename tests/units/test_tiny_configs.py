@@ -1,0 +1,31 @@
+"""`vlmprep.testing.tiny_config`: every drop-in's registry entry names a builder of a tiny config of its model type."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlmprep.models.registry import FAMILY_SPECS
+from vlmprep.testing import TINY_CONFIG_BUILDERS, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE, tiny_config
+
+DROP_INS = sorted(model_type for model_type, spec in FAMILY_SPECS.items() if spec.drop_in is not None)
+
+
+def test_every_drop_in_has_a_tiny_config_builder():
+    assert sorted(TINY_CONFIG_BUILDERS) == DROP_INS
+    for model_type in DROP_INS:
+        assert TINY_CONFIG_BUILDERS[model_type].__name__ == FAMILY_SPECS[model_type].tiny_config
+
+
+@pytest.mark.parametrize("model_type", DROP_INS)
+def test_tiny_config_is_tiny_and_of_its_model_type(model_type):
+    config = tiny_config(model_type)
+    assert config.model_type == model_type
+    text = config.get_text_config(decoder=True)
+    assert (text.num_hidden_layers, text.hidden_size, text.vocab_size) == (2, 32, TINY_VOCAB_SIZE)
+    assert config.image_token_id == TINY_IMAGE_TOKEN_ID
+    assert tiny_config(model_type) is not config  # a fresh config per call: tests may change theirs
+
+
+def test_unknown_model_type_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="No tiny config for model type 'blip'.*gemma3"):
+        tiny_config("blip")
