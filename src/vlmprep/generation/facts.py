@@ -52,7 +52,7 @@ class VisionFacts:
             config attribute holding the image placeholder token id.
         tokens_per_image_attr (`str`, *optional*):
             dotted config path of the fixed number of placeholder tokens per image (e.g. `"mm_tokens_per_image"`);
-            `None` when the family computes it (see `VisionPrepGenerationMixin.image_token_counts`).
+            `None` when the family computes it (see `VisionPrepGenerationMixin.item_token_counts`).
         bidirectional (`str`, *optional*):
             `"image"` when each image's placeholder run attends to itself bidirectionally (Gemma3), `"prefix"` when
             the whole `token_type_ids == 0` prefix does (PaliGemma), `None` for causal-only families.

@@ -31,7 +31,7 @@ class AyaVisionForConditionalGeneration(
     ...     image_token_index=122,
     ... )
     >>> model = AyaVisionForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
+    >>> model.item_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
     4
 
     ```

@@ -29,7 +29,7 @@ class Cohere2VisionForConditionalGeneration(
     ...     image_token_id=122, alignment_intermediate_size=64,
     ... )
     >>> model = Cohere2VisionForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
+    >>> model.item_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
     4
 
     ```

@@ -30,7 +30,7 @@ class Exaone4_5_ForConditionalGeneration(
     ...           "patch_size": 4, "out_hidden_size": 32}
     >>> config = transformers.Exaone4_5_Config(text_config=text, vision_config=vision)
     >>> model = Exaone4_5_ForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```

@@ -25,7 +25,7 @@ class Glm46VForConditionalGeneration(
     >>> vision.update(image_size=16, patch_size=4)
     >>> config = transformers.Glm46VConfig(text_config=text, vision_config=vision)
     >>> model = Glm46VForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```

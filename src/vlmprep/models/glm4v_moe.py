@@ -26,7 +26,7 @@ class Glm4vMoeForConditionalGeneration(
     >>> vision.update(image_size=16, patch_size=4)
     >>> config = transformers.Glm4vMoeConfig(text_config=text, vision_config=vision)
     >>> model = Glm4vMoeForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
+    >>> model.item_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
     [[4, 4]]
 
     ```

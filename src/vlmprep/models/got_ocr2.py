@@ -31,7 +31,7 @@ class GotOcr2ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Go
     ...     image_token_index=122,
     ... )
     >>> model = GotOcr2ForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile: the 8x8 patch grid, halved twice by the projector's convolutions
+    >>> model.item_token_counts({})  # per tile: the 8x8 patch grid, halved twice by the projector's convolutions
     4
 
     ```
@@ -40,7 +40,7 @@ class GotOcr2ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Go
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
     vision_facts = VisionFacts(per_image_keys=())
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
         """Placeholders per tile: the patch grid after the projector's two stride-2 convolutions (`ceil(n / 2)` each).
 
         Computed from the vision config rather than read from `config.image_seq_length`, which the model never reads

@@ -29,7 +29,7 @@ class HyperCLOVAXVisionV2ForConditionalGeneration(
     ...           "out_hidden_size": 32}
     >>> config = transformers.HyperCLOVAXVisionV2Config(text_config=text, vision_config=vision)
     >>> model = HyperCLOVAXVisionV2ForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```

@@ -28,7 +28,7 @@ class InternVLForConditionalGeneration(VisionPrepGenerationMixin, transformers.I
     ...     image_token_id=122, image_seq_length=4,
     ... )
     >>> model = InternVLForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile
+    >>> model.item_token_counts({})  # per tile
     4
 
     ```

@@ -33,7 +33,7 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
     ...     image_token_id=122, projector_hidden_size=32,
     ... )
     >>> model = Lfm2VlForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"spatial_shapes": torch.tensor([[4, 4], [2, 4]])})  # patch grids, merged 2x2
+    >>> model.item_token_counts({"spatial_shapes": torch.tensor([[4, 4], [2, 4]])})  # patch grids, merged 2x2
     [4, 2]
 
     ```
@@ -66,7 +66,7 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
                 "image processor."
             )
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
         """Placeholders per row: its patch grid merged `downsample_factor x downsample_factor`, as the model splits.
 
         Args:

@@ -28,7 +28,7 @@ class Lfm3VlForConditionalGeneration(
     ...           "num_key_value_heads": 1, "patch_size": 4}
     >>> config = transformers.Lfm3VlConfig(text_config=text, vision_config=vision, projector_hidden_size=32)
     >>> model = Lfm3VlForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```

@@ -26,7 +26,7 @@ class LightOnOcrForConditionalGeneration(
     ...     image_token_id=122,
     ... )
     >>> model = LightOnOcrForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_sizes": torch.tensor([[8, 12]])})  # 2 x 3 merged patches
+    >>> model.item_token_counts({"image_sizes": torch.tensor([[8, 12]])})  # 2 x 3 merged patches
     [6]
 
     ```

@@ -31,7 +31,7 @@ class MuseGlimmerForConditionalGeneration(
     >>> config = transformers.MuseGlimmerConfig(text_config=text, vision_config=vision, out_hidden_size=128,
     ...                                         projector_hidden_size=32, image_token_id=122, video_token_id=123)
     >>> model = MuseGlimmerForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```

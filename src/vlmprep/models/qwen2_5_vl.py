@@ -25,7 +25,7 @@ class Qwen2_5_VLForConditionalGeneration(
     >>> vision = {"depth": 1, "hidden_size": 32, "out_hidden_size": 32, "num_heads": 2, "patch_size": 4}
     >>> config = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision)
     >>> model = Qwen2_5_VLForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
+    >>> model.item_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
     [8]
 
     ```

@@ -35,7 +35,7 @@ class VideoLlavaForConditionalGeneration(
     ...     image_token_index=122, video_token_index=123,
     ... )
     >>> model = VideoLlavaForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # (16 / 4) ** 2 patches; the default strategy drops the CLS token
+    >>> model.item_token_counts({})  # (16 / 4) ** 2 patches; the default strategy drops the CLS token
     16
 
     ```
@@ -45,7 +45,7 @@ class VideoLlavaForConditionalGeneration(
     counts_cls_token = True  # the `"full"` feature select strategy keeps CLIP's CLS token
     vision_facts = VisionFacts(pixel_keys=("pixel_values", LEGACY_PIXEL_KEY), per_image_keys=())
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
         """The images' pixels under the name `get_image_features` takes, whichever name the processor used.
@@ -58,7 +58,7 @@ class VideoLlavaForConditionalGeneration(
         Returns:
             `dict[str, Any]`
         """
-        selected = super().select_image_inputs(model_kwargs, indices, modality)
+        selected = super().select_item_inputs(model_kwargs, indices, modality)
         if LEGACY_PIXEL_KEY in selected:
             selected.setdefault("pixel_values", selected.pop(LEGACY_PIXEL_KEY))
         return selected

@@ -15,19 +15,20 @@ from transformers import PreTrainedConfig
 from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
 from .vision_patches import vision_patch_count
 
 __all__ = ["AnyresCropsLayout", "dummy_crop_features", "tokens_per_crop", "trim_padding_crops"]
 
 
-class AnyresCropsLayout:
+class AnyresCropsLayout(FamilyHooks):
     """Family hooks of any-res images (LLaVA-NeXT, LLaVA-NeXT-Video); other modalities get the mixin's defaults."""
 
     # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`; the model
     # concatenates `pooler_output`, a list of per-image tensors (base crop, unpadded grid, newlines).
     vision_facts = VisionFacts(fixed_resolution=False, pixel_layout="crops", features_as_list=True)
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
         """Placeholders per image: the rows upstream's own `pack_image_features` makes from its `image_sizes`.
 
         Args:
@@ -38,7 +39,7 @@ class AnyresCropsLayout:
             `list[int]` or `None` (no `image_sizes` passed)
         """
         if modality != "image":
-            return super().image_token_counts(model_kwargs, modality)
+            return super().item_token_counts(model_kwargs, modality)
         image_sizes = model_kwargs.get("image_sizes")
         if image_sizes is None:
             return None
@@ -50,7 +51,7 @@ class AnyresCropsLayout:
         )
         return [int(features.shape[0]) for features in packed]
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
         """The images' pixels and sizes, without the padding crops a batch added (so hashes do not depend on it).
@@ -63,7 +64,7 @@ class AnyresCropsLayout:
         Returns:
             `dict[str, Any]`
         """
-        selected = super().select_image_inputs(model_kwargs, indices, modality)
+        selected = super().select_item_inputs(model_kwargs, indices, modality)
         return trim_padding_crops(self.config, selected) if modality == "image" else selected
 
 

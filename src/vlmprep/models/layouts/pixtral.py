@@ -14,11 +14,12 @@ from typing import Any
 import torch
 
 from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
 
 __all__ = ["PixtralImagesLayout", "PixtralRowsLayout", "crop_batch_padding"]
 
 
-class PixtralImagesLayout:
+class PixtralImagesLayout(FamilyHooks):
     """Family hooks of Pixtral images as one placeholder run each (images only)."""
 
     # Images of any size up to the tower's `image_size` (its rope covers no more patches); `pooler_output` is a tuple
@@ -33,7 +34,7 @@ class PixtralImagesLayout:
         merged_patch = self.config.vision_config.patch_size * self.config.spatial_merge_size
         return [(int(height) // merged_patch, int(width) // merged_patch) for height, width in image_sizes]
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Placeholders per image: its grid of merged patches, `rows * columns`.
 
         Args:
@@ -46,7 +47,7 @@ class PixtralImagesLayout:
         grids = self._merged_patch_grids(model_kwargs)
         return None if grids is None else [rows * columns for rows, columns in grids]
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
         """The images' pixels and sizes, without the padding a batch added (so hashes do not depend on it).
@@ -59,13 +60,13 @@ class PixtralImagesLayout:
         Returns:
             `dict[str, Any]`
         """
-        return crop_batch_padding(super().select_image_inputs(model_kwargs, indices, modality))
+        return crop_batch_padding(super().select_item_inputs(model_kwargs, indices, modality))
 
 
 class PixtralRowsLayout(PixtralImagesLayout):
     """Pixtral images whose `[IMG]` placeholders come one run per row of merged patches (Mistral3)."""
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Per image, its rows of `[IMG]` placeholders: `rows` runs of `columns`.
 
         Args:

@@ -15,13 +15,14 @@ import torch
 from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
 from ...generation.validation import check_pixel_dims
 from .vision_patches import vision_patch_count
 
 __all__ = ["SubImagesLayout", "real_sub_images", "select_sub_images", "sub_image_tokens"]
 
 
-class SubImagesLayout:
+class SubImagesLayout(FamilyHooks):
     """Family hooks of the sub-image layout: each real sub-image of `pixel_values` is one item (images only)."""
 
     # 5D pixels, checked by `check_pixel_inputs`; the mask is split with the sub-images.
@@ -38,7 +39,7 @@ class SubImagesLayout:
         if isinstance(pixel_values, torch.Tensor):
             check_pixel_dims(pixel_values, self.config.vision_config, ("batch_size", "sub_images"))
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
         """Placeholders per sub-image: its patch grid, pixel-shuffled by `scale_factor` in each direction.
 
         Args:
@@ -50,7 +51,7 @@ class SubImagesLayout:
         """
         return sub_image_tokens(self.config)
 
-    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Real (not all-zero padding) sub-images of all samples.
 
         Args:
@@ -63,7 +64,7 @@ class SubImagesLayout:
         pixel_values = model_kwargs.get("pixel_values")
         return None if pixel_values is None else int(real_sub_images(pixel_values).sum())
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
         """The given real sub-images as one sample `(1, len(indices), ...)`, with their pixel masks.

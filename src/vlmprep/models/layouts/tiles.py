@@ -10,17 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
 
 __all__ = ["PixelShuffledTilesLayout"]
 
 
-class PixelShuffledTilesLayout:
+class PixelShuffledTilesLayout(FamilyHooks):
     """Family hooks of tiles pixel-shuffled by `downsample_factor` (images only)."""
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
     vision_facts = VisionFacts(per_image_keys=())
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
         """Placeholders per tile: the tile's patch grid, pixel-shuffled by `downsample_factor` in each direction.
 
         Args:
