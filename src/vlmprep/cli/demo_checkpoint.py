@@ -123,7 +123,25 @@ def build_demo_config(tokenizer, mm_tokens_per_image: int = 16):
     from ..testing import tiny_gemma3_config
 
     # A sliding window shorter than the later turns' prompts, as Gemma3's 1024 is shorter than long chats.
-    config = tiny_gemma3_config(sliding_window=32, mm_tokens_per_image=mm_tokens_per_image)
+    config = adopt_demo_tokenizer(
+        tiny_gemma3_config(sliding_window=32, mm_tokens_per_image=mm_tokens_per_image), tokenizer
+    )
+    # `*_token_id` map to Gemma3Config's `*_token_index` fields
+    config.boi_token_id = tokenizer.boi_token_id
+    config.eoi_token_id = tokenizer.eoi_token_id
+    return config
+
+
+def adopt_demo_tokenizer(config, tokenizer):
+    """Give a tiny config the vocabulary, special token ids and image placeholder of the demo tokenizer (in place).
+
+    Args:
+        config (`PreTrainedConfig`): a tiny image-text config from `vlmprep.testing`.
+        tokenizer (`PreTrainedTokenizerFast`): from `build_demo_tokenizer`.
+
+    Returns:
+        `PreTrainedConfig`: `config`.
+    """
     text = config.text_config
     text.vocab_size = len(tokenizer)
     text.pad_token_id, text.bos_token_id, text.eos_token_id = (
@@ -131,9 +149,6 @@ def build_demo_config(tokenizer, mm_tokens_per_image: int = 16):
         tokenizer.bos_token_id,
         tokenizer.eos_token_id,
     )
-    # `*_token_id` map to Gemma3Config's `*_token_index` fields
-    config.boi_token_id = tokenizer.boi_token_id
-    config.eoi_token_id = tokenizer.eoi_token_id
     config.image_token_id = tokenizer.image_token_id
     return config
 
