@@ -62,6 +62,10 @@ class VisionFacts:
             per-image pixel inputs, split along their first dimension.
         per_image_keys (`tuple[str, ...]`, *optional*, defaults to `("image_sizes",)`):
             other inputs with one entry per image that change its embedding (hashed with the pixels).
+        renamed_pixel_keys (`tuple[tuple[str, str], ...]`, *optional*, defaults to `()`):
+            `(old name, name)` pairs of image pixel inputs a processor may still return under an old name (one of
+            `pixel_keys`): the selected images' inputs carry the current name, the one the vision tower takes (the
+            old one may be a deprecated argument) and the one hashed, whichever name the caller used.
         fixed_resolution (`bool`, *optional*, defaults to `True`):
             whether every image must have the vision config's `num_channels x image_size x image_size` shape.
         pixel_layout (`str`, *optional*, defaults to `"images"`):
@@ -88,6 +92,7 @@ class VisionFacts:
     token_type_key: str = "token_type_ids"
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     per_image_keys: tuple[str, ...] = ("image_sizes",)
+    renamed_pixel_keys: tuple[tuple[str, str], ...] = ()
     fixed_resolution: bool = True
     pixel_layout: Literal["images", "crops", "up_to_size"] | None = "images"
     features_as_list: bool = False
