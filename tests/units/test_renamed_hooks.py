@@ -14,9 +14,11 @@ import pytest
 import torch
 import transformers
 
+from conftest import model_pair
+from family_registry import FAMILY_CASES
 from vlmprep import LlavaForConditionalGeneration
 from vlmprep.generation import hooks
-from vlmprep.testing import IMAGE, build_prompt, random_pixels, tiny_llava_config, tiny_model
+from vlmprep.testing import IMAGE, VisionRunCounter, build_prompt, random_pixels, tiny_llava_config, tiny_model
 
 
 def _inputs(config) -> dict:
@@ -94,3 +96,17 @@ def test_new_name_overrides_do_not_warn_and_answer_old_names():
     model = tiny_model(NewNameLlava, tiny_llava_config())
     with mock.patch.object(hooks, "_warned_calls", set()), pytest.warns(FutureWarning):
         assert model.image_token_counts({}) == 7
+
+
+def test_video_llava_legacy_pixel_name_is_passed_and_hashed_as_pixel_values():
+    # `VisionFacts.renamed_pixel_keys`: the processor's default output names the images `pixel_values_images`.
+    upstream, ours = model_pair("video_llava")
+    inputs = FAMILY_CASES["video_llava"].build_inputs(ours.config, [[5, 6], IMAGE, [7]], [4])
+    legacy = {"input_ids": inputs["input_ids"], "pixel_values_images": inputs["pixel_values"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # the tower is never given the deprecated argument
+        tokens = _generate(ours, legacy)
+    assert tokens == _generate(upstream, legacy)
+    with VisionRunCounter(ours) as runs:
+        assert _generate(ours, inputs) == tokens
+    assert runs.images == 0, "the same image under its current name is an encoder-cache hit"
