@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -53,6 +54,9 @@ class VisionFacts:
         tokens_per_image_attr (`str`, *optional*):
             dotted config path of the fixed number of placeholder tokens per image (e.g. `"mm_tokens_per_image"`);
             `None` when the family computes it (see `VisionPrepGenerationMixin.item_token_counts`).
+        tokens_per_image (`Callable[[PreTrainedConfig], int]`, *optional*):
+            the fixed number of placeholder tokens per image computed from the config, when no one attribute holds it
+            (a patch grid pixel-shuffled or pooled by the projector); used when `tokens_per_image_attr` is `None`.
         bidirectional (`str`, *optional*):
             `"image"` when each image's placeholder run attends to itself bidirectionally (Gemma3), `"prefix"` when
             the whole `token_type_ids == 0` prefix does (PaliGemma), `None` for causal-only families.
@@ -88,6 +92,7 @@ class VisionFacts:
 
     placeholder_attr: str = "image_token_id"
     tokens_per_image_attr: str | None = None
+    tokens_per_image: Callable[[PreTrainedConfig], int] | None = None
     bidirectional: Literal["image", "prefix"] | None = None
     token_type_key: str = "token_type_ids"
     pixel_keys: tuple[str, ...] = ("pixel_values",)
@@ -124,7 +129,7 @@ class VisionFacts:
     def fixed_tokens_per_image(self, config: PreTrainedConfig) -> int | None:
         """The fixed placeholder count per image read from the config, or `None` when the family has none."""
         if self.tokens_per_image_attr is None:
-            return None
+            return None if self.tokens_per_image is None else int(self.tokens_per_image(config))
         value = config
         for name in self.tokens_per_image_attr.split("."):
             value = getattr(value, name)

@@ -7,30 +7,23 @@ the encoder cache. The mixin's "image" counts and messages therefore count tiles
 
 from __future__ import annotations
 
-from typing import Any
+from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
 
-__all__ = ["PixelShuffledTilesLayout"]
+__all__ = ["PixelShuffledTilesLayout", "pixel_shuffled_tile_tokens"]
+
+
+def pixel_shuffled_tile_tokens(config: PreTrainedConfig) -> int:
+    """Placeholders per tile: the tile's patch grid, pixel-shuffled by `config.downsample_factor` in each direction."""
+    vision_config = config.vision_config
+    side = vision_config.image_size // vision_config.patch_size // config.downsample_factor
+    return side * side
 
 
 class PixelShuffledTilesLayout(FamilyHooks):
-    """Family hooks of tiles pixel-shuffled by `downsample_factor` (images only)."""
+    """Family hooks of tiles pixel-shuffled by `downsample_factor` (images only): the mixin's, with these facts."""
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
-    vision_facts = VisionFacts(per_image_keys=())
-
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
-        """Placeholders per tile: the tile's patch grid, pixel-shuffled by `downsample_factor` in each direction.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (unused: every tile has the same count).
-            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
-
-        Returns:
-            `int`
-        """
-        vision_config = self.config.vision_config
-        side = vision_config.image_size // vision_config.patch_size // self.config.downsample_factor
-        return side * side
+    vision_facts = VisionFacts(per_image_keys=(), tokens_per_image=pixel_shuffled_tile_tokens)
