@@ -6,12 +6,10 @@ The vision tower's rope is 2D inside each image, but the decoder's positions are
 from the cache length on every forward), so no multimodal positions are needed.
 """
 
-from dataclasses import replace
-
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridTextPositionsLayout
+from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
 
 
 class Exaone4_5_ForConditionalGeneration(
@@ -36,5 +34,4 @@ class Exaone4_5_ForConditionalGeneration(
     ```
     """
 
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)
+    vision_facts = PATCH_GRID_CACHE_POSITIONS_FACTS

@@ -5,12 +5,10 @@ Images and videos come as Qwen2-VL's do (`pixel_values` rows with one `image_gri
 the decoder's positions are plain 1D (upstream recomputes them on every forward), as in EXAONE 4.5.
 """
 
-from dataclasses import replace
-
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridTextPositionsLayout
+from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
 
 
 class HyperCLOVAXVisionV2ForConditionalGeneration(
@@ -35,5 +33,4 @@ class HyperCLOVAXVisionV2ForConditionalGeneration(
     ```
     """
 
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)
+    vision_facts = PATCH_GRID_CACHE_POSITIONS_FACTS

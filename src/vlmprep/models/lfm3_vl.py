@@ -8,7 +8,7 @@ come as one run per frame after the frame's timestamp, as Qwen3-VL's do. The dec
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameTextPositionsLayout
+from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout
 
 
 class Lfm3VlForConditionalGeneration(
@@ -33,6 +33,3 @@ class Lfm3VlForConditionalGeneration(
 
     ```
     """
-
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = PATCH_GRID_FACTS

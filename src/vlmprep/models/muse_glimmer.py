@@ -10,7 +10,7 @@ The decoder's positions are plain 1D; only the vision config's names differ from
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
 
 
 class MuseGlimmerForConditionalGeneration(
@@ -37,8 +37,6 @@ class MuseGlimmerForConditionalGeneration(
     ```
     """
 
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = PATCH_GRID_FACTS
     vision_config_names = PatchGridVisionNames(
         merge_size="merge_size", temporal_patch_size="patch_temporal", channels=None
     )

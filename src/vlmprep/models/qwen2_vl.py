@@ -3,7 +3,7 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
 class Qwen2VLForConditionalGeneration(
@@ -30,5 +30,3 @@ class Qwen2VLForConditionalGeneration(
 
     ```
     """
-
-    vision_facts = PATCH_GRID_FACTS

@@ -3,7 +3,7 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridPerFrameLayout
 
 
 class Qwen3VLForConditionalGeneration(
@@ -31,5 +31,3 @@ class Qwen3VLForConditionalGeneration(
 
     ```
     """
-
-    vision_facts = PATCH_GRID_FACTS

@@ -3,7 +3,7 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridPerFrameLayout
 
 
 class Qwen3VLMoeForConditionalGeneration(
@@ -28,5 +28,3 @@ class Qwen3VLMoeForConditionalGeneration(
 
     ```
     """
-
-    vision_facts = PATCH_GRID_FACTS

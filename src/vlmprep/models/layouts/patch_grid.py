@@ -8,7 +8,7 @@ or a video); an item has `t * h * w / spatial_merge_size**2` placeholders. Varia
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from ...generation.hooks import FamilyHooks
 
 __all__ = [
     "MM_TOKEN_TYPES",
+    "PATCH_GRID_CACHE_POSITIONS_FACTS",
     "PATCH_GRID_FACTS",
     "PATCH_GRID_SHARED_PLACEHOLDER_FACTS",
     "PatchGridLayout",
@@ -55,6 +56,11 @@ PATCH_GRID_SHARED_PLACEHOLDER_FACTS = VisionFacts(
         ),
     ),
 )
+
+
+# As `PATCH_GRID_FACTS`, for a decoder that ignores `position_ids` and numbers tokens by their place in the cache
+# (EXAONE 4.5, HyperCLOVAX): a token's KV then depends on its row's left padding.
+PATCH_GRID_CACHE_POSITIONS_FACTS = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,9 @@ class PatchGridLayout(FamilyHooks):
     computed from the whole prompt alone.
     """
 
-    # Where the vision config keeps the merge side, the temporal patch and the channels (Qwen2-VL's names).
+    # Qwen2-VL's inputs (a family whose facts differ states its own), and where the vision config keeps the merge side,
+    # the temporal patch and the channels (Qwen2-VL's names).
+    vision_facts = PATCH_GRID_FACTS
     vision_config_names = PatchGridVisionNames()
 
     def _grid_and_pixel_keys(self, modality: str) -> tuple[str, str]:
