@@ -1,9 +1,6 @@
-"""GOT-OCR2: an image (or each page crop of it) is one fixed-resolution tile, encoded on its own.
+"""GOT-OCR2: an image (or each page crop of it) is one fixed-resolution tile, one item (`layouts.tiles`).
 
-The processor writes an image as `<img>`, `num_image_tokens` `<imgpad>` placeholders per tile back to back, `</img>`;
-`pixel_values` is `(total_tiles, C, H, W)` over all images, without the tiles-per-image count. A tile's features
-depend only on its own pixels, so each tile is one item of the mechanism: one row of `pixel_values`, one slice of the
-image's run, one encoder-cache entry. The mixin's "image" counts and messages therefore count tiles.
+The processor writes an image as `<img>`, `num_image_tokens` `<imgpad>` placeholders per tile back to back, `</img>`.
 """
 
 import math

@@ -19,16 +19,9 @@ class HyperCLOVAXVisionV2ForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
     >>> from vlmprep.models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
-    >>> text = {"model_type": "hyperclovax", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1}
-    >>> vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4,
-    ...           "out_hidden_size": 32}
-    >>> config = transformers.HyperCLOVAXVisionV2Config(text_config=text, vision_config=vision)
-    >>> model = HyperCLOVAXVisionV2ForConditionalGeneration(config).eval()
-    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
-    [4, 2]
+    >>> HyperCLOVAXVisionV2ForConditionalGeneration.vision_facts.positions_from_cache_length  # as EXAONE 4.5
+    True
 
     ```
     """

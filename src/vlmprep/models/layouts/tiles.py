@@ -1,8 +1,11 @@
-"""Pixel-shuffled tiles (Aya Vision, Cohere2 Vision): each fixed-resolution tile of an image is one item.
+"""Tiles: each fixed-resolution tile (or crop) of an image is one item, with a fixed count of placeholders.
 
 `pixel_values` is `(total_tiles, C, H, W)` over all images, without the tiles-per-image count; a tile's features
-depend only on its own pixels, so each tile is one item: one row of `pixel_values`, one placeholder run, one entry of
-the encoder cache. The mixin's "image" counts and messages therefore count tiles.
+depend only on its own pixels, so each tile is one item: one row of `pixel_values`, one placeholder run (or one slice
+of the image's run, when the processor writes the tiles back to back), one entry of the encoder cache. The mixin's
+"image" counts and messages therefore count tiles. The count per tile is a fact (`VisionFacts.tokens_per_image_attr`
+or `tokens_per_image`): InternVL and Qianfan-OCR read it from the config, GOT-OCR2 computes it, and the pixel-shuffled
+tiles of Aya Vision and Cohere2 Vision share `PixelShuffledTilesLayout`.
 """
 
 from __future__ import annotations
