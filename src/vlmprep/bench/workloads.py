@@ -4,6 +4,7 @@ method per workload. Work is counted with `vlmprep.testing`'s `VisionRunCounter`
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import time
@@ -121,26 +122,17 @@ class BenchRunner:
 
         def converse(model, use_vlmprep: bool) -> dict:
             extra = self.prefix_cache_kwargs(model, use_vlmprep)
-            segments, seeds, answers, elapsed = [], [], [], 0.0
-            with VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
+            segments, seeds, answers = [], [], []
+            with MeasuredRun(self, model, settings.chat_answer_tokens) as run:
                 for turn, user in enumerate(user_turns):
                     segments += user
                     seeds += [100 + turn] * sum(1 for segment in user if segment is IMAGE)
                     inputs = self.inputs(segments, seeds)  # the whole conversation, every image
-                    start = time.perf_counter()
-                    output = self.generate(model, inputs, settings.chat_answer_tokens, **extra)
-                    elapsed += time.perf_counter() - start
+                    output = run.generate(inputs, **extra)
                     answer = output.sequences[0, inputs["input_ids"].shape[1] :].tolist()
                     segments.append(answer)
                     answers.append(answer)
-            tokens = len(build_prompt(self.config, segments)[0])
-            return {
-                "time_s": elapsed,
-                "images": vision.images,
-                "prefilled": prefill.prefilled(settings.chat_answer_tokens, calls=len(user_turns)),
-                "answers": answers,
-                "tokens": tokens,
-            }
+            return run.result(answers=answers, tokens=len(build_prompt(self.config, segments)[0]))
 
         ours, theirs = self.paired("multi-turn chat", converse)
         return {
@@ -161,14 +153,9 @@ class BenchRunner:
         def ask(model, use_vlmprep: bool) -> dict:
             if use_vlmprep:
                 model.encoder_cache.clear()  # each repetition starts cold: the first question encodes the image
-            answers, elapsed = [], 0.0
-            with VisionRunCounter(model) as vision:
-                for inputs in prompts:
-                    start = time.perf_counter()
-                    output = self.generate(model, inputs, settings.question_answer_tokens)
-                    elapsed += time.perf_counter() - start
-                    answers.append(output.sequences[0].tolist())
-            return {"time_s": elapsed, "images": vision.images, "answers": answers}
+            with MeasuredRun(self, model, settings.question_answer_tokens, count_prefill=False) as run:
+                answers = [run.generate(inputs).sequences[0].tolist() for inputs in prompts]
+            return run.result(answers=answers)
 
         ours, theirs = self.paired("questions about one image", ask)
         result = {"questions": settings.questions, **side_by_side(ours, theirs, vision_runs="images")}
@@ -208,21 +195,10 @@ class BenchRunner:
 
         def serve(model, use_vlmprep: bool) -> dict:
             extra = self.prefix_cache_kwargs(model, use_vlmprep)
-            answers, elapsed = [], 0.0
-            with VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
-                for inputs in prompts:
-                    start = time.perf_counter()
-                    output = self.generate(model, inputs, settings.question_answer_tokens, **extra)
-                    elapsed += time.perf_counter() - start
-                    answers.append(output.sequences[0].tolist())
+            with MeasuredRun(self, model, settings.question_answer_tokens) as run:
+                answers = [run.generate(inputs, **extra).sequences[0].tolist() for inputs in prompts]
             reused = extra["prefix_cache"].stats.tokens_reused if extra else 0
-            return {
-                "time_s": elapsed,
-                "images": vision.images,
-                "prefilled": prefill.prefilled(settings.question_answer_tokens, calls=len(prompts)),
-                "reused": reused,
-                "answers": answers,
-            }
+            return run.result(reused=reused, answers=answers)
 
         ours, theirs = self.paired("shared system prompt", serve)
         return {
@@ -340,6 +316,48 @@ class BenchRunner:
                 run["answer"] == reference for run in runs["transformers_chunked"]
             ),
         }
+
+
+class MeasuredRun:
+    """One model's `generate` calls over one run of a workload: their summed time, vision runs and prefilled tokens.
+
+    Args:
+        runner (`BenchRunner`): whose `generate` is called.
+        model: the model.
+        new_tokens (`int`): the answer length of every call.
+        count_prefill (`bool`, *optional*, defaults to `True`): also count the prefilled tokens (`PrefillCounter`).
+    """
+
+    def __init__(self, runner: BenchRunner, model, new_tokens: int, count_prefill: bool = True):
+        self.runner, self.model, self.new_tokens = runner, model, new_tokens
+        self.vision = VisionRunCounter(model)
+        self.prefill = PrefillCounter(model) if count_prefill else None
+        self.elapsed, self.calls = 0.0, 0
+
+    def __enter__(self) -> MeasuredRun:
+        self._counters = contextlib.ExitStack()
+        for counter in (self.vision, self.prefill):
+            if counter is not None:
+                self._counters.enter_context(counter)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._counters.close()
+
+    def generate(self, inputs: dict, **kwargs):
+        """`BenchRunner.generate`, timed (only the call itself)."""
+        start = time.perf_counter()
+        output = self.runner.generate(self.model, inputs, self.new_tokens, **kwargs)
+        self.elapsed += time.perf_counter() - start
+        self.calls += 1
+        return output
+
+    def result(self, **extra) -> dict:
+        """`time_s`, `images` (vision runs' items), `prefilled` (when counted), then `extra`."""
+        result = {"time_s": self.elapsed, "images": self.vision.images}
+        if self.prefill is not None:
+            result["prefilled"] = self.prefill.prefilled(self.new_tokens, calls=self.calls)
+        return {**result, **extra}
 
 
 def same_answers(ours: list[dict], theirs: list[dict], key: str = "answers") -> bool:
