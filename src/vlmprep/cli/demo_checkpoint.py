@@ -166,7 +166,6 @@ def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     import transformers
     from transformers import Gemma3ImageProcessor, Gemma3Processor
 
-    directory = Path(directory)
     tokenizer = build_demo_tokenizer()
     config = build_demo_config(tokenizer)
     vision_size = config.vision_config.image_size
@@ -177,25 +176,33 @@ def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
         chat_template=DEMO_CHAT_TEMPLATE,
         image_seq_length=config.mm_tokens_per_image,
     )
-    from ..testing import tiny_model
-
-    # Random weights under which the images reach the logits (upstream's init zeroes Gemma3's projector), so the
-    # demo's "same answer" check can fail; the caller's random state is left as it was.
-    model = tiny_model(transformers.Gemma3ForConditionalGeneration, config, seed=seed)
-    save_chat_checkpoint(directory, model, processor, tokenizer)
+    directory = write_chat_checkpoint(directory, transformers.Gemma3ForConditionalGeneration, config, processor, seed)
     (directory / _VERSION_FILE).write_text(DEMO_CHECKPOINT_VERSION + "\n")
     return directory
 
 
-def save_chat_checkpoint(directory: Path, model, processor, tokenizer) -> None:
-    """Save a model built on the demo tokenizer with its processor; answers end at the end of a chat turn.
+def write_chat_checkpoint(directory: str | os.PathLike, model_class: type, config, processor, seed: int = 0) -> Path:
+    """Save a random-weight model on the demo tokenizer with its processor; answers end at the end of a chat turn.
+
+    The weights are `vlmprep.testing.tiny_model`'s: random, with the images reaching the logits (upstream's init zeroes
+    some projectors, Gemma3's among them), so a "same answer" check on images can fail; the caller's random state is
+    left as it was.
 
     Args:
-        directory (`Path`): where to write; created (with parents) when missing.
-        model (`PreTrainedModel`): the model.
-        processor (`ProcessorMixin`): its processor (tokenizer, image processor, chat template).
-        tokenizer: the demo tokenizer (`build_demo_tokenizer`).
+        directory (`str` or `os.PathLike`): where to write; created (with parents) when missing.
+        model_class (`type`): the transformers model class.
+        config (`PreTrainedConfig`): its config, on the demo tokenizer (`adopt_demo_tokenizer`).
+        processor (`ProcessorMixin`): its processor (the demo tokenizer, an image processor, a chat template).
+        seed (`int`, *optional*, defaults to 0): seed of the random weights.
+
+    Returns:
+        `Path`: `directory`.
     """
+    from ..testing import tiny_model
+
+    directory = Path(directory)
+    model = tiny_model(model_class, config, seed=seed)
+    tokenizer = processor.tokenizer
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -203,6 +210,7 @@ def save_chat_checkpoint(directory: Path, model, processor, tokenizer) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
+    return directory
 
 
 def ensure_demo_checkpoint(directory: str | os.PathLike | None = None) -> tuple[Path, bool]:
