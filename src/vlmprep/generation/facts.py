@@ -77,7 +77,9 @@ class VisionFacts:
             `(num_images, C, H, W)`, checked at `image_size` when `fixed_resolution`; `"crops"` with a crop (or
             sub-image) dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`; `"up_to_size"`
             `(num_images, C, H, W)` of any height and width up to `image_size`, multiples of `patch_size` (Pixtral);
-            `None` for other layouts (flattened patches), which the family checks itself.
+            `"sub_images"` `(batch_size, sub_images, C, H, W)`, every sub-image at `image_size` (Idefics3);
+            `"patch_rows"` `(num_tiles, max_patches, C * patch_size**2)`, rows of flattened patches (NaFlex);
+            `None` for other layouts (flattened patches on a grid), which the family checks itself.
         features_as_list (`bool`, *optional*, defaults to `False`):
             whether the model reads `pooler_output` as a list of per-image tensors rather than one tensor.
         other_modalities (`tuple[ModalityFacts, ...]`, *optional*, defaults to `()`):
@@ -99,7 +101,7 @@ class VisionFacts:
     per_image_keys: tuple[str, ...] = ("image_sizes",)
     renamed_pixel_keys: tuple[tuple[str, str], ...] = ()
     fixed_resolution: bool = True
-    pixel_layout: Literal["images", "crops", "up_to_size"] | None = "images"
+    pixel_layout: Literal["images", "crops", "up_to_size", "sub_images", "patch_rows"] | None = "images"
     features_as_list: bool = False
     other_modalities: tuple[ModalityFacts, ...] = ()
     image_token_type: int | None = None

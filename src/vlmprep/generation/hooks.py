@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .facts import ModalityFacts, VisionFacts
-from .validation import check_pixel_dims, check_pixel_shapes
+from .validation import check_patch_rows, check_pixel_dims, check_pixel_shapes
 
 # Old hook name -> new name: the hooks take items of any modality (images, videos, tiles), not images only.
 RENAMED_HOOKS = {
@@ -27,6 +27,13 @@ RENAMED_HOOKS = {
     "select_image_inputs": "select_item_inputs",
 }
 _warned_calls: set[str] = set()  # old names already warned about when called
+# `VisionFacts.pixel_layout` -> the dimensions before `(C, H, W)` of the image pixels, for the layouts checked by
+# `check_pixel_dims`.
+_LEADING_DIMS = {
+    "crops": ("num_images", "crops"),
+    "sub_images": ("batch_size", "sub_images"),
+    "up_to_size": ("num_images",),
+}
 
 
 def select_items(value: Any, indices: list[int]) -> Any:
@@ -127,8 +134,8 @@ class FamilyHooks:
         """Raise a clear `ValueError` when pixel inputs do not fit the vision tower, before anything is encoded.
 
         The default checks the image pixels by `VisionFacts.pixel_layout` (transformers would fail with a raw shape
-        error deep in the tower); families with other layouts (flattened patches) override this or check their
-        inputs in `count_items`.
+        error deep in the tower); families with other layouts (flattened patches on a grid) override this or check
+        their inputs in `count_items`.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -142,10 +149,11 @@ class FamilyHooks:
         vision_config = getattr(self.config, "vision_config", None)
         if facts.pixel_layout == "images" and facts.fixed_resolution:
             check_pixel_shapes(pixel_values, vision_config)
-        elif facts.pixel_layout == "crops":
-            check_pixel_dims(pixel_values, vision_config, ("num_images", "crops"), key)
-        elif facts.pixel_layout == "up_to_size":
-            check_pixel_dims(pixel_values, vision_config, ("num_images",), key, up_to_size=True)
+        elif facts.pixel_layout == "patch_rows":
+            check_patch_rows(pixel_values, vision_config)
+        elif facts.pixel_layout in _LEADING_DIMS:
+            leading = _LEADING_DIMS[facts.pixel_layout]
+            check_pixel_dims(pixel_values, vision_config, leading, key, up_to_size=facts.pixel_layout == "up_to_size")
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
         """Position ids of the whole prompt for families with multimodal rope, from the prompt alone.

@@ -16,7 +16,6 @@ from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
-from ...generation.validation import check_pixel_dims
 from .vision_patches import vision_patch_count
 
 __all__ = ["SubImagesLayout", "real_sub_images", "select_sub_images", "sub_image_tokens"]
@@ -30,25 +29,14 @@ def sub_image_tokens(config: PreTrainedConfig) -> int:
 class SubImagesLayout(FamilyHooks):
     """Family hooks of the sub-image layout: each real sub-image of `pixel_values` is one item (images only)."""
 
-    # 5D pixels, checked by `check_pixel_inputs`; the mask is split with the sub-images. Every sub-image has the
-    # processor's `image_seq_len` placeholders.
+    # 5D pixels, every sub-image at the tower's `image_size`; the mask is split with the sub-images. Every sub-image
+    # has the processor's `image_seq_len` placeholders.
     vision_facts = VisionFacts(
         per_image_keys=("pixel_attention_mask",),
         fixed_resolution=False,
-        pixel_layout=None,
+        pixel_layout="sub_images",
         tokens_per_image=sub_image_tokens,
     )
-
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
-        """Every sub-image at the tower's `image_size`: each gets a fixed count of placeholders.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
-        """
-        pixel_values = model_kwargs.get("pixel_values")
-        if isinstance(pixel_values, torch.Tensor):
-            check_pixel_dims(pixel_values, self.config.vision_config, ("batch_size", "sub_images"))
 
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Real (not all-zero padding) sub-images of all samples.
