@@ -70,6 +70,10 @@ class VisionFacts:
             `(old name, name)` pairs of image pixel inputs a processor may still return under an old name (one of
             `pixel_keys`): the selected images' inputs carry the current name, the one the vision tower takes (the
             old one may be a deprecated argument) and the one hashed, whichever name the caller used.
+        unpad_image_inputs (`Callable[[PreTrainedConfig, dict], dict]`, *optional*):
+            given the config and the selected images' inputs, the same inputs without the padding a processor adds to
+            batch images together (a larger image's size, more crops), which the model ignores: an image's inputs and
+            hash are then the same alone or in any batch, so it hits the encoder and prefix caches either way.
         fixed_resolution (`bool`, *optional*, defaults to `True`):
             whether every image must have the vision config's `num_channels x image_size x image_size` shape.
         pixel_layout (`str`, *optional*, defaults to `"images"`):
@@ -100,6 +104,7 @@ class VisionFacts:
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     per_image_keys: tuple[str, ...] = ("image_sizes",)
     renamed_pixel_keys: tuple[tuple[str, str], ...] = ()
+    unpad_image_inputs: Callable[[PreTrainedConfig, dict], dict] | None = None
     fixed_resolution: bool = True
     pixel_layout: Literal["images", "crops", "up_to_size", "sub_images", "patch_rows"] | None = "images"
     features_as_list: bool = False

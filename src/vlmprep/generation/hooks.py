@@ -125,10 +125,13 @@ class FamilyHooks:
         facts = self._modality_facts(modality)
         keys = (*facts.pixel_keys, *facts.per_item_keys)
         selected = {key: select_items(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
-        for old_key, key in self.vision_facts.renamed_pixel_keys if modality == "image" else ():
+        if modality != "image":
+            return selected
+        facts = self.vision_facts
+        for old_key, key in facts.renamed_pixel_keys:
             if old_key in selected:
                 selected.setdefault(key, selected.pop(old_key))
-        return selected
+        return selected if facts.unpad_image_inputs is None else facts.unpad_image_inputs(self.config, selected)
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise a clear `ValueError` when pixel inputs do not fit the vision tower, before anything is encoded.

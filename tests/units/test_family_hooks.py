@@ -1,8 +1,10 @@
-"""The family hooks renamed from image names to item names: family classes written against the old names still work.
+"""The family hooks and the input facts they apply.
 
-An override of an old name (`image_token_counts`, `count_images`, `select_image_inputs`) must be what generation calls,
+The hooks were renamed from image names to item names: family classes written against the old names still work. An
+override of an old name (`image_token_counts`, `count_images`, `select_image_inputs`) must be what generation calls,
 with a `FutureWarning` when the class is defined; calling an old name calls the new one, with a `FutureWarning` once.
-The reference for the generated tokens is the plain transformers class with the same weights.
+The default `select_item_inputs` applies the facts that normalise the selected images' inputs (an old pixel input name,
+a batch's padding). The reference for generated tokens is the plain transformers class with the same weights.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from unittest import mock
 import pytest
 import torch
 import transformers
+from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from conftest import model_pair
 from family_registry import FAMILY_CASES
@@ -110,3 +113,21 @@ def test_video_llava_legacy_pixel_name_is_passed_and_hashed_as_pixel_values():
     with VisionRunCounter(ours) as runs:
         assert _generate(ours, inputs) == tokens
     assert runs.images == 0, "the same image under its current name is an encoder-cache hit"
+
+
+@pytest.mark.parametrize("family", ["mistral3", "llava_next"])
+def test_an_image_selected_from_a_padded_batch_is_unpadded(family):
+    # `VisionFacts.unpad_image_inputs`: a processor pads images (Pixtral: to the largest size; any-res: to the most
+    # crops) to batch them; the selected image's inputs, and so its hash, are those of the image alone.
+    _, ours = model_pair(family)
+    batch = FAMILY_CASES[family].build_inputs(ours.config, [IMAGE, [5], IMAGE], [2, 0])
+    small = ours.select_item_inputs(batch, [0])
+    height, width = (int(side) for side in batch["image_sizes"][0])
+    if family == "mistral3":
+        alone = batch["pixel_values"][:1, :, :height, :width]
+    else:
+        crops = image_size_to_num_patches((height, width), ours.config.image_grid_pinpoints, 8)
+        alone = batch["pixel_values"][:1, :crops]
+    assert alone.shape != batch["pixel_values"][:1].shape, "the batch pads the first image"
+    assert torch.equal(small["pixel_values"], alone)
+    assert torch.equal(ours.select_item_inputs(batch, [1])["pixel_values"], batch["pixel_values"][1:])
