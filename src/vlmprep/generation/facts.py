@@ -75,7 +75,8 @@ class VisionFacts:
             batch images together (a larger image's size, more crops), which the model ignores: an image's inputs and
             hash are then the same alone or in any batch, so it hits the encoder and prefix caches either way.
         fixed_resolution (`bool`, *optional*, defaults to `True`):
-            whether every image must have the vision config's `num_channels x image_size x image_size` shape.
+            with `pixel_layout="images"`, whether every image must have the vision config's `num_channels x
+            image_size x image_size` shape (the other layouts state their own sizes).
         pixel_layout (`str`, *optional*, defaults to `"images"`):
             how the image pixel inputs end in `(C, H, W)`, checked before anything is encoded: `"images"`
             `(num_images, C, H, W)`, checked at `image_size` when `fixed_resolution`; `"crops"` with a crop (or

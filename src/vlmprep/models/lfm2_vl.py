@@ -42,7 +42,6 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
     # masks are split with the rows (and hashed with them).
     vision_facts = VisionFacts(
         per_image_keys=("spatial_shapes", "pixel_attention_mask"),
-        fixed_resolution=False,
         pixel_layout="patch_rows",
         features_as_list=True,
     )

@@ -53,7 +53,6 @@ class LlavaOnevisionForConditionalGeneration(
     # `pixel_values_videos` entry and one placeholder run (its features are checked against the run's length).
     vision_facts = VisionFacts(
         per_image_keys=("image_sizes", "batch_num_images"),
-        fixed_resolution=False,
         pixel_layout="crops",
         features_as_list=True,
         # Upstream reads image features as a list, video features as one `(videos, rows, dim)` tensor

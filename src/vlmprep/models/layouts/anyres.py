@@ -54,12 +54,7 @@ class AnyresCropsLayout(FamilyHooks):
     # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`, padded to the
     # batch's largest count (trimmed per selection); the model concatenates `pooler_output`, a list of per-image
     # tensors (base crop, unpadded grid, newlines).
-    vision_facts = VisionFacts(
-        fixed_resolution=False,
-        pixel_layout="crops",
-        features_as_list=True,
-        unpad_image_inputs=trim_padding_crops,
-    )
+    vision_facts = VisionFacts(pixel_layout="crops", features_as_list=True, unpad_image_inputs=trim_padding_crops)
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
         """Placeholders per image: the rows upstream's own `pack_image_features` makes from its `image_sizes`.

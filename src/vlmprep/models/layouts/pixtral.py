@@ -47,12 +47,7 @@ class PixtralImagesLayout(FamilyHooks):
 
     # Images of any size up to the tower's `image_size` (its rope covers no more patches), padded to the batch's
     # largest (cropped per selection); `pooler_output` is a tuple of per-image tensors that the model concatenates.
-    vision_facts = VisionFacts(
-        fixed_resolution=False,
-        pixel_layout="up_to_size",
-        features_as_list=True,
-        unpad_image_inputs=crop_batch_padding,
-    )
+    vision_facts = VisionFacts(pixel_layout="up_to_size", features_as_list=True, unpad_image_inputs=crop_batch_padding)
 
     def _merged_patch_grids(self, model_kwargs: dict[str, Any]) -> list[tuple[int, int]] | None:
         # (rows, columns) of merged patches per image, or None when the call has no `image_sizes`.

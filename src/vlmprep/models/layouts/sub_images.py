@@ -33,7 +33,6 @@ class SubImagesLayout(FamilyHooks):
     # has the processor's `image_seq_len` placeholders.
     vision_facts = VisionFacts(
         per_image_keys=("pixel_attention_mask",),
-        fixed_resolution=False,
         pixel_layout="sub_images",
         tokens_per_image=sub_image_tokens,
     )
