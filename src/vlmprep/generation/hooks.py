@@ -112,7 +112,9 @@ class FamilyHooks:
     ) -> dict[str, Any]:
         """The per-item inputs (pixels and per-item extras) of the given items of `modality`, in that order.
 
-        Families whose pixel inputs are not one entry per item (e.g. flattened patches) override this.
+        Images carry their current input names and no batch padding (`VisionFacts.renamed_pixel_keys`,
+        `unpad_image_inputs`), so that the tower gets what it takes and an image hashes alike in any call. Families
+        whose pixel inputs are not one entry per item (e.g. flattened patches) override this.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -127,11 +129,12 @@ class FamilyHooks:
         selected = {key: select_items(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
         if modality != "image":
             return selected
-        facts = self.vision_facts
-        for old_key, key in facts.renamed_pixel_keys:
+        image_facts = self.vision_facts
+        for old_key, key in image_facts.renamed_pixel_keys:
             if old_key in selected:
                 selected.setdefault(key, selected.pop(old_key))
-        return selected if facts.unpad_image_inputs is None else facts.unpad_image_inputs(self.config, selected)
+        unpad = image_facts.unpad_image_inputs
+        return selected if unpad is None else unpad(self.config, selected)
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise a clear `ValueError` when pixel inputs do not fit the vision tower, before anything is encoded.
