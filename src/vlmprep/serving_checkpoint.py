@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .cli.demo_checkpoint import DEMO_CHAT_TEMPLATE, build_demo_tokenizer, save_chat_checkpoint
+from .cli.demo_checkpoint import DEMO_CHAT_TEMPLATE, adopt_demo_tokenizer, build_demo_tokenizer, write_chat_checkpoint
 
 __all__ = ["build_llava_checkpoint"]
 
@@ -31,19 +31,10 @@ def build_llava_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     import transformers
     from transformers import CLIPImageProcessor, LlavaProcessor
 
-    from .testing import tiny_llava_config, tiny_model
+    from .testing import tiny_llava_config
 
-    directory = Path(directory)
     tokenizer = build_demo_tokenizer()
-    config = tiny_llava_config()
-    text = config.text_config
-    text.vocab_size = len(tokenizer)
-    text.pad_token_id, text.bos_token_id, text.eos_token_id = (
-        tokenizer.pad_token_id,
-        tokenizer.bos_token_id,
-        tokenizer.eos_token_id,
-    )
-    config.image_token_id = tokenizer.image_token_id
+    config = adopt_demo_tokenizer(tiny_llava_config(), tokenizer)
     vision = config.vision_config
     size = {"height": vision.image_size, "width": vision.image_size}
     image_processor = CLIPImageProcessor(size=size, crop_size=size, do_center_crop=False)
@@ -56,6 +47,4 @@ def build_llava_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
         num_additional_image_tokens=1,  # CLIP's class token, which the "default" strategy drops
         image_token=tokenizer.image_token,
     )
-    model = tiny_model(transformers.LlavaForConditionalGeneration, config, seed=seed)
-    save_chat_checkpoint(directory, model, processor, tokenizer)
-    return directory
+    return write_chat_checkpoint(directory, transformers.LlavaForConditionalGeneration, config, processor, seed)

@@ -92,7 +92,7 @@ def test_five_turn_chat_with_two_images_feeds_only_new_tokens(family):
         known = sequences.shape[1] - 1  # KV of prompt and answer, except the answer's last token
         segments.append(sequences[0, prompt.length :].tolist())
     # One encoder call per turn with a new image, for its items only (Idefics3 counts its crops as items)
-    assert len(encoded) == 2 and sum(encoded) == ours.count_images(prompt.inputs()), "each image is encoded once"
+    assert len(encoded) == 2 and sum(encoded) == ours.count_items(prompt.inputs()), "each image is encoded once"
     assert fed <= 1.02 * minimum, (fed, minimum)
     assert store.stats.hits == len(USER_TURNS) - 1
 

@@ -159,6 +159,6 @@ class ContinuousBatchingMixin:
             for modality in self.vision_facts.modalities:
                 items = sorted({s.input_index for s in spans if s.row == row and s.modality == modality.name})
                 if items:
-                    row_inputs.update(self.select_image_inputs(inputs, items, modality=modality.name))
+                    row_inputs.update(self.select_item_inputs(inputs, items, modality=modality.name))
             prompts.append(build_image_prompt(self, ids, row_inputs, salt))
         return prompts

@@ -5,13 +5,7 @@
 - `text_only`: text-only loading of the multimodal checkpoint, one subprocess per load;
 - `report`: the summary rows, the text table and the PNG chart; `runner`: `run_bench`, which runs them all.
 
-Example:
-
-```python
->>> from vlmprep.bench import format_bench_table, run_bench
->>> summary = run_bench(quick=True)  # doctest: +SKIP
->>> print(format_bench_table(summary))  # doctest: +SKIP
-```
+`vlmprep bench [--quick]` runs them from the command line; `run_bench`'s docstring shows the call from Python.
 """
 
 from .report import format_bench_table

@@ -4,6 +4,7 @@ method per workload. Work is counted with `vlmprep.testing`'s `VisionRunCounter`
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import time
@@ -87,6 +88,20 @@ class BenchRunner:
                 self.tick(name)
         return results
 
+    def paired(self, name: str, run: Callable[..., dict]) -> tuple[list[dict], list[dict]]:
+        """`interleaved` rounds of `run(model, use_vlmprep)` on vlmprep's model and on transformers'."""
+        runs = self.interleaved(
+            name, {"vlmprep": lambda: run(self.ours, True), "transformers": lambda: run(self.theirs, False)}
+        )
+        return runs["vlmprep"], runs["transformers"]
+
+    def prefix_cache_kwargs(self, model, use_vlmprep: bool) -> dict:
+        """`generate` kwargs of a cold vlmprep run (empty encoder cache, fresh prefix cache); none for transformers."""
+        if not use_vlmprep:
+            return {}
+        model.encoder_cache.clear()
+        return {"prefix_cache": PrefixCache(block_size=16)}
+
     def warm_up(self) -> None:
         inputs = self.inputs([self.text(8), IMAGE, self.text(4)], [999])
         for model in (self.ours, self.theirs):
@@ -106,47 +121,26 @@ class BenchRunner:
         ]
 
         def converse(model, use_vlmprep: bool) -> dict:
-            store = PrefixCache(block_size=16) if use_vlmprep else None
-            if use_vlmprep:
-                model.encoder_cache.clear()
-            extra = {"prefix_cache": store} if use_vlmprep else {}
-            segments, seeds, answers, elapsed = [], [], [], 0.0
-            with VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
+            extra = self.prefix_cache_kwargs(model, use_vlmprep)
+            segments, seeds, answers = [], [], []
+            with MeasuredRun(self, model, settings.chat_answer_tokens) as run:
                 for turn, user in enumerate(user_turns):
                     segments += user
                     seeds += [100 + turn] * sum(1 for segment in user if segment is IMAGE)
                     inputs = self.inputs(segments, seeds)  # the whole conversation, every image
-                    start = time.perf_counter()
-                    output = self.generate(model, inputs, settings.chat_answer_tokens, **extra)
-                    elapsed += time.perf_counter() - start
+                    output = run.generate(inputs, **extra)
                     answer = output.sequences[0, inputs["input_ids"].shape[1] :].tolist()
                     segments.append(answer)
                     answers.append(answer)
-            tokens = len(build_prompt(self.config, segments)[0])
-            return {
-                "time_s": elapsed,
-                "images": vision.images,
-                "prefilled": prefill.prefilled(settings.chat_answer_tokens, calls=len(user_turns)),
-                "answers": answers,
-                "tokens": tokens,
-            }
+            return run.result(answers=answers, tokens=len(build_prompt(self.config, segments)[0]))
 
-        runs = self.interleaved(
-            "multi-turn chat",
-            {"vlmprep": lambda: converse(self.ours, True), "transformers": lambda: converse(self.theirs, False)},
-        )
-        ours, theirs = runs["vlmprep"], runs["transformers"]
+        ours, theirs = self.paired("multi-turn chat", converse)
         return {
             "turns": len(user_turns),
             "images_in_conversation": 2,
             "answer_tokens_per_turn": settings.chat_answer_tokens,
             "conversation_tokens": ours[0]["tokens"],
-            "vlmprep_images_encoded": ours[0]["images"],
-            "transformers_images_encoded": theirs[0]["images"],
-            "vlmprep_tokens_prefilled": ours[0]["prefilled"],
-            "transformers_tokens_prefilled": theirs[0]["prefilled"],
-            **paired_times(ours, theirs),
-            "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
+            **side_by_side(ours, theirs, images_encoded="images", tokens_prefilled="prefilled"),
         }
 
     # -- 2. N questions about one image, and the cost of hashing -------------------------------------------------
@@ -159,27 +153,12 @@ class BenchRunner:
         def ask(model, use_vlmprep: bool) -> dict:
             if use_vlmprep:
                 model.encoder_cache.clear()  # each repetition starts cold: the first question encodes the image
-            answers, elapsed = [], 0.0
-            with VisionRunCounter(model) as vision:
-                for inputs in prompts:
-                    start = time.perf_counter()
-                    output = self.generate(model, inputs, settings.question_answer_tokens)
-                    elapsed += time.perf_counter() - start
-                    answers.append(output.sequences[0].tolist())
-            return {"time_s": elapsed, "images": vision.images, "answers": answers}
+            with MeasuredRun(self, model, settings.question_answer_tokens, count_prefill=False) as run:
+                answers = [run.generate(inputs).sequences[0].tolist() for inputs in prompts]
+            return run.result(answers=answers)
 
-        runs = self.interleaved(
-            "questions about one image",
-            {"vlmprep": lambda: ask(self.ours, True), "transformers": lambda: ask(self.theirs, False)},
-        )
-        ours, theirs = runs["vlmprep"], runs["transformers"]
-        result = {
-            "questions": settings.questions,
-            "vlmprep_vision_runs": ours[0]["images"],
-            "transformers_vision_runs": theirs[0]["images"],
-            **paired_times(ours, theirs),
-            "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
-        }
+        ours, theirs = self.paired("questions about one image", ask)
+        result = {"questions": settings.questions, **side_by_side(ours, theirs, vision_runs="images")}
         result["hashing"] = self.hashing_cost()
         self.tick("questions about one image")
         return result
@@ -215,42 +194,19 @@ class BenchRunner:
         ]
 
         def serve(model, use_vlmprep: bool) -> dict:
-            store = PrefixCache(block_size=16) if use_vlmprep else None
-            if use_vlmprep:
-                model.encoder_cache.clear()
-            extra = {"prefix_cache": store} if use_vlmprep else {}
-            answers, elapsed = [], 0.0
-            with VisionRunCounter(model) as vision, PrefillCounter(model) as prefill:
-                for inputs in prompts:
-                    start = time.perf_counter()
-                    output = self.generate(model, inputs, settings.question_answer_tokens, **extra)
-                    elapsed += time.perf_counter() - start
-                    answers.append(output.sequences[0].tolist())
-            reused = store.stats.tokens_reused if store is not None else 0
-            return {
-                "time_s": elapsed,
-                "images": vision.images,
-                "prefilled": prefill.prefilled(settings.question_answer_tokens, calls=len(prompts)),
-                "reused": reused,
-                "answers": answers,
-            }
+            extra = self.prefix_cache_kwargs(model, use_vlmprep)
+            with MeasuredRun(self, model, settings.question_answer_tokens) as run:
+                answers = [run.generate(inputs, **extra).sequences[0].tolist() for inputs in prompts]
+            reused = extra["prefix_cache"].stats.tokens_reused if extra else 0
+            return run.result(reused=reused, answers=answers)
 
-        runs = self.interleaved(
-            "shared system prompt",
-            {"vlmprep": lambda: serve(self.ours, True), "transformers": lambda: serve(self.theirs, False)},
-        )
-        ours, theirs = runs["vlmprep"], runs["transformers"]
+        ours, theirs = self.paired("shared system prompt", serve)
         return {
             "requests": settings.shared_requests,
             "system_prompt_tokens": settings.system_tokens,
             "prompt_tokens": sum(inputs["input_ids"].shape[1] for inputs in prompts),
             "vlmprep_tokens_reused": ours[0]["reused"],
-            "vlmprep_tokens_prefilled": ours[0]["prefilled"],
-            "transformers_tokens_prefilled": theirs[0]["prefilled"],
-            "vlmprep_images_encoded": ours[0]["images"],
-            "transformers_images_encoded": theirs[0]["images"],
-            **paired_times(ours, theirs),
-            "tokens_identical": all(a["answers"] == b["answers"] for a, b in zip(ours, theirs, strict=True)),
+            **side_by_side(ours, theirs, tokens_prefilled="prefilled", images_encoded="images"),
         }
 
     # -- 4. decode speed -------------------------------------------------------------------------------------------
@@ -271,11 +227,7 @@ class BenchRunner:
             step_s = statistics.median(steps)
             return {"time_s": step_s, "tokens_per_s": 1 / step_s, "answer": output.sequences.tolist()}
 
-        runs = self.interleaved(
-            "decode speed",
-            {"vlmprep": lambda: decode(self.ours, True), "transformers": lambda: decode(self.theirs, False)},
-        )
-        ours, theirs = runs["vlmprep"], runs["transformers"]
+        ours, theirs = self.paired("decode speed", decode)
         times = paired_times(ours, theirs)
         return {
             "new_tokens": settings.decode_tokens,
@@ -285,7 +237,7 @@ class BenchRunner:
             "vlmprep_ms_per_token": round(1000 * times["vlmprep_time_s"], 3),
             "transformers_ms_per_token": round(1000 * times["transformers_time_s"], 3),
             "time_per_token_ratio": times["time_ratio"],
-            "tokens_identical": all(a["answer"] == b["answer"] for a, b in zip(ours, theirs, strict=True)),
+            "tokens_identical": same_answers(ours, theirs, key="answer"),
         }
 
     # -- 5. chunked vs unchunked prefill ---------------------------------------------------------------------------
@@ -364,3 +316,60 @@ class BenchRunner:
                 run["answer"] == reference for run in runs["transformers_chunked"]
             ),
         }
+
+
+class MeasuredRun:
+    """One model's `generate` calls over one run of a workload: their summed time, vision runs and prefilled tokens.
+
+    Args:
+        runner (`BenchRunner`): whose `generate` is called.
+        model: the model.
+        new_tokens (`int`): the answer length of every call.
+        count_prefill (`bool`, *optional*, defaults to `True`): also count the prefilled tokens (`PrefillCounter`).
+    """
+
+    def __init__(self, runner: BenchRunner, model, new_tokens: int, count_prefill: bool = True):
+        self.runner, self.model, self.new_tokens = runner, model, new_tokens
+        self.vision = VisionRunCounter(model)
+        self.prefill = PrefillCounter(model) if count_prefill else None
+        self.elapsed, self.calls = 0.0, 0
+
+    def __enter__(self) -> MeasuredRun:
+        self._counters = contextlib.ExitStack()
+        for counter in (self.vision, self.prefill):
+            if counter is not None:
+                self._counters.enter_context(counter)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._counters.close()
+
+    def generate(self, inputs: dict, **kwargs):
+        """`BenchRunner.generate`, timed (only the call itself)."""
+        start = time.perf_counter()
+        output = self.runner.generate(self.model, inputs, self.new_tokens, **kwargs)
+        self.elapsed += time.perf_counter() - start
+        self.calls += 1
+        return output
+
+    def result(self, **extra) -> dict:
+        """`time_s`, `images` (vision runs' items), `prefilled` (when counted), then `extra`."""
+        result = {"time_s": self.elapsed, "images": self.vision.images}
+        if self.prefill is not None:
+            result["prefilled"] = self.prefill.prefilled(self.new_tokens, calls=self.calls)
+        return {**result, **extra}
+
+
+def same_answers(ours: list[dict], theirs: list[dict], key: str = "answers") -> bool:
+    """Whether every repetition's answer tokens (`run[key]`) are the same for both libraries."""
+    return all(a[key] == b[key] for a, b in zip(ours, theirs, strict=True))
+
+
+def side_by_side(ours: list[dict], theirs: list[dict], **counts: str) -> dict:
+    """Per `name=key`, `vlmprep_<name>` and `transformers_<name>` (the first repetition's `run[key]`: counts do not
+    change between repetitions), then the paired times and whether the answers are identical."""
+    result = {}
+    for name, key in counts.items():
+        result[f"vlmprep_{name}"] = ours[0][key]
+        result[f"transformers_{name}"] = theirs[0][key]
+    return {**result, **paired_times(ours, theirs), "tokens_identical": same_answers(ours, theirs)}

@@ -123,7 +123,25 @@ def build_demo_config(tokenizer, mm_tokens_per_image: int = 16):
     from ..testing import tiny_gemma3_config
 
     # A sliding window shorter than the later turns' prompts, as Gemma3's 1024 is shorter than long chats.
-    config = tiny_gemma3_config(sliding_window=32, mm_tokens_per_image=mm_tokens_per_image)
+    config = adopt_demo_tokenizer(
+        tiny_gemma3_config(sliding_window=32, mm_tokens_per_image=mm_tokens_per_image), tokenizer
+    )
+    # `*_token_id` map to Gemma3Config's `*_token_index` fields
+    config.boi_token_id = tokenizer.boi_token_id
+    config.eoi_token_id = tokenizer.eoi_token_id
+    return config
+
+
+def adopt_demo_tokenizer(config, tokenizer):
+    """Give a tiny config the vocabulary, special token ids and image placeholder of the demo tokenizer (in place).
+
+    Args:
+        config (`PreTrainedConfig`): a tiny image-text config from `vlmprep.testing`.
+        tokenizer (`PreTrainedTokenizerFast`): from `build_demo_tokenizer`.
+
+    Returns:
+        `PreTrainedConfig`: `config`.
+    """
     text = config.text_config
     text.vocab_size = len(tokenizer)
     text.pad_token_id, text.bos_token_id, text.eos_token_id = (
@@ -131,9 +149,6 @@ def build_demo_config(tokenizer, mm_tokens_per_image: int = 16):
         tokenizer.bos_token_id,
         tokenizer.eos_token_id,
     )
-    # `*_token_id` map to Gemma3Config's `*_token_index` fields
-    config.boi_token_id = tokenizer.boi_token_id
-    config.eoi_token_id = tokenizer.eoi_token_id
     config.image_token_id = tokenizer.image_token_id
     return config
 
@@ -151,7 +166,6 @@ def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     import transformers
     from transformers import Gemma3ImageProcessor, Gemma3Processor
 
-    directory = Path(directory)
     tokenizer = build_demo_tokenizer()
     config = build_demo_config(tokenizer)
     vision_size = config.vision_config.image_size
@@ -162,25 +176,33 @@ def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
         chat_template=DEMO_CHAT_TEMPLATE,
         image_seq_length=config.mm_tokens_per_image,
     )
-    from ..testing import tiny_model
-
-    # Random weights under which the images reach the logits (upstream's init zeroes Gemma3's projector), so the
-    # demo's "same answer" check can fail; the caller's random state is left as it was.
-    model = tiny_model(transformers.Gemma3ForConditionalGeneration, config, seed=seed)
-    save_chat_checkpoint(directory, model, processor, tokenizer)
+    directory = write_chat_checkpoint(directory, transformers.Gemma3ForConditionalGeneration, config, processor, seed)
     (directory / _VERSION_FILE).write_text(DEMO_CHECKPOINT_VERSION + "\n")
     return directory
 
 
-def save_chat_checkpoint(directory: Path, model, processor, tokenizer) -> None:
-    """Save a model built on the demo tokenizer with its processor; answers end at the end of a chat turn.
+def write_chat_checkpoint(directory: str | os.PathLike, model_class: type, config, processor, seed: int = 0) -> Path:
+    """Save a random-weight model on the demo tokenizer with its processor; answers end at the end of a chat turn.
+
+    The weights are `vlmprep.testing.tiny_model`'s: random, with the images reaching the logits (upstream's init zeroes
+    some projectors, Gemma3's among them), so a "same answer" check on images can fail; the caller's random state is
+    left as it was.
 
     Args:
-        directory (`Path`): where to write; created (with parents) when missing.
-        model (`PreTrainedModel`): the model.
-        processor (`ProcessorMixin`): its processor (tokenizer, image processor, chat template).
-        tokenizer: the demo tokenizer (`build_demo_tokenizer`).
+        directory (`str` or `os.PathLike`): where to write; created (with parents) when missing.
+        model_class (`type`): the transformers model class.
+        config (`PreTrainedConfig`): its config, on the demo tokenizer (`adopt_demo_tokenizer`).
+        processor (`ProcessorMixin`): its processor (the demo tokenizer, an image processor, a chat template).
+        seed (`int`, *optional*, defaults to 0): seed of the random weights.
+
+    Returns:
+        `Path`: `directory`.
     """
+    from ..testing import tiny_model
+
+    directory = Path(directory)
+    model = tiny_model(model_class, config, seed=seed)
+    tokenizer = processor.tokenizer
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -188,6 +210,7 @@ def save_chat_checkpoint(directory: Path, model, processor, tokenizer) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
+    return directory
 
 
 def ensure_demo_checkpoint(directory: str | os.PathLike | None = None) -> tuple[Path, bool]:

@@ -54,7 +54,7 @@ class ItemEncoder:
 
     def _item_inputs(self, modality: str, indices: list[int]) -> dict[str, Any]:
         # Pixel inputs of the items at `indices` (indices among the items of `modality`).
-        return self.model.select_image_inputs(self.model_kwargs, indices, modality=modality)
+        return self.model.select_item_inputs(self.model_kwargs, indices, modality=modality)
 
     def hashes(self, indices: list[int]) -> dict[int, str]:
         """The content hash of each item: its pixel inputs and per-item extras, plus every encoder argument.

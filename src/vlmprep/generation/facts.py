@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,7 +53,10 @@ class VisionFacts:
             config attribute holding the image placeholder token id.
         tokens_per_image_attr (`str`, *optional*):
             dotted config path of the fixed number of placeholder tokens per image (e.g. `"mm_tokens_per_image"`);
-            `None` when the family computes it (see `VisionPrepGenerationMixin.image_token_counts`).
+            `None` when the family computes it (see `VisionPrepGenerationMixin.item_token_counts`).
+        tokens_per_image (`Callable[[PreTrainedConfig], int]`, *optional*):
+            the fixed number of placeholder tokens per image computed from the config, when no one attribute holds it
+            (a patch grid pixel-shuffled or pooled by the projector); used when `tokens_per_image_attr` is `None`.
         bidirectional (`str`, *optional*):
             `"image"` when each image's placeholder run attends to itself bidirectionally (Gemma3), `"prefix"` when
             the whole `token_type_ids == 0` prefix does (PaliGemma), `None` for causal-only families.
@@ -62,14 +66,25 @@ class VisionFacts:
             per-image pixel inputs, split along their first dimension.
         per_image_keys (`tuple[str, ...]`, *optional*, defaults to `("image_sizes",)`):
             other inputs with one entry per image that change its embedding (hashed with the pixels).
+        renamed_pixel_keys (`tuple[tuple[str, str], ...]`, *optional*, defaults to `()`):
+            `(old name, name)` pairs of image pixel inputs a processor may still return under an old name (one of
+            `pixel_keys`): the selected images' inputs carry the current name, the one the vision tower takes (the
+            old one may be a deprecated argument) and the one hashed, whichever name the caller used.
+        unpad_image_inputs (`Callable[[PreTrainedConfig, dict], dict]`, *optional*):
+            given the config and the selected images' inputs, the same inputs without the padding a processor adds to
+            batch images together (a larger image's size, more crops), which the model ignores: an image's inputs and
+            hash are then the same alone or in any batch, so it hits the encoder and prefix caches either way.
         fixed_resolution (`bool`, *optional*, defaults to `True`):
-            whether every image must have the vision config's `num_channels x image_size x image_size` shape.
+            with `pixel_layout="images"`, whether every image must have the vision config's `num_channels x
+            image_size x image_size` shape (the other layouts state their own sizes).
         pixel_layout (`str`, *optional*, defaults to `"images"`):
             how the image pixel inputs end in `(C, H, W)`, checked before anything is encoded: `"images"`
             `(num_images, C, H, W)`, checked at `image_size` when `fixed_resolution`; `"crops"` with a crop (or
             sub-image) dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`; `"up_to_size"`
             `(num_images, C, H, W)` of any height and width up to `image_size`, multiples of `patch_size` (Pixtral);
-            `None` for other layouts (flattened patches), which the family checks itself.
+            `"sub_images"` `(batch_size, sub_images, C, H, W)`, every sub-image at `image_size` (Idefics3);
+            `"patch_rows"` `(num_tiles, max_patches, C * patch_size**2)`, rows of flattened patches (NaFlex);
+            `None` for other layouts (flattened patches on a grid), which the family checks itself.
         features_as_list (`bool`, *optional*, defaults to `False`):
             whether the model reads `pooler_output` as a list of per-image tensors rather than one tensor.
         other_modalities (`tuple[ModalityFacts, ...]`, *optional*, defaults to `()`):
@@ -84,12 +99,15 @@ class VisionFacts:
 
     placeholder_attr: str = "image_token_id"
     tokens_per_image_attr: str | None = None
+    tokens_per_image: Callable[[PreTrainedConfig], int] | None = None
     bidirectional: Literal["image", "prefix"] | None = None
     token_type_key: str = "token_type_ids"
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     per_image_keys: tuple[str, ...] = ("image_sizes",)
+    renamed_pixel_keys: tuple[tuple[str, str], ...] = ()
+    unpad_image_inputs: Callable[[PreTrainedConfig, dict], dict] | None = None
     fixed_resolution: bool = True
-    pixel_layout: Literal["images", "crops", "up_to_size"] | None = "images"
+    pixel_layout: Literal["images", "crops", "up_to_size", "sub_images", "patch_rows"] | None = "images"
     features_as_list: bool = False
     other_modalities: tuple[ModalityFacts, ...] = ()
     image_token_type: int | None = None
@@ -119,7 +137,7 @@ class VisionFacts:
     def fixed_tokens_per_image(self, config: PreTrainedConfig) -> int | None:
         """The fixed placeholder count per image read from the config, or `None` when the family has none."""
         if self.tokens_per_image_attr is None:
-            return None
+            return None if self.tokens_per_image is None else int(self.tokens_per_image(config))
         value = config
         for name in self.tokens_per_image_attr.split("."):
             value = getattr(value, name)

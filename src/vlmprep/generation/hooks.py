@@ -3,16 +3,37 @@
 A family overrides a hook when its facts need code (placeholder counts from image sizes, flattened pixel inputs,
 multimodal positions). Every hook has one signature: the call's inputs first, then the modality (`"image"` unless the
 family has others, see `VisionFacts.other_modalities`).
+
+The hooks that take any modality were first named after images (`RENAMED_HOOKS`). The old names still work for family
+classes written against them: an override of an old name answers the new name too (with a `FutureWarning` when the
+class is defined), and calling an old name calls the new one (with a `FutureWarning`, once per name).
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 from typing import Any
 
 import torch
 
 from .facts import ModalityFacts, VisionFacts
-from .validation import check_pixel_dims, check_pixel_shapes
+from .validation import check_patch_rows, check_pixel_dims, check_pixel_shapes
+
+# Old hook name -> new name: the hooks take items of any modality (images, videos, tiles), not images only.
+RENAMED_HOOKS = {
+    "image_token_counts": "item_token_counts",
+    "count_images": "count_items",
+    "select_image_inputs": "select_item_inputs",
+}
+_warned_calls: set[str] = set()  # old names already warned about when called
+# `VisionFacts.pixel_layout` -> the dimensions before `(C, H, W)` of the image pixels, for the layouts checked by
+# `check_pixel_dims`.
+_LEADING_DIMS = {
+    "crops": ("num_images", "crops"),
+    "sub_images": ("batch_size", "sub_images"),
+    "up_to_size": ("num_images",),
+}
 
 
 def select_items(value: Any, indices: list[int]) -> Any:
@@ -30,11 +51,34 @@ class FamilyHooks:
 
     vision_facts: VisionFacts = VisionFacts()
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        mro = cls.__mro__
+        for old, new in RENAMED_HOOKS.items():
+            old_owner = next(klass for klass in mro if old in vars(klass))
+            new_owner = next(klass for klass in mro if new in vars(klass))
+            if old_owner is new_owner:
+                continue
+            if mro.index(old_owner) < mro.index(new_owner):
+                # A class written against the old name (here or in a base that is not a `FamilyHooks`): its override is
+                # more specific than any implementation of the new name, so the new name is answered by it.
+                warnings.warn(
+                    f"{old_owner.__qualname__}.{old} overrides a family hook renamed to `{new}`; rename the method "
+                    f"(the old name will stop working in a future release).",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                setattr(cls, new, vars(old_owner)[old])
+            else:
+                # The old name of the most specific implementation, so that calling it (or `super().<old>(...)` in a
+                # subclass written against the old name) reaches that implementation, not a base's.
+                setattr(cls, old, _old_name_alias(vars(new_owner)[new], old, new))
+
     def _modality_facts(self, name: str) -> ModalityFacts:
         return self.vision_facts.modality(name)
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
-        """Placeholder tokens of each image (one count for all, a list per image, or `None`: one image per run).
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
+        """Placeholder tokens of each item (one count for all, a list per item, or `None`: one item per run).
 
         An item whose placeholders come in several runs (a video with one run per frame) has a list of its pieces.
 
@@ -47,8 +91,8 @@ class FamilyHooks:
         """
         return self.vision_facts.fixed_tokens_per_image(self.config) if modality == "image" else None
 
-    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """How many images (items of `modality`) the call's pixel inputs hold (`None` when there are none).
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """How many items of `modality` (images, videos, tiles, ...) the call's pixel inputs hold (`None`: none).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -63,16 +107,18 @@ class FamilyHooks:
             return None
         return len(pixel_values) if isinstance(pixel_values, (list, tuple)) else pixel_values.shape[0]
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
-        """The per-image inputs (pixels and per-image extras) of the given images, in that order.
+        """The per-item inputs (pixels and per-item extras) of the given items of `modality`, in that order.
 
-        Families whose pixel inputs are not one entry per image (e.g. flattened patches) override this.
+        Images carry their current input names and no batch padding (`VisionFacts.renamed_pixel_keys`,
+        `unpad_image_inputs`), so that the tower gets what it takes and an image hashes alike in any call. Families
+        whose pixel inputs are not one entry per item (e.g. flattened patches) override this.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): image indices (indices among the items of `modality`).
+            indices (`list[int]`): indices among the items of `modality`.
             modality (`str`, *optional*, defaults to `"image"`): whose items.
 
         Returns:
@@ -80,14 +126,22 @@ class FamilyHooks:
         """
         facts = self._modality_facts(modality)
         keys = (*facts.pixel_keys, *facts.per_item_keys)
-        return {key: select_items(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
+        selected = {key: select_items(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
+        if modality != "image":
+            return selected
+        image_facts = self.vision_facts
+        for old_key, key in image_facts.renamed_pixel_keys:
+            if old_key in selected:
+                selected.setdefault(key, selected.pop(old_key))
+        unpad = image_facts.unpad_image_inputs
+        return selected if unpad is None else unpad(self.config, selected)
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise a clear `ValueError` when pixel inputs do not fit the vision tower, before anything is encoded.
 
         The default checks the image pixels by `VisionFacts.pixel_layout` (transformers would fail with a raw shape
-        error deep in the tower); families with other layouts (flattened patches) override this or check their
-        inputs in `count_images`.
+        error deep in the tower); families with other layouts (flattened patches on a grid) override this or check
+        their inputs in `count_items`.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -101,10 +155,11 @@ class FamilyHooks:
         vision_config = getattr(self.config, "vision_config", None)
         if facts.pixel_layout == "images" and facts.fixed_resolution:
             check_pixel_shapes(pixel_values, vision_config)
-        elif facts.pixel_layout == "crops":
-            check_pixel_dims(pixel_values, vision_config, ("num_images", "crops"), key)
-        elif facts.pixel_layout == "up_to_size":
-            check_pixel_dims(pixel_values, vision_config, ("num_images",), key, up_to_size=True)
+        elif facts.pixel_layout == "patch_rows":
+            check_patch_rows(pixel_values, vision_config)
+        elif facts.pixel_layout in _LEADING_DIMS:
+            leading = _LEADING_DIMS[facts.pixel_layout]
+            check_pixel_dims(pixel_values, vision_config, leading, key, up_to_size=facts.pixel_layout == "up_to_size")
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
         """Position ids of the whole prompt for families with multimodal rope, from the prompt alone.
@@ -120,3 +175,28 @@ class FamilyHooks:
             `torch.Tensor` or `None`
         """
         return None
+
+
+def _old_name_alias(implementation, old: str, new: str):
+    # A hook's deprecated name: calls the same implementation (not `getattr(self, new)`, which an override of the old
+    # name answers, so a `super().<old>(...)` would come back to that override forever).
+    @functools.wraps(implementation)
+    def alias(self, *args, **kwargs):
+        if old not in _warned_calls:
+            _warned_calls.add(old)
+            warnings.warn(
+                f"`{old}` is a deprecated name of the family hook `{new}` and will be removed in a future release; "
+                f"call `{new}`.",
+                FutureWarning,
+                stacklevel=2,
+            )
+        return implementation(self, *args, **kwargs)
+
+    alias.__name__ = old
+    alias.__qualname__ = implementation.__qualname__.rsplit(".", 1)[0] + f".{old}"
+    alias.__doc__ = f"Deprecated name of `{new}` (same arguments and result)."
+    return alias
+
+
+for _old, _new in RENAMED_HOOKS.items():
+    setattr(FamilyHooks, _old, _old_name_alias(vars(FamilyHooks)[_new], _old, _new))

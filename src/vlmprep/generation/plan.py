@@ -252,14 +252,14 @@ def find_item_spans(
     token_type_key = model.vision_facts.token_type_key
     spans: list[ItemSpan] = []
     for modality in model.vision_facts.modalities:
-        counts = model.image_token_counts(model_kwargs, modality=modality.name)
+        counts = model.item_token_counts(model_kwargs, modality=modality.name)
         first_index = len({span.item_index for span in spans})
         ids = input_ids
         if modality.token_type is not None and token_types is not None:
             # The placeholder id is shared with another modality: only the positions of this one's type count
             ids = input_ids.masked_fill(token_types[..., -input_ids.shape[-1] :] != modality.token_type, -1)
         elif modality.token_type is not None and modality.name != "image":
-            if model.count_images(model_kwargs, modality=modality.name) is not None:
+            if model.count_items(model_kwargs, modality=modality.name) is not None:
                 raise ValueError(
                     f"This model's {modality.name}s share the image placeholder token, so only `{token_type_key}` "
                     f"tells their placeholders apart. Pass `{token_type_key}` as the processor returns it."
@@ -284,7 +284,7 @@ def check_items_match_spans(
     for modality in model.vision_facts.modalities:
         name = modality.name
         modality_spans = [span for span in spans if span.modality == name]
-        num_items = model.count_images(model_kwargs, modality=name)
+        num_items = model.count_items(model_kwargs, modality=name)
         has_pixels = any(model_kwargs.get(key) is not None for key in modality.pixel_keys)
         if has_pixels and any(span.item_index in given for span in modality_spans):
             raise ValueError(

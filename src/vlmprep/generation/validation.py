@@ -137,6 +137,25 @@ def check_pixel_dims(
         )
 
 
+def check_patch_rows(pixel_values: torch.Tensor, vision_config: PreTrainedConfig | None) -> None:
+    """Raise when NaFlex pixel inputs are not rows of flattened patches the tower's patch embedding takes.
+
+    Args:
+        pixel_values (`torch.Tensor`): `(num_tiles, max_patches, channels * patch_size**2)`.
+        vision_config (`PreTrainedConfig`, *optional*): the vision tower's config.
+    """
+    if vision_config is None:
+        return
+    patch_dim = vision_config.num_channels * vision_config.patch_size**2
+    if pixel_values.ndim != 3 or pixel_values.shape[-1] != patch_dim:
+        raise ValueError(
+            f"`pixel_values` has shape {tuple(pixel_values.shape)} but this model's vision tower takes "
+            f"(num_tiles, max_patches, {patch_dim}): flattened patches of {vision_config.num_channels} x "
+            f"{vision_config.patch_size} x {vision_config.patch_size}. Preprocess the images with this model's "
+            "image processor."
+        )
+
+
 def check_no_block_after_cache_in_static_cache(
     cache, chunks: Sequence[tuple[int, int]], intervals: Sequence[tuple[int, int]]
 ):

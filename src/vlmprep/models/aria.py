@@ -39,16 +39,16 @@ class AriaForConditionalGeneration(VisionPrepGenerationMixin, transformers.AriaF
     ...     projector_patch_to_query_dict={16: 4}, image_token_index=122,
     ... )
     >>> model = AriaForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"pixel_values": torch.zeros(2, 3, 16, 16)})  # per crop: (16 / 4) ** 2 patches -> 4
+    >>> model.item_token_counts({"pixel_values": torch.zeros(2, 3, 16, 16)})  # per crop: (16 / 4) ** 2 patches -> 4
     4
 
     ```
     """
 
-    # Crop sizes are checked against the projector's accepted patch counts (`image_token_counts`), not `image_size`.
+    # Crop sizes are checked against the projector's accepted patch counts (`item_token_counts`), not `image_size`.
     vision_facts = VisionFacts(per_image_keys=("pixel_mask",), fixed_resolution=False)
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Placeholders per crop: the projector's query count for the crop's patch count.
 
         Args:

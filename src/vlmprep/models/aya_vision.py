@@ -1,10 +1,7 @@
-"""Aya Vision: an image is split into tiles (plus a global thumbnail), each tile encoded on its own.
+"""Aya Vision: an image is split into tiles (plus a global thumbnail), each tile one item (`layouts.tiles`).
 
 The processor writes an image as `<|START_OF_IMG|>`, then per tile a tile marker and the tile's run of
-`<|IMG_PATCH|>` placeholders, then `<|END_OF_IMG|>`; `pixel_values` is `(total_tiles, C, H, W)` over all images,
-without the tiles-per-image count (`num_patches` is not a model input). A tile's features depend only on its own
-pixels, so each tile is one item of the mechanism: one row of `pixel_values`, one placeholder run, one entry of the
-encoder cache. The mixin's "image" counts and messages therefore count tiles.
+`<|IMG_PATCH|>` placeholders, then `<|END_OF_IMG|>` (`num_patches`, the tiles per image, is not a model input).
 """
 
 import transformers
@@ -31,7 +28,7 @@ class AyaVisionForConditionalGeneration(
     ...     image_token_index=122,
     ... )
     >>> model = AyaVisionForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
+    >>> model.item_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
     4
 
     ```

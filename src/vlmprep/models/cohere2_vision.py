@@ -1,8 +1,7 @@
-"""Cohere2 Vision: Aya Vision's tiles (each its own placeholder run, closed by a line-break token), one item each.
+"""Cohere2 Vision: Aya Vision's pixel-shuffled tiles (`vlmprep.models.layouts.tiles`), one item each.
 
 The processor writes an image as `<|START_OF_IMG|>`, per tile its placeholders and `<|IMG_LINE_BREAK|>`, then
-`<|END_OF_IMG|>`; `pixel_values` is `(total_tiles, C, H, W)` without the tiles-per-image count. See
-`vlmprep.models.layouts.tiles`: the mixin's "image" counts and messages count tiles.
+`<|END_OF_IMG|>`.
 """
 
 import transformers
@@ -29,7 +28,7 @@ class Cohere2VisionForConditionalGeneration(
     ...     image_token_id=122, alignment_intermediate_size=64,
     ... )
     >>> model = Cohere2VisionForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
+    >>> model.item_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
     4
 
     ```

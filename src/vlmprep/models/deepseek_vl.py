@@ -24,7 +24,7 @@ class DeepseekVLForConditionalGeneration(
     ...     image_token_id=122,
     ... )
     >>> model = DeepseekVLForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # (16 / 4) ** 2 patches
+    >>> model.item_token_counts({})  # (16 / 4) ** 2 patches
     16
 
     ```

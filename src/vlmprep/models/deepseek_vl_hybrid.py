@@ -32,7 +32,7 @@ class DeepseekVLHybridForConditionalGeneration(
     ...     image_token_id=122,
     ... )
     >>> model = DeepseekVLHybridForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # (16 / 4) ** 2 SigLIP patches
+    >>> model.item_token_counts({})  # (16 / 4) ** 2 SigLIP patches
     16
 
     ```

@@ -6,12 +6,10 @@ The vision tower's rope is 2D inside each image, but the decoder's positions are
 from the cache length on every forward), so no multimodal positions are needed.
 """
 
-from dataclasses import replace
-
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridTextPositionsLayout
+from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
 
 
 class Exaone4_5_ForConditionalGeneration(
@@ -30,11 +28,10 @@ class Exaone4_5_ForConditionalGeneration(
     ...           "patch_size": 4, "out_hidden_size": 32}
     >>> config = transformers.Exaone4_5_Config(text_config=text, vision_config=vision)
     >>> model = Exaone4_5_ForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```
     """
 
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)
+    vision_facts = PATCH_GRID_CACHE_POSITIONS_FACTS

@@ -22,7 +22,7 @@ class Gemma3ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Gem
 
     vision_facts = VisionFacts(bidirectional="image")
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
         """Placeholder tokens per image: what the projector emits, `int(sqrt(mm_tokens_per_image)) ** 2`.
 
         The projector average-pools the patch grid to `tokens_per_side` squared tokens, so a non-square

@@ -25,7 +25,7 @@ class Glm4vForConditionalGeneration(
     >>> vision.update(image_size=16, patch_size=4)
     >>> config = transformers.Glm4vConfig(text_config=text, vision_config=vision)
     >>> model = Glm4vForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
+    >>> model.item_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
     [[4, 4]]
 
     ```

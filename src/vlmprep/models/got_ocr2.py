@@ -1,17 +1,24 @@
-"""GOT-OCR2: an image (or each page crop of it) is one fixed-resolution tile, encoded on its own.
+"""GOT-OCR2: an image (or each page crop of it) is one fixed-resolution tile, one item (`layouts.tiles`).
 
-The processor writes an image as `<img>`, `num_image_tokens` `<imgpad>` placeholders per tile back to back, `</img>`;
-`pixel_values` is `(total_tiles, C, H, W)` over all images, without the tiles-per-image count. A tile's features
-depend only on its own pixels, so each tile is one item of the mechanism: one row of `pixel_values`, one slice of the
-image's run, one encoder-cache entry. The mixin's "image" counts and messages therefore count tiles.
+The processor writes an image as `<img>`, `num_image_tokens` `<imgpad>` placeholders per tile back to back, `</img>`.
 """
 
 import math
-from typing import Any
 
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
+
+
+def convolved_tile_tokens(config: transformers.GotOcr2Config) -> int:
+    """Placeholders per tile: the patch grid after the projector's two stride-2 convolutions (`ceil(n / 2)` each).
+
+    Computed from the vision config rather than read from `config.image_seq_length`, which the model never reads (its
+    default, 576, is not what the default 1024px / patch-16 tower yields: 256).
+    """
+    grid = config.vision_config.image_size // config.vision_config.patch_size
+    side = math.ceil(math.ceil(grid / 2) / 2)
+    return side * side
 
 
 class GotOcr2ForConditionalGeneration(VisionPrepGenerationMixin, transformers.GotOcr2ForConditionalGeneration):
@@ -31,29 +38,11 @@ class GotOcr2ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Go
     ...     image_token_index=122,
     ... )
     >>> model = GotOcr2ForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile: the 8x8 patch grid, halved twice by the projector's convolutions
+    >>> model.item_token_counts({})  # per tile: the 8x8 patch grid, halved twice by the projector's convolutions
     4
 
     ```
     """
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
-    vision_facts = VisionFacts(per_image_keys=())
-
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
-        """Placeholders per tile: the patch grid after the projector's two stride-2 convolutions (`ceil(n / 2)` each).
-
-        Computed from the vision config rather than read from `config.image_seq_length`, which the model never reads
-        (its default, 576, is not what the default 1024px / patch-16 tower yields: 256).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (unused: every tile has the same count).
-            modality (`str`, *optional*, defaults to `"image"`): this family has images only.
-
-        Returns:
-            `int`
-        """
-        vision_config = self.config.vision_config
-        grid = vision_config.image_size // vision_config.patch_size
-        side = math.ceil(math.ceil(grid / 2) / 2)
-        return side * side
+    vision_facts = VisionFacts(per_image_keys=(), tokens_per_image=convolved_tile_tokens)

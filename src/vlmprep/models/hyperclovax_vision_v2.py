@@ -5,12 +5,10 @@ Images and videos come as Qwen2-VL's do (`pixel_values` rows with one `image_gri
 the decoder's positions are plain 1D (upstream recomputes them on every forward), as in EXAONE 4.5.
 """
 
-from dataclasses import replace
-
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridTextPositionsLayout
+from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
 
 
 class HyperCLOVAXVisionV2ForConditionalGeneration(
@@ -21,19 +19,11 @@ class HyperCLOVAXVisionV2ForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
     >>> from vlmprep.models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
-    >>> text = {"model_type": "hyperclovax", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1}
-    >>> vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4,
-    ...           "out_hidden_size": 32}
-    >>> config = transformers.HyperCLOVAXVisionV2Config(text_config=text, vision_config=vision)
-    >>> model = HyperCLOVAXVisionV2ForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
-    [4, 2]
+    >>> HyperCLOVAXVisionV2ForConditionalGeneration.vision_facts.positions_from_cache_length  # as EXAONE 4.5
+    True
 
     ```
     """
 
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)
+    vision_facts = PATCH_GRID_CACHE_POSITIONS_FACTS

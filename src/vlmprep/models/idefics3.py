@@ -34,7 +34,7 @@ class Idefics3ForConditionalGeneration(
     >>> model = Idefics3ForConditionalGeneration(config).eval()
     >>> pixel_values = torch.zeros(2, 3, 3, 16, 16)  # 2 samples, up to 3 sub-images each
     >>> pixel_values[0, :3] = 1.0; pixel_values[1, :1] = 1.0  # the rest is padding
-    >>> model.count_images({"pixel_values": pixel_values}), model.image_token_counts({})
+    >>> model.count_items({"pixel_values": pixel_values}), model.item_token_counts({})
     (4, 4)
 
     ```

@@ -1,10 +1,7 @@
-"""InternVL: an image is split into tiles (plus a thumbnail), each tile encoded on its own.
+"""InternVL: an image is split into tiles (plus a thumbnail), each tile one item (`vlmprep.models.layouts.tiles`).
 
 The processor writes an image as `<img>`, `image_seq_length` `<IMG_CONTEXT>` placeholders per tile back to back,
-`</img>`; `pixel_values` is `(total_tiles, C, H, W)` over all images, without the tiles-per-image count (video frames
-come the same way, one tile each). A tile's features depend only on its own pixels, so each tile is one item of the
-mechanism: one row of `pixel_values`, one `image_seq_length` slice of the image's run, one encoder-cache entry. The
-mixin's "image" counts and messages therefore count tiles.
+`</img>`; video frames come the same way, one tile each.
 """
 
 import transformers
@@ -28,7 +25,7 @@ class InternVLForConditionalGeneration(VisionPrepGenerationMixin, transformers.I
     ...     image_token_id=122, image_seq_length=4,
     ... )
     >>> model = InternVLForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per tile
+    >>> model.item_token_counts({})  # per tile
     4
 
     ```

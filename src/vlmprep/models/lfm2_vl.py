@@ -10,7 +10,6 @@ counts and messages therefore count tiles.
 
 from typing import Any
 
-import torch
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
@@ -33,40 +32,21 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
     ...     image_token_id=122, projector_hidden_size=32,
     ... )
     >>> model = Lfm2VlForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"spatial_shapes": torch.tensor([[4, 4], [2, 4]])})  # patch grids, merged 2x2
+    >>> model.item_token_counts({"spatial_shapes": torch.tensor([[4, 4], [2, 4]])})  # patch grids, merged 2x2
     [4, 2]
 
     ```
     """
 
-    # NaFlex rows: no fixed pixel shape (`check_pixel_inputs` checks the patch size); `pooler_output` is a list of
-    # per-row tensors. Shapes and masks are split with the rows (and hashed with them).
+    # NaFlex rows of flattened patches: no fixed pixel shape; `pooler_output` is a list of per-row tensors. Shapes and
+    # masks are split with the rows (and hashed with them).
     vision_facts = VisionFacts(
         per_image_keys=("spatial_shapes", "pixel_attention_mask"),
-        fixed_resolution=False,
-        pixel_layout=None,
+        pixel_layout="patch_rows",
         features_as_list=True,
     )
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
-        """Rows of flattened patches, each `num_channels * patch_size**2` values, for the tower's patch embedding.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): this family has images only.
-        """
-        pixel_values = model_kwargs.get("pixel_values")
-        vision_config = self.config.vision_config
-        patch_dim = vision_config.num_channels * vision_config.patch_size**2
-        if isinstance(pixel_values, torch.Tensor) and (pixel_values.ndim != 3 or pixel_values.shape[-1] != patch_dim):
-            raise ValueError(
-                f"`pixel_values` has shape {tuple(pixel_values.shape)} but this model's vision tower takes "
-                f"(num_tiles, max_patches, {patch_dim}): flattened patches of {vision_config.num_channels} x "
-                f"{vision_config.patch_size} x {vision_config.patch_size}. Preprocess the images with this model's "
-                "image processor."
-            )
-
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
         """Placeholders per row: its patch grid merged `downsample_factor x downsample_factor`, as the model splits.
 
         Args:

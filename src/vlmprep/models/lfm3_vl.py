@@ -8,7 +8,7 @@ come as one run per frame after the frame's timestamp, as Qwen3-VL's do. The dec
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameTextPositionsLayout
+from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout
 
 
 class Lfm3VlForConditionalGeneration(
@@ -28,11 +28,8 @@ class Lfm3VlForConditionalGeneration(
     ...           "num_key_value_heads": 1, "patch_size": 4}
     >>> config = transformers.Lfm3VlConfig(text_config=text, vision_config=vision, projector_hidden_size=32)
     >>> model = Lfm3VlForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```
     """
-
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = PATCH_GRID_FACTS

@@ -27,7 +27,7 @@ class LlavaNextForConditionalGeneration(
     ...     image_grid_pinpoints=[[8, 16], [16, 8]], image_token_index=122,
     ... )
     >>> model = LlavaNextForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_sizes": torch.tensor([[8, 13], [13, 8]])})
+    >>> model.item_token_counts({"image_sizes": torch.tensor([[8, 13], [13, 8]])})
     [14, 16]
 
     ```

@@ -30,9 +30,9 @@ class LlavaNextVideoForConditionalGeneration(
     ...     image_grid_pinpoints=[[8, 16], [16, 8]], image_token_index=122, video_token_index=123,
     ... )
     >>> model = LlavaNextVideoForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_sizes": torch.tensor([[8, 13]])})
+    >>> model.item_token_counts({"image_sizes": torch.tensor([[8, 13]])})
     [14]
-    >>> model.count_images({"pixel_values_videos": torch.zeros(2, 4, 3, 8, 8)}, modality="video")
+    >>> model.count_items({"pixel_values_videos": torch.zeros(2, 4, 3, 8, 8)}, modality="video")
     2
 
     ```

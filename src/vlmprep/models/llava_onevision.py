@@ -42,7 +42,7 @@ class LlavaOnevisionForConditionalGeneration(
     ... )
     >>> model = LlavaOnevisionForConditionalGeneration(config).eval()
     >>> sizes = torch.tensor([[8, 13], [8, 13], [13, 8]])
-    >>> model.image_token_counts({"image_sizes": sizes, "batch_num_images": [1, 2]})
+    >>> model.item_token_counts({"image_sizes": sizes, "batch_num_images": [1, 2]})
     [14, [5, 5]]
 
     ```
@@ -53,22 +53,19 @@ class LlavaOnevisionForConditionalGeneration(
     # `pixel_values_videos` entry and one placeholder run (its features are checked against the run's length).
     vision_facts = VisionFacts(
         per_image_keys=("image_sizes", "batch_num_images"),
-        fixed_resolution=False,
         pixel_layout="crops",
         features_as_list=True,
         # Upstream reads image features as a list, video features as one `(videos, rows, dim)` tensor
         other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), features_as_list=False),),
     )
 
-    def image_token_counts(
-        self, model_kwargs: dict[str, Any], modality: str = "image"
-    ) -> list[int | list[int]] | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int | list[int]] | None:
         """Placeholders per item: the rows upstream's `pack_image_features` makes (a list per multi-image sample).
 
         Videos: `None`, one video per run.
         """
         if modality != "image":
-            return super().image_token_counts(model_kwargs, modality)
+            return super().item_token_counts(model_kwargs, modality)
         image_sizes = model_kwargs.get("image_sizes")
         if image_sizes is None:
             return None
@@ -89,11 +86,11 @@ class LlavaOnevisionForConditionalGeneration(
         lengths = [int(features.shape[0]) for features in packed]
         return [lengths[group[0]] if len(group) == 1 else [lengths[i] for i in group] for group in groups]
 
-    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Items passed: the samples of `batch_num_images` with images, or the images when it is not given."""
         if modality != "image":
-            return super().count_images(model_kwargs, modality)
-        num_images = super().count_images(model_kwargs)
+            return super().count_items(model_kwargs, modality)
+        num_images = super().count_items(model_kwargs)
         batch_num_images = model_kwargs.get("batch_num_images")
         if num_images is None or batch_num_images is None:
             return num_images
@@ -106,16 +103,16 @@ class LlavaOnevisionForConditionalGeneration(
             )
         return len(image_groups(batch_num_images, num_images))
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
         """The pixels and sizes of the items' images, with `batch_num_images` of just those items."""
         if modality != "image":
-            return super().select_image_inputs(model_kwargs, indices, modality)
+            return super().select_item_inputs(model_kwargs, indices, modality)
         batch_num_images = model_kwargs.get("batch_num_images")
         image_sizes = model_kwargs.get("image_sizes")
         if batch_num_images is None or image_sizes is None:
-            return trim_padding_crops(self.config, super().select_image_inputs(model_kwargs, indices))
+            return trim_padding_crops(self.config, super().select_item_inputs(model_kwargs, indices))
         groups = image_groups(batch_num_images, len(image_sizes))
         images = [image for index in indices for image in groups[index]]
         selected = {

@@ -31,7 +31,7 @@ class Mistral3ForConditionalGeneration(
     ...     image_token_index=122,
     ... )
     >>> model = Mistral3ForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_sizes": torch.tensor([[8, 12]])})  # 2 rows of 3 `[IMG]`
+    >>> model.item_token_counts({"image_sizes": torch.tensor([[8, 12]])})  # 2 rows of 3 `[IMG]`
     [[3, 3]]
 
     ```

@@ -10,7 +10,7 @@ The decoder's positions are plain 1D; only the vision config's names differ from
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
 
 
 class MuseGlimmerForConditionalGeneration(
@@ -31,14 +31,12 @@ class MuseGlimmerForConditionalGeneration(
     >>> config = transformers.MuseGlimmerConfig(text_config=text, vision_config=vision, out_hidden_size=128,
     ...                                         projector_hidden_size=32, image_token_id=122, video_token_id=123)
     >>> model = MuseGlimmerForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```
     """
 
-    # Qwen2-VL's inputs: patch rows and grids per image and per video, features a list of per-item tensors.
-    vision_facts = PATCH_GRID_FACTS
     vision_config_names = PatchGridVisionNames(
         merge_size="merge_size", temporal_patch_size="patch_temporal", channels=None
     )

@@ -3,7 +3,7 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
 class Qwen2VLForConditionalGeneration(
@@ -25,10 +25,8 @@ class Qwen2VLForConditionalGeneration(
     >>> vision = {"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "patch_size": 4}
     >>> config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision)
     >>> model = Qwen2VLForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
+    >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 
     ```
     """
-
-    vision_facts = PATCH_GRID_FACTS

@@ -3,7 +3,7 @@
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridPerFrameLayout
 
 
 class Qwen3VLForConditionalGeneration(
@@ -26,10 +26,8 @@ class Qwen3VLForConditionalGeneration(
     >>> vision.update(num_position_embeddings=16, deepstack_visual_indexes=[0])
     >>> config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision)
     >>> model = Qwen3VLForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
+    >>> model.item_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
     [[4, 4]]
 
     ```
     """
-
-    vision_facts = PATCH_GRID_FACTS

@@ -27,7 +27,7 @@ class SmolVLMForConditionalGeneration(
     ...     image_token_id=122,
     ... )
     >>> model = SmolVLMForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # per sub-image: (16 / 4) ** 2 patches, pixel-shuffled by 2
+    >>> model.item_token_counts({})  # per sub-image: (16 / 4) ** 2 patches, pixel-shuffled by 2
     4
 
     ```

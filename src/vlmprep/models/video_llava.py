@@ -5,8 +5,6 @@ as `pixel_values` otherwise; both are the images' pixel inputs, and the tower is
 legacy name is a deprecated argument of `get_image_features`).
 """
 
-from typing import Any
-
 import transformers
 
 from ..generation import VisionFacts, VisionPrepGenerationMixin
@@ -35,30 +33,17 @@ class VideoLlavaForConditionalGeneration(
     ...     image_token_index=122, video_token_index=123,
     ... )
     >>> model = VideoLlavaForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # (16 / 4) ** 2 patches; the default strategy drops the CLS token
+    >>> model.item_token_counts({})  # (16 / 4) ** 2 patches; the default strategy drops the CLS token
     16
 
     ```
     """
 
-    # Fixed-size images, no per-image extras; `pooler_output` is one `(images, tokens, dim)` tensor.
+    # Fixed-size images, no per-image extras; `pooler_output` is one `(images, tokens, dim)` tensor. The tower is given
+    # the images' pixels as `pixel_values` whichever name the processor used.
     counts_cls_token = True  # the `"full"` feature select strategy keeps CLIP's CLS token
-    vision_facts = VisionFacts(pixel_keys=("pixel_values", LEGACY_PIXEL_KEY), per_image_keys=())
-
-    def select_image_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The images' pixels under the name `get_image_features` takes, whichever name the processor used.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): image indices.
-            modality (`str`, *optional*, defaults to `"image"`): vlmprep prepares the images only.
-
-        Returns:
-            `dict[str, Any]`
-        """
-        selected = super().select_image_inputs(model_kwargs, indices, modality)
-        if LEGACY_PIXEL_KEY in selected:
-            selected.setdefault("pixel_values", selected.pop(LEGACY_PIXEL_KEY))
-        return selected
+    vision_facts = VisionFacts(
+        pixel_keys=("pixel_values", LEGACY_PIXEL_KEY),
+        per_image_keys=(),
+        renamed_pixel_keys=((LEGACY_PIXEL_KEY, "pixel_values"),),
+    )

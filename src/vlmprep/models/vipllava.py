@@ -24,7 +24,7 @@ class VipLlavaForConditionalGeneration(
     ...     image_token_index=122, vision_feature_layer=[-2, -1],
     ... )
     >>> model = VipLlavaForConditionalGeneration(config).eval()
-    >>> model.image_token_counts({})  # (16 / 4) ** 2 patches; the CLS token is always dropped
+    >>> model.item_token_counts({})  # (16 / 4) ** 2 patches; the CLS token is always dropped
     16
 
     ```

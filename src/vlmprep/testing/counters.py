@@ -17,7 +17,7 @@ class VisionRunCounter:
     """Counts a model's vision-encoder calls and the images (or videos) each call encoded.
 
     It wraps the model's own `get_image_features` / `get_video_features` (on this model instance only) and counts
-    items with the family's `count_images`, so tiles, crops and flattened patches count as the images they belong to.
+    items with the family's `count_items`, so tiles, crops and flattened patches count as the images they belong to.
 
     Example:
 
@@ -63,11 +63,11 @@ class VisionRunCounter:
         return wrapper
 
     def _count(self, modality: str, kwargs: dict) -> int:
-        count_images = getattr(self.model, "count_images", None)
-        if count_images is None:
+        count_items = getattr(self.model, "count_items", None)
+        if count_items is None:
             pixels = next(iter(kwargs.values()))
             return int(pixels.shape[0])
-        count = count_images(kwargs) if modality == "image" else count_images(kwargs, modality=modality)
+        count = count_items(kwargs) if modality == "image" else count_items(kwargs, modality=modality)
         return int(count or 0)
 
     def __enter__(self) -> VisionRunCounter:

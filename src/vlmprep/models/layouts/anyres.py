@@ -15,19 +15,48 @@ from transformers import PreTrainedConfig
 from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
 from .vision_patches import vision_patch_count
 
 __all__ = ["AnyresCropsLayout", "dummy_crop_features", "tokens_per_crop", "trim_padding_crops"]
 
 
-class AnyresCropsLayout:
+def trim_padding_crops(
+    config: PreTrainedConfig, image_inputs: dict[str, Any], with_grid: list[bool] | None = None
+) -> dict[str, Any]:
+    """Drop the trailing all-padding crops of a `(num_images, max_crops, C, H, W)` selection of images.
+
+    A processor pads every image's crops to the batch's largest count; the model reads only an image's own crops, so
+    the padding only makes one image's inputs (and hash) depend on the other images it was batched with.
+
+    Args:
+        config (`PreTrainedConfig`): the model config.
+        image_inputs (`dict[str, Any]`): the selected `pixel_values` and `image_sizes`.
+        with_grid (`list[bool]`, *optional*): per selected image, whether it uses its grid crops (default: all do).
+
+    Returns:
+        `dict[str, Any]`
+    """
+    pixel_values, image_sizes = image_inputs.get("pixel_values"), image_inputs.get("image_sizes")
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 5 or image_sizes is None:
+        return image_inputs
+    with_grid = with_grid if with_grid is not None else [True] * len(image_sizes)
+    crops = [
+        image_size_to_num_patches(size, config.image_grid_pinpoints, config.vision_config.image_size) if grid else 1
+        for size, grid in zip(image_sizes, with_grid, strict=True)
+    ]
+    return {**image_inputs, "pixel_values": pixel_values[:, : max(crops)]}  # (images, crops, C, H, W)
+
+
+class AnyresCropsLayout(FamilyHooks):
     """Family hooks of any-res images (LLaVA-NeXT, LLaVA-NeXT-Video); other modalities get the mixin's defaults."""
 
-    # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`; the model
-    # concatenates `pooler_output`, a list of per-image tensors (base crop, unpadded grid, newlines).
-    vision_facts = VisionFacts(fixed_resolution=False, pixel_layout="crops", features_as_list=True)
+    # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`, padded to the
+    # batch's largest count (trimmed per selection); the model concatenates `pooler_output`, a list of per-image
+    # tensors (base crop, unpadded grid, newlines).
+    vision_facts = VisionFacts(pixel_layout="crops", features_as_list=True, unpad_image_inputs=trim_padding_crops)
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
         """Placeholders per image: the rows upstream's own `pack_image_features` makes from its `image_sizes`.
 
         Args:
@@ -38,7 +67,7 @@ class AnyresCropsLayout:
             `list[int]` or `None` (no `image_sizes` passed)
         """
         if modality != "image":
-            return super().image_token_counts(model_kwargs, modality)
+            return super().item_token_counts(model_kwargs, modality)
         image_sizes = model_kwargs.get("image_sizes")
         if image_sizes is None:
             return None
@@ -49,22 +78,6 @@ class AnyresCropsLayout:
             dummies, image_sizes, vision_feature_select_strategy=strategy, image_newline=torch.zeros(1)
         )
         return [int(features.shape[0]) for features in packed]
-
-    def select_image_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The images' pixels and sizes, without the padding crops a batch added (so hashes do not depend on it).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): another modality gets the mixin's default.
-
-        Returns:
-            `dict[str, Any]`
-        """
-        selected = super().select_image_inputs(model_kwargs, indices, modality)
-        return trim_padding_crops(self.config, selected) if modality == "image" else selected
 
 
 def tokens_per_crop(model: torch.nn.Module, strategy: str | None) -> int:
@@ -101,30 +114,3 @@ def dummy_crop_features(
     """
     crops = image_size_to_num_patches(image_size, config.image_grid_pinpoints, config.vision_config.image_size)
     return torch.zeros(crops if with_grid else 1, crop_rows, 1)
-
-
-def trim_padding_crops(
-    config: PreTrainedConfig, image_inputs: dict[str, Any], with_grid: list[bool] | None = None
-) -> dict[str, Any]:
-    """Drop the trailing all-padding crops of a `(num_images, max_crops, C, H, W)` selection of images.
-
-    A processor pads every image's crops to the batch's largest count; the model reads only an image's own crops, so
-    the padding only makes one image's inputs (and hash) depend on the other images it was batched with.
-
-    Args:
-        config (`PreTrainedConfig`): the model config.
-        image_inputs (`dict[str, Any]`): the selected `pixel_values` and `image_sizes`.
-        with_grid (`list[bool]`, *optional*): per selected image, whether it uses its grid crops (default: all do).
-
-    Returns:
-        `dict[str, Any]`
-    """
-    pixel_values, image_sizes = image_inputs.get("pixel_values"), image_inputs.get("image_sizes")
-    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 5 or image_sizes is None:
-        return image_inputs
-    with_grid = with_grid if with_grid is not None else [True] * len(image_sizes)
-    crops = [
-        image_size_to_num_patches(size, config.image_grid_pinpoints, config.vision_config.image_size) if grid else 1
-        for size, grid in zip(image_sizes, with_grid, strict=True)
-    ]
-    return {**image_inputs, "pixel_values": pixel_values[:, : max(crops)]}  # (images, crops, C, H, W)

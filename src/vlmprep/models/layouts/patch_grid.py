@@ -8,16 +8,18 @@ or a video); an item has `t * h * w / spatial_merge_size**2` placeholders. Varia
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
+from ...generation.hooks import FamilyHooks
 
 __all__ = [
     "MM_TOKEN_TYPES",
+    "PATCH_GRID_CACHE_POSITIONS_FACTS",
     "PATCH_GRID_FACTS",
     "PATCH_GRID_SHARED_PLACEHOLDER_FACTS",
     "PatchGridLayout",
@@ -56,6 +58,11 @@ PATCH_GRID_SHARED_PLACEHOLDER_FACTS = VisionFacts(
 )
 
 
+# As `PATCH_GRID_FACTS`, for a decoder that ignores `position_ids` and numbers tokens by their place in the cache
+# (EXAONE 4.5, HyperCLOVAX): a token's KV then depends on its row's left padding.
+PATCH_GRID_CACHE_POSITIONS_FACTS = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)
+
+
 @dataclass(frozen=True)
 class PatchGridVisionNames:
     """The vision-config attributes the patch-grid layout reads, as each family's config names them.
@@ -85,7 +92,7 @@ class PatchGridVisionNames:
         return channels * getattr(vision_config, self.temporal_patch_size) * vision_config.patch_size**2
 
 
-class PatchGridLayout:
+class PatchGridLayout(FamilyHooks):
     """Family hooks of the patch-grid layout with M-RoPE positions (listed before `VisionPrepGenerationMixin`).
 
     Positions are 3D M-RoPE: upstream computes them with `rope_deltas` stored on the model by an earlier call, which
@@ -93,14 +100,16 @@ class PatchGridLayout:
     computed from the whole prompt alone.
     """
 
-    # Where the vision config keeps the merge side, the temporal patch and the channels (Qwen2-VL's names).
+    # Qwen2-VL's inputs (a family whose facts differ states its own), and where the vision config keeps the merge side,
+    # the temporal patch and the channels (Qwen2-VL's names).
+    vision_facts = PATCH_GRID_FACTS
     vision_config_names = PatchGridVisionNames()
 
     def _grid_and_pixel_keys(self, modality: str) -> tuple[str, str]:
         facts = self._modality_facts(modality)
         return facts.per_item_keys[0], facts.pixel_keys[0]
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Placeholders of each item: its grid's `t * h * w`, merged `spatial_merge_size**2` to one.
 
         Args:
@@ -116,7 +125,7 @@ class PatchGridLayout:
         merge_size = self.vision_config_names.merge_size_of(self.config.vision_config)
         return (grid.prod(-1) // merge_size**2).tolist()
 
-    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Grid rows; the patch rows and size are checked against them first (a wrong size fails clearly here).
 
         Args:
@@ -149,7 +158,7 @@ class PatchGridLayout:
             )
         return grid.shape[0]
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
         """The items' patch rows (each item owns `t * h * w` consecutive rows) and grid rows, in that order.
@@ -236,7 +245,7 @@ class PatchGridPerFrameLayout(PatchGridLayout):
     `h * w / spatial_merge_size**2` placeholders, in frame order (the order of its feature rows).
     """
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """As `PatchGridLayout`, except that a video's placeholders come as one run per frame, between timestamps.
 
         Args:
@@ -246,7 +255,7 @@ class PatchGridPerFrameLayout(PatchGridLayout):
         Returns:
             `list[int]` (images), `list[list[int]]` (videos: per frame) or `None` (no grids passed)
         """
-        counts = super().image_token_counts(model_kwargs, modality)
+        counts = super().item_token_counts(model_kwargs, modality)
         if modality != "video" or counts is None:
             return counts
         frames = model_kwargs["video_grid_thw"][:, 0].tolist()

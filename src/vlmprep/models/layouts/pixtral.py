@@ -12,18 +12,42 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
 
 __all__ = ["PixtralImagesLayout", "PixtralRowsLayout", "crop_batch_padding"]
 
 
-class PixtralImagesLayout:
+def crop_batch_padding(config: PreTrainedConfig, image_inputs: dict[str, Any]) -> dict[str, Any]:
+    """Crop selected `(num_images, C, max_height, max_width)` pixels to the largest of the selected `image_sizes`.
+
+    A processor pads every image to the batch's largest; Pixtral reads only each image's own `image_sizes` patches, so
+    the padding changes nothing but the image's hash: without cropping, an image hashed alone in turn 1 and next to a
+    larger image in turn 2 would miss both the encoder cache and the prefix cache.
+
+    Args:
+        config (`PreTrainedConfig`): the model config (unused: the sizes come with the images).
+        image_inputs (`dict[str, Any]`): the selected `pixel_values` and `image_sizes`.
+
+    Returns:
+        `dict[str, Any]`
+    """
+    pixel_values, image_sizes = image_inputs.get("pixel_values"), image_inputs.get("image_sizes")
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or image_sizes is None:
+        return image_inputs
+    height = max(int(size[0]) for size in image_sizes)
+    width = max(int(size[1]) for size in image_sizes)
+    return {**image_inputs, "pixel_values": pixel_values[..., :height, :width]}  # (images, C, height, width)
+
+
+class PixtralImagesLayout(FamilyHooks):
     """Family hooks of Pixtral images as one placeholder run each (images only)."""
 
-    # Images of any size up to the tower's `image_size` (its rope covers no more patches); `pooler_output` is a tuple
-    # of per-image tensors that the model concatenates.
-    vision_facts = VisionFacts(fixed_resolution=False, pixel_layout="up_to_size", features_as_list=True)
+    # Images of any size up to the tower's `image_size` (its rope covers no more patches), padded to the batch's
+    # largest (cropped per selection); `pooler_output` is a tuple of per-image tensors that the model concatenates.
+    vision_facts = VisionFacts(pixel_layout="up_to_size", features_as_list=True, unpad_image_inputs=crop_batch_padding)
 
     def _merged_patch_grids(self, model_kwargs: dict[str, Any]) -> list[tuple[int, int]] | None:
         # (rows, columns) of merged patches per image, or None when the call has no `image_sizes`.
@@ -33,7 +57,7 @@ class PixtralImagesLayout:
         merged_patch = self.config.vision_config.patch_size * self.config.spatial_merge_size
         return [(int(height) // merged_patch, int(width) // merged_patch) for height, width in image_sizes]
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Placeholders per image: its grid of merged patches, `rows * columns`.
 
         Args:
@@ -46,26 +70,11 @@ class PixtralImagesLayout:
         grids = self._merged_patch_grids(model_kwargs)
         return None if grids is None else [rows * columns for rows, columns in grids]
 
-    def select_image_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The images' pixels and sizes, without the padding a batch added (so hashes do not depend on it).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): image indices.
-            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
-
-        Returns:
-            `dict[str, Any]`
-        """
-        return crop_batch_padding(super().select_image_inputs(model_kwargs, indices, modality))
-
 
 class PixtralRowsLayout(PixtralImagesLayout):
     """Pixtral images whose `[IMG]` placeholders come one run per row of merged patches (Mistral3)."""
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Per image, its rows of `[IMG]` placeholders: `rows` runs of `columns`.
 
         Args:
@@ -77,24 +86,3 @@ class PixtralRowsLayout(PixtralImagesLayout):
         """
         grids = self._merged_patch_grids(model_kwargs)
         return None if grids is None else [[columns] * rows for rows, columns in grids]
-
-
-def crop_batch_padding(image_inputs: dict[str, Any]) -> dict[str, Any]:
-    """Crop selected `(num_images, C, max_height, max_width)` pixels to the largest of the selected `image_sizes`.
-
-    A processor pads every image to the batch's largest; Pixtral reads only each image's own `image_sizes` patches, so
-    the padding changes nothing but the image's hash: without cropping, an image hashed alone in turn 1 and next to a
-    larger image in turn 2 would miss both the encoder cache and the prefix cache.
-
-    Args:
-        image_inputs (`dict[str, Any]`): the selected `pixel_values` and `image_sizes`.
-
-    Returns:
-        `dict[str, Any]`
-    """
-    pixel_values, image_sizes = image_inputs.get("pixel_values"), image_inputs.get("image_sizes")
-    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or image_sizes is None:
-        return image_inputs
-    height = max(int(size[0]) for size in image_sizes)
-    width = max(int(size[1]) for size in image_sizes)
-    return {**image_inputs, "pixel_values": pixel_values[..., :height, :width]}  # (images, C, height, width)

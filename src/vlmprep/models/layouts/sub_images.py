@@ -15,42 +15,29 @@ import torch
 from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
-from ...generation.validation import check_pixel_dims
+from ...generation.hooks import FamilyHooks
 from .vision_patches import vision_patch_count
 
 __all__ = ["SubImagesLayout", "real_sub_images", "select_sub_images", "sub_image_tokens"]
 
 
-class SubImagesLayout:
+def sub_image_tokens(config: PreTrainedConfig) -> int:
+    """`image_seq_len` of the Idefics3/SmolVLM processors: `(image_size // patch_size) ** 2 // scale_factor ** 2`."""
+    return vision_patch_count(config) // config.scale_factor**2
+
+
+class SubImagesLayout(FamilyHooks):
     """Family hooks of the sub-image layout: each real sub-image of `pixel_values` is one item (images only)."""
 
-    # 5D pixels, checked by `check_pixel_inputs`; the mask is split with the sub-images.
-    vision_facts = VisionFacts(per_image_keys=("pixel_attention_mask",), fixed_resolution=False, pixel_layout=None)
+    # 5D pixels, every sub-image at the tower's `image_size`; the mask is split with the sub-images. Every sub-image
+    # has the processor's `image_seq_len` placeholders.
+    vision_facts = VisionFacts(
+        per_image_keys=("pixel_attention_mask",),
+        pixel_layout="sub_images",
+        tokens_per_image=sub_image_tokens,
+    )
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
-        """Every sub-image at the tower's `image_size`: each gets a fixed count of placeholders.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
-        """
-        pixel_values = model_kwargs.get("pixel_values")
-        if isinstance(pixel_values, torch.Tensor):
-            check_pixel_dims(pixel_values, self.config.vision_config, ("batch_size", "sub_images"))
-
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
-        """Placeholders per sub-image: its patch grid, pixel-shuffled by `scale_factor` in each direction.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (unused: every sub-image has the same count).
-            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
-
-        Returns:
-            `int`
-        """
-        return sub_image_tokens(self.config)
-
-    def count_images(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Real (not all-zero padding) sub-images of all samples.
 
         Args:
@@ -63,7 +50,7 @@ class SubImagesLayout:
         pixel_values = model_kwargs.get("pixel_values")
         return None if pixel_values is None else int(real_sub_images(pixel_values).sum())
 
-    def select_image_inputs(
+    def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
         """The given real sub-images as one sample `(1, len(indices), ...)`, with their pixel masks.
@@ -77,11 +64,6 @@ class SubImagesLayout:
             `dict[str, Any]`
         """
         return select_sub_images(model_kwargs, indices)
-
-
-def sub_image_tokens(config: PreTrainedConfig) -> int:
-    """`image_seq_len` of the Idefics3/SmolVLM processors: `(image_size // patch_size) ** 2 // scale_factor ** 2`."""
-    return vision_patch_count(config) // config.scale_factor**2
 
 
 def real_sub_images(pixel_values: torch.Tensor) -> torch.Tensor:

@@ -1,35 +1,32 @@
-"""Pixel-shuffled tiles (Aya Vision, Cohere2 Vision): each fixed-resolution tile of an image is one item.
+"""Tiles: each fixed-resolution tile (or crop) of an image is one item, with a fixed count of placeholders.
 
 `pixel_values` is `(total_tiles, C, H, W)` over all images, without the tiles-per-image count; a tile's features
-depend only on its own pixels, so each tile is one item: one row of `pixel_values`, one placeholder run, one entry of
-the encoder cache. The mixin's "image" counts and messages therefore count tiles.
+depend only on its own pixels, so each tile is one item: one row of `pixel_values`, one placeholder run (or one slice
+of the image's run, when the processor writes the tiles back to back), one entry of the encoder cache. The mixin's
+"image" counts and messages therefore count tiles. The count per tile is a fact (`VisionFacts.tokens_per_image_attr`
+or `tokens_per_image`): InternVL and Qianfan-OCR read it from the config, GOT-OCR2 computes it, and the pixel-shuffled
+tiles of Aya Vision and Cohere2 Vision share `PixelShuffledTilesLayout`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
 
-__all__ = ["PixelShuffledTilesLayout"]
+__all__ = ["PixelShuffledTilesLayout", "pixel_shuffled_tile_tokens"]
 
 
-class PixelShuffledTilesLayout:
-    """Family hooks of tiles pixel-shuffled by `downsample_factor` (images only)."""
+def pixel_shuffled_tile_tokens(config: PreTrainedConfig) -> int:
+    """Placeholders per tile: the tile's patch grid, pixel-shuffled by `config.downsample_factor` in each direction."""
+    vision_config = config.vision_config
+    side = vision_config.image_size // vision_config.patch_size // config.downsample_factor
+    return side * side
+
+
+class PixelShuffledTilesLayout(FamilyHooks):
+    """Family hooks of tiles pixel-shuffled by `downsample_factor` (images only): the mixin's, with these facts."""
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
-    vision_facts = VisionFacts(per_image_keys=())
-
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
-        """Placeholders per tile: the tile's patch grid, pixel-shuffled by `downsample_factor` in each direction.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (unused: every tile has the same count).
-            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
-
-        Returns:
-            `int`
-        """
-        vision_config = self.config.vision_config
-        side = vision_config.image_size // vision_config.patch_size // self.config.downsample_factor
-        return side * side
+    vision_facts = VisionFacts(per_image_keys=(), tokens_per_image=pixel_shuffled_tile_tokens)

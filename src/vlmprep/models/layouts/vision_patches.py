@@ -11,10 +11,12 @@ from typing import Any
 
 from transformers import PreTrainedConfig
 
+from ...generation.hooks import FamilyHooks
+
 __all__ = ["VisionPatchesLayout", "vision_patch_count"]
 
 
-class VisionPatchesLayout:
+class VisionPatchesLayout(FamilyHooks):
     """Family hooks of one run of vision patch tokens per image (images only).
 
     A family whose model keeps the CLS token under the `"full"` feature select strategy sets `counts_cls_token`.
@@ -23,7 +25,7 @@ class VisionPatchesLayout:
     # Whether the `"full"` feature select strategy (from the call or the config) adds the CLS token to the count.
     counts_cls_token: bool = False
 
-    def image_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int:
         """Patches per image, plus the CLS token when the family keeps it (`counts_cls_token`, `"full"` strategy).
 
         Args:
