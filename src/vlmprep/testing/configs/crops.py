@@ -90,6 +90,8 @@ def tiny_smolvlm_config() -> transformers.SmolVLMConfig:
 def _aya_tiles() -> dict:
     """Aya-Vision-like keyword arguments: 16 px SigLIP tiles, a Cohere2 decoder with one sliding and one full layer."""
     text = _qwen2("cohere2", sliding_window=6, layer_types=["sliding_attention", "full_attention"])
+    # Cohere2's default end-of-sequence id (255001) lies outside the tiny vocabulary.
+    text["eos_token_id"] = 2
     return {"text_config": text, "vision_config": tiny_vision_config("siglip_vision_model", projection_dim=32)}
 
 
