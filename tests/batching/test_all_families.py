@@ -21,8 +21,6 @@ REFUSED = {
     "hyperclovax_vision_v2": "numbers tokens by their place in the cache",
     "lfm2_vl": "paged cache does not hold",
     "lfm3_vl": "paged cache does not hold",
-    "qwen3_vl": "deepstack",
-    "qwen3_vl_moe": "deepstack",
 }
 
 

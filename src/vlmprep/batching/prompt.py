@@ -47,6 +47,9 @@ class RequestImages:
             `(rows, prompt_length)` position ids of the prompt, for families with multimodal rotary positions
             (`vision_position_ids`); every row after the prompt continues from the row's last value + 1.
         features (`dict[int, torch.Tensor]`, *optional*): `(tokens, dim)` features of each item, set at admission.
+        deepstack (`dict[int, tuple[torch.Tensor, ...]]`, *optional*):
+            per item whose encoder returns per-layer extra features (Qwen3-VL's deepstack), one `(tokens, dim)` tensor
+            per layer, set at admission; fed to the same placeholders as `features`.
     """
 
     spans: list[ItemSpan]
@@ -56,6 +59,7 @@ class RequestImages:
     as_list: dict[str, bool]
     positions: torch.Tensor | None = None
     features: dict[int, torch.Tensor] | None = None
+    deepstack: dict[int, tuple[torch.Tensor, ...]] | None = None
     _prepared: PreparedItems | None = field(default=None, repr=False)
 
     @property
@@ -63,13 +67,19 @@ class RequestImages:
         """The modalities of the request's items, in the order their rows are fed."""
         return list(dict.fromkeys(span.modality for span in self.spans))
 
-    def rows_between(self, start: int, end: int, modality: str) -> torch.Tensor | None:
+    @property
+    def deepstack_layers(self) -> int:
+        """How many per-layer (deepstack) features each item has; 0 when the encoder returns none."""
+        return len(next(iter(self.deepstack.values()))) if self.deepstack else 0
+
+    def rows_between(self, start: int, end: int, modality: str, layer: int | None = None) -> torch.Tensor | None:
         """Feature rows of the placeholders in positions `[start, end)` of the prompt, in placeholder order.
 
         Args:
             start (`int`): first position of the slice.
             end (`int`): one past its last position.
             modality (`str`): whose placeholders.
+            layer (`int`, *optional*): a deepstack layer's rows instead of the features.
 
         Returns:
             `torch.Tensor` of shape `(num_placeholders, dim)`, or `None` when the slice holds none.
@@ -77,8 +87,10 @@ class RequestImages:
         if self.features is None:
             raise RuntimeError("The request's images were not encoded at admission.")
         if self._prepared is None:
-            self._prepared = PreparedItems(spans=self.spans, features=self.features, as_list=self.as_list)
-        return self._prepared.rows_between(start, end, modality)
+            self._prepared = PreparedItems(
+                spans=self.spans, features=self.features, as_list=self.as_list, deepstack=self.deepstack or {}
+            )
+        return self._prepared.rows_between(start, end, modality, layer)
 
     def position_ids(self, start: int, end: int) -> torch.Tensor:
         """`(rows, end - start)` position ids of positions `[start, end)`: the prompt's own, then generated tokens'.

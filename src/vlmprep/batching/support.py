@@ -6,8 +6,8 @@ from __future__ import annotations
 def check_batching_support(model, with_items: bool = True) -> None:
     """Raise a clear error for a model whose requests the engine cannot run exactly.
 
-    Some families are exact in the engine for text but not for images (Gemma3's bidirectional image blocks,
-    deepstack features, positions counted from the cache): their text-only requests run as upstream runs them.
+    Some families are exact in the engine for text but not for images (Gemma3's bidirectional image blocks, positions
+    counted from the cache): their text-only requests run as upstream runs them.
 
     Args:
         model: the model `init_continuous_batching` or `generate_batch` was called on.
@@ -43,11 +43,6 @@ def check_batching_support(model, with_items: bool = True) -> None:
         )
     if not with_items:
         return
-    if getattr(getattr(model.config, "vision_config", None), "deepstack_visual_indexes", None):
-        raise ValueError(
-            f"{name}'s vision encoder adds per-layer (deepstack) features inside the decoder at the image positions; "
-            "continuous batching does not feed them yet. Use `generate` for this model."
-        )
     if facts.positions_from_cache_length:
         raise ValueError(
             f"{name} numbers tokens by their place in the cache, which the engine's paged cache does not provide. "
