@@ -17,8 +17,6 @@ REFUSED_EVEN_FOR_TEXT = {"paligemma", "lfm2_vl", "lfm3_vl"}
 REFUSED = {
     "gemma3": "attends bidirectionally",
     "paligemma": "attends bidirectionally",
-    "exaone4_5": "numbers tokens by their place in the cache",
-    "hyperclovax_vision_v2": "numbers tokens by their place in the cache",
     "lfm2_vl": "paged cache does not hold",
     "lfm3_vl": "paged cache does not hold",
 }

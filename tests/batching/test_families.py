@@ -1,4 +1,5 @@
-"""Families beyond LLaVA in the engine: multimodal rotary positions (Qwen-VL), and the families refused, with why."""
+"""Families beyond LLaVA in the engine: multimodal positions and deepstack rows (Qwen-VL), positions counted from the
+cache (EXAONE 4.5, HyperCLOVAX), videos, and the families refused, with why."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def family_requests(upstream, family: str) -> list:
 # Families that need more than the placeholders' feature rows: multimodal rotary positions per request (Qwen-VL),
 # per-layer deepstack rows at the same placeholders (Qwen3-VL), decoders that number tokens by cache length (EXAONE 4.5,
 # HyperCLOVAX: the engine's positions are each request's own, which is what that count gives an unpadded prompt).
-BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5", "hyperclovax_vision_v2"]
 # Qwen2.5-VL is left out: its videos come with `second_per_grid_ts`, which a request cannot carry yet (only pixel inputs
 # and per-item grids are taken).
 QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]

@@ -6,8 +6,13 @@ from __future__ import annotations
 def check_batching_support(model, with_items: bool = True) -> None:
     """Raise a clear error for a model whose requests the engine cannot run exactly.
 
-    Some families are exact in the engine for text but not for images (Gemma3's bidirectional image blocks, positions
-    counted from the cache): their text-only requests run as upstream runs them.
+    Some families are exact in the engine for text but not for images (Gemma3's bidirectional image blocks): their
+    text-only requests run as upstream runs them.
+
+    Families whose `generate` numbers tokens by the cache length (EXAONE 4.5, HyperCLOVAX: upstream's
+    `prepare_inputs_for_generation` drops `position_ids`, so the decoder counts the cache, left padding included) run:
+    the engine passes each request's own positions (`position_offset + i`), which the decoder uses as given, and
+    a request is unpadded, so they are the cache length's numbering.
 
     Args:
         model: the model `init_continuous_batching` or `generate_batch` was called on.
@@ -40,11 +45,4 @@ def check_batching_support(model, with_items: bool = True) -> None:
             "paged attention masks every packed request causally and may cut a prompt inside a block, which would "
             "give wrong answers. Continuous batching with images supports causal families only so far; use "
             "`generate` (with `prefill_chunk_size` for long prompts) for this model."
-        )
-    if not with_items:
-        return
-    if facts.positions_from_cache_length:
-        raise ValueError(
-            f"{name} numbers tokens by their place in the cache, which the engine's paged cache does not provide. "
-            "Use `generate` for this model."
         )
