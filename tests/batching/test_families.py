@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
-from transformers.generation.continuous_batching.requests import RequestStatus
 
 from family_registry import FAMILY_CASES
 from helpers import VIDEO
@@ -94,28 +93,6 @@ def test_generated_placeholder_ids_next_to_deepstack_rows(family):
         upstream.config.image_token_id,
         upstream.config.video_token_id,
     ]
-
-
-def assert_image_requests_refused(upstream, requests, outputs, reason: str, max_new_tokens: int) -> None:
-    """Requests with images failed alone, saying why; text-only requests answered as the plain class."""
-    for request, output in zip(requests, outputs.values(), strict=True):
-        if isinstance(request, list):
-            assert_matches_reference(upstream, request, output, max_new_tokens)
-        else:
-            assert output.status == RequestStatus.FAILED and reason in output.error, output.error
-
-
-def test_gemma3_image_requests_are_refused_and_text_requests_run_as_upstream():
-    # The engine's paged masks are causal: Gemma3's bidirectional image blocks cannot be built, its text can
-    upstream, ours = cb_pair("gemma3")
-    requests = family_requests(upstream, "gemma3")
-    outputs = ours.generate_batch(
-        requests, generation_config=greedy(2), continuous_batching_config=engine_config(), progress_bar=False
-    )
-    assert_image_requests_refused(upstream, requests, outputs, "attends bidirectionally inside each image block", 2)
-    manager = ours.init_continuous_batching(generation_config=greedy(2), continuous_batching_config=engine_config())
-    with pytest.raises(ValueError, match="attends bidirectionally"):
-        manager.add_request(requests[0])
 
 
 def test_paligemma_is_refused_even_for_text():
