@@ -142,6 +142,15 @@ def test_gemma3_block_longer_than_a_step_fails_alone():
             assert "16 placeholder tokens" in output.error and "at most 12 tokens" in output.error
 
 
+def test_gemma3_engine_keeps_attention_with_a_mask():
+    # On a GPU the engine would switch sdpa to flash, which takes no mask: for Gemma3 it keeps sdpa (caller's config
+    # untouched)
+    upstream, ours = cb_pair("gemma3")
+    config = engine_config()
+    manager = ours.init_continuous_batching(generation_config=greedy(2), continuous_batching_config=config)
+    assert config.auto_switch_to_flash and not manager.continuous_batching_config.auto_switch_to_flash
+
+
 def test_attention_without_a_mask_is_refused():
     # Flash kernels take no mask, so a block could not be opened: a model loaded with one is refused for images up
     # front; one the engine switches to flash itself (`auto_switch_to_flash`, on a GPU) fails its image requests at

@@ -11,8 +11,9 @@ An image block's KV is what `generate` computes only when every placeholder of t
 2. **The step's mask is open inside each block.** With sdpa or eager attention the engine feeds an additive mask it
    builds causal (and windowed on sliding layers) for every step; `open_block_masks` zeroes it where a query of a
    block meets a key of the same block, within the sliding window on sliding layers, as upstream's mask does
-   (`AND(window, OR(causal, block))`). Flash kernels take no mask (they are causal by construction), so with one,
-   image requests fail at admission.
+   (`AND(window, OR(causal, block))`). Flash kernels take no mask (they are causal by construction): a model loaded
+   with one is refused for images (`check_batching_support`), `init_continuous_batching` keeps the engine from
+   switching a Gemma3 to flash by itself, and admission checks it once more (`block_admission_error`).
 
 The scheduler is upstream's own class (FIFO or prefill-first, as configured) with the mixin on top. Upstream picks the
 class from a module-level table inside `_create_batch_processor` and gives the one instance to the batch processor
