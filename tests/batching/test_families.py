@@ -1,12 +1,14 @@
-"""Families beyond LLaVA in the engine: multimodal rotary positions (Qwen-VL), and the families refused, with why."""
+"""Families beyond LLaVA in the engine: multimodal positions and deepstack rows (Qwen-VL), positions counted from the
+cache (EXAONE 4.5, HyperCLOVAX), videos, and the families refused, with why."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
-from transformers.generation.continuous_batching.requests import RequestStatus
 
 from family_registry import FAMILY_CASES
+from helpers import VIDEO
 from vlmprep.testing import IMAGE
 
 MAX_NEW_TOKENS = 5
@@ -24,41 +26,73 @@ def family_requests(upstream, family: str) -> list:
     ]
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
-@pytest.mark.parametrize("max_batch_tokens", [8, 64], ids=["budget8", "budget64"])
-def test_multimodal_positions_per_request(family, max_batch_tokens):
-    upstream, ours = cb_pair(family)
-    requests = family_requests(upstream, family)
-    outputs = ours.generate_batch(
+# Families that need more than the placeholders' feature rows: multimodal rotary positions per request (Qwen-VL),
+# per-layer deepstack rows at the same placeholders (Qwen3-VL), decoders that number tokens by cache length (EXAONE 4.5,
+# HyperCLOVAX: the engine's positions are each request's own, which is what that count gives an unpadded prompt).
+BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5", "hyperclovax_vision_v2"]
+# Qwen2.5-VL is left out: its videos come with `second_per_grid_ts`, which a request cannot carry yet (only pixel inputs
+# and per-item grids are taken).
+QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
+
+
+def generate_batch(ours, requests: list, max_batch_tokens: int, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
+    return ours.generate_batch(
         requests,
-        generation_config=greedy(MAX_NEW_TOKENS),
+        generation_config=greedy(max_new_tokens),
         continuous_batching_config=engine_config(max_batch_tokens=max_batch_tokens),
         progress_bar=False,
     )
+
+
+@pytest.mark.parametrize("family", BEYOND_ROWS)
+@pytest.mark.parametrize("max_batch_tokens", [5, 8, 64], ids=["budget5", "budget8", "budget64"])
+def test_image_requests_equal_generate(family, max_batch_tokens):
+    # Budgets of 5 and 8 tokens cut the 9- and 17-token prompts across steps, and their images across slices
+    upstream, ours = cb_pair(family)
+    requests = family_requests(upstream, family)
+    outputs = generate_batch(ours, requests, max_batch_tokens)
     for request, output in zip(requests, outputs.values(), strict=True):
         assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
 
 
-def assert_image_requests_refused(upstream, requests, outputs, reason: str, max_new_tokens: int) -> None:
-    """Requests with images failed alone, saying why; text-only requests answered as the plain class."""
+@pytest.mark.parametrize("family", QWEN_WITH_VIDEOS)
+def test_images_and_videos(family):
+    # Qwen3-VL merges the image and video deepstack rows of a forward by placeholder position: a step may hold both
+    upstream, ours = cb_pair(family)
+    build = FAMILY_CASES[family].build_inputs
+    requests = [
+        build(upstream.config, [[3, 4], IMAGE, [5], VIDEO, [6], IMAGE, [7]], [1, 2, 3]),
+        build(upstream.config, [[8], VIDEO, [9, 10]], [2]),  # the first request's video
+        [11, 12, 13],
+    ]
+    outputs = generate_batch(ours, requests, max_batch_tokens=8)
     for request, output in zip(requests, outputs.values(), strict=True):
-        if isinstance(request, list):
-            assert_matches_reference(upstream, request, output, max_new_tokens)
-        else:
-            assert output.status == RequestStatus.FAILED and reason in output.error, output.error
+        assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
 
 
-def test_gemma3_image_requests_are_refused_and_text_requests_run_as_upstream():
-    # The engine's paged masks are causal: Gemma3's bidirectional image blocks cannot be built, its text can
-    upstream, ours = cb_pair("gemma3")
-    requests = family_requests(upstream, "gemma3")
-    outputs = ours.generate_batch(
-        requests, generation_config=greedy(2), continuous_batching_config=engine_config(), progress_bar=False
-    )
-    assert_image_requests_refused(upstream, requests, outputs, "attends bidirectionally inside each image block", 2)
-    manager = ours.init_continuous_batching(generation_config=greedy(2), continuous_batching_config=engine_config())
-    with pytest.raises(ValueError, match="attends bidirectionally"):
-        manager.add_request(requests[0])
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe"])
+def test_generated_placeholder_ids_next_to_deepstack_rows(family):
+    # Text prompts answered with the image or the video placeholder id decode it as text while another request's
+    # image prefill runs in the same steps: their rows are their text embeddings, their deepstack rows zeros.
+    upstream, ours = cb_pair(family)
+    prompts = torch.tensor([[a, b] for a in range(1, 100) for b in range(1, 100)])  # text ids only
+    with torch.no_grad():
+        answers = upstream(input_ids=prompts).logits[:, -1].argmax(-1)
+    chosen = [
+        prompts[answers == token].tolist()[:1]
+        for token in (upstream.config.image_token_id, upstream.config.video_token_id)
+    ]
+    assert all(chosen), "no two-token prompt is answered with a placeholder id under these weights"
+    build = FAMILY_CASES[family].build_inputs
+    image_request = build(upstream.config, [[3], IMAGE, [4], IMAGE, [5], IMAGE, [6]], [1, 2, 3])
+    requests = [*chosen[0], *chosen[1], image_request]
+    outputs = generate_batch(ours, requests, max_batch_tokens=8)
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
+    assert [outputs[f"req_{i}"].generated_tokens[0] for i in (0, 1)] == [
+        upstream.config.image_token_id,
+        upstream.config.video_token_id,
+    ]
 
 
 def test_paligemma_is_refused_even_for_text():

@@ -193,15 +193,20 @@ def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_
 
     import vlmprep
     from vlmprep.serving_batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
-    from vlmprep.testing import tiny_gemma3_config, tiny_llava_config
+    from vlmprep.testing import tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
 
     llava = vlmprep.LlavaForConditionalGeneration(tiny_llava_config())
     state = VisionPrepGenerationState(continuous_batching=True)
     assert state.use_continuous_batching(llava, Modality.MULTIMODAL)
     assert isinstance(state.get_manager("llava@main", use_cb=True), VisionPrepCBGenerateManager)
-    # Gemma3's image blocks are bidirectional: the engine refuses its images, its chats stay sequential.
+    # Gemma3's bidirectional image blocks run in the engine with sdpa or eager attention, not with flash (no mask)
+    gemma3 = vlmprep.Gemma3ForConditionalGeneration(tiny_gemma3_config())
+    assert state.use_continuous_batching(gemma3, Modality.VLM)
+    gemma3.config._attn_implementation = "flash_attention_2"  # set, not loaded: no flash kernel is needed on CPU
+    assert not state.use_continuous_batching(gemma3, Modality.VLM)
+    # PaliGemma's whole prefix is bidirectional: the engine refuses it, its chats stay sequential
     assert not state.use_continuous_batching(
-        vlmprep.Gemma3ForConditionalGeneration(tiny_gemma3_config()), Modality.VLM
+        vlmprep.PaliGemmaForConditionalGeneration(tiny_paligemma_config()), Modality.VLM
     )
     # transformers' own class: upstream's answer (no continuous batching for image models)
     assert not state.use_continuous_batching(

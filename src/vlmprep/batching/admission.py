@@ -99,14 +99,13 @@ def _encode_together(model, requests: list[RequestImages]) -> None:
     needed = sorted(first_of_hash.values())
     features, deepstack = ItemEncoder(model, model_kwargs, spans).features(needed, hashes)
     features = {index: features[first_of_hash[hashes[index]]] for index in hashes}
-    if deepstack:
-        raise NotImplementedError(
-            "This model's vision encoder returns per-layer (deepstack) features, which continuous batching does not "
-            "feed yet. Use `generate` for this model."
-        )
+    # Qwen3-VL's per-layer features travel with each item's features, to the same placeholders
+    deepstack = {index: deepstack[first_of_hash[hashes[index]]] for index in hashes} if deepstack else None
     first_item = 0
     for images in requests:
         items = sorted({span.item_index for span in images.spans})
         images.features = {index: features[first_item + index] for index in items}
+        if deepstack is not None:
+            images.deepstack = {index: deepstack[first_item + index] for index in items}
         images.item_inputs = {}  # the pixels are no longer needed: free them while the request runs
         first_item += len(items)

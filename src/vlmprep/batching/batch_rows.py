@@ -20,7 +20,10 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
 
     A token equal to a placeholder id outside every span (the model generated it) is text, as in `generate`'s
     decoding; in a step that also feeds images the model would count it as a placeholder, so it receives its own
-    text embedding as its row, which leaves it unchanged.
+    text embedding as its row, which leaves it unchanged (and zero deepstack rows, which add nothing).
+
+    For a family whose encoder returns per-layer (deepstack) features (Qwen3-VL), each output also carries, per layer,
+    the rows of the same placeholders, as `generate`'s prefill chunks get them.
 
     Args:
         model (`VisionPrepGenerationMixin`): the drop-in model the engine runs.
@@ -33,20 +36,22 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
     modalities = model.vision_facts.modalities
     placeholder_ids = {modality.name: modality.placeholder_id(model.config) for modality in modalities}
     # Per slice and modality, its feature rows; the step's ids are read only when some slice holds an image
-    slices, has_features = [], False
+    slices, has_features, num_layers = [], False, 0
     for future_state in requests_in_batch:
         state, length = future_state.state, future_state.query_length
         end = state.position_offset  # the engine moved it past this slice when it prepared the step
         images = getattr(state, "images", None)
         rows = {}
         if images is not None:
-            rows = {name: images.rows_between(end - length, end, name) for name in placeholder_ids}
-            has_features = has_features or any(row is not None for row in rows.values())
+            rows = {name: _slice_rows(images, end - length, end, name) for name in placeholder_ids}
+            if any(row is not None for row in rows.values()):
+                has_features, num_layers = True, max(num_layers, images.deepstack_layers)
         slices.append((length, rows))
     if not has_features:
         return None
     ids = input_ids[0].tolist()
-    pieces: dict[str, list[torch.Tensor]] = {name: [] for name in placeholder_ids}
+    # Per modality, (rows, per-layer rows or None for a generated placeholder) in the order the model fills them
+    pieces: dict[str, list[tuple[torch.Tensor, list | None]]] = {name: [] for name in placeholder_ids}
     first = 0
     for length, rows in slices:
         slice_ids = ids[first : first + length]
@@ -60,14 +65,45 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
             )
             counted.add(placeholder_id)
             if generated:
-                pieces[name].append(_text_rows(model, placeholder_id, generated))
+                pieces[name].append((_text_rows(model, placeholder_id, generated), None))
     as_list = model.vision_facts.features_as_list_by_modality()
     outputs = {}
-    for name, rows in pieces.items():
-        if rows:
-            stacked = torch.cat([row.to(rows[0].device, rows[0].dtype) for row in rows], dim=0)
-            outputs[name] = EncoderRows(pooler_output=[stacked] if as_list[name] else stacked.unsqueeze(0))
+    # A modality fed only generated placeholders in a step still needs deepstack rows, shaped like the step's others
+    layer_like = next((layers[0] for rows in pieces.values() for _, layers in rows if layers is not None), None)
+    for name, modality_pieces in pieces.items():
+        if not modality_pieces:
+            continue
+        like = modality_pieces[0][0]
+        stacked = torch.cat([rows.to(like.device, like.dtype) for rows, _ in modality_pieces], dim=0)
+        outputs[name] = EncoderRows(pooler_output=_container(stacked, as_list[name]))
+        if num_layers:
+            outputs[name].deepstack_features = [
+                _container(_layer_rows(modality_pieces, layer, layer_like), as_list[name])
+                for layer in range(num_layers)
+            ]
     return outputs
+
+
+def _container(rows: torch.Tensor, as_list: bool) -> torch.Tensor | list[torch.Tensor]:
+    return [rows] if as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
+
+
+def _slice_rows(images, start: int, end: int, modality: str) -> tuple[torch.Tensor, list | None] | None:
+    # A slice's feature rows of one modality, and its per-layer deepstack rows (None when the encoder has none)
+    rows = images.rows_between(start, end, modality)
+    if rows is None:
+        return None
+    layers = [images.rows_between(start, end, modality, layer) for layer in range(images.deepstack_layers)]
+    return rows, layers or None
+
+
+def _layer_rows(pieces: list[tuple[torch.Tensor, list | None]], layer: int, like: torch.Tensor) -> torch.Tensor:
+    # One deepstack layer's rows of a step: a generated placeholder adds zeros (its text embedding stays as it is)
+    parts = [
+        layers[layer] if layers is not None else like.new_zeros(rows.shape[0], like.shape[-1])
+        for rows, layers in pieces
+    ]
+    return torch.cat([part.to(like.device, like.dtype) for part in parts], dim=0)  # (placeholders of the step, dim)
 
 
 def restore_placeholders(model, input_ids: torch.Tensor) -> None:

@@ -1,6 +1,6 @@
 """`ImageBatchingManager`: transformers' continuous-batching manager, with requests that carry images.
 
-Three of upstream's manager hooks are extended, each delegating to upstream for everything text-only:
+Four of upstream's manager hooks are extended, each delegating to upstream for everything text-only:
 
 1. `add_request`: a request's pixel inputs are checked, hashed and stored on its `ImageRequestState`; its prompt
    carries placeholder keys, so prefix sharing keys blocks on image content (`vlmprep.batching.prompt`).
@@ -10,7 +10,9 @@ Three of upstream's manager hooks are extended, each delegating to upstream for 
    whose images fail fails alone.
 3. `_generation_step`: a step whose slices hold placeholders gets their feature rows (`mm_encoder_outputs`) and its
    real placeholder ids, and runs eagerly (a captured graph or a compiled forward has no image inputs); every other
-   step is upstream's own.
+   step is upstream's own. For Gemma3 the step's mask is opened inside each image block.
+4. `_create_batch_processor`: for Gemma3, the scheduler never ends a slice inside an image block
+   (`vlmprep.batching.blocks`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
+from transformers.generation.continuous_batching.continuous_api import (
+    ContinuousBatchingManager,
+    ContinuousBatchProcessor,
+)
 from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingAsyncIOs
 from transformers.generation.continuous_batching.utils import stream_context
 
 from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
+from .blocks import block_admission_error, install_block_aware_scheduler, open_block_masks
 from .prompt import ImagePrompt, build_image_prompt
 from .requests import ImageRequestState
 
@@ -146,12 +152,18 @@ class ImageBatchingManager(ContinuousBatchingManager):
 
     # -- The generation loop (background thread) -----------------------------------------------------------------
 
+    def _create_batch_processor(self) -> ContinuousBatchProcessor:
+        processor = super()._create_batch_processor()
+        if self.model.vision_facts.bidirectional == "image":
+            install_block_aware_scheduler(processor)  # no slice may end inside an image block
+        return processor
+
     def _generation_loop_body(self, batch_processor, bootstrapping: bool) -> bool:
         # Upstream drains the input queue at the start of `prepare_next_batch`: admit what is queued first.
-        self._admit_queued_requests()
+        self._admit_queued_requests(batch_processor)
         return super()._generation_loop_body(batch_processor, bootstrapping)
 
-    def _admit_queued_requests(self) -> None:
+    def _admit_queued_requests(self, batch_processor: ContinuousBatchProcessor) -> None:
         # Requests with images wait in their own queue until encoded; only encoded ones reach upstream's queue.
         pending = []
         while True:
@@ -161,6 +173,15 @@ class ImageBatchingManager(ContinuousBatchingManager):
                 break
         if not pending:
             return
+        # Blocks the engine cannot run exactly (too long for a step, or attention without a mask) fail the request
+        refused = [
+            block_admission_error(self.model, state.images, batch_processor.max_batch_tokens) for state in pending
+        ]
+        for state, error in zip(pending, refused, strict=True):
+            if error is not None:
+                logger.warning(f"Request {state.request_id} failed at admission: {error}")
+                self.output_router.fail_and_deliver(state, error)
+        pending = [state for state, error in zip(pending, refused, strict=True) if error is None]
         errors = encode_admitted(self.model, [state.images for state in pending])
         for state, error in zip(pending, errors, strict=True):
             if error is None:
@@ -190,6 +211,8 @@ class ImageBatchingManager(ContinuousBatchingManager):
             batch_data["position_ids"] = positions.to(batch_data["input_ids"].device)
         if outputs is not None:
             batch_data["mm_encoder_outputs"] = outputs
+            # Every image block of the step is whole in it (the scheduler saw to it): open the mask inside each
+            open_block_masks(batch_data, requests, processor.sliding_window)
         if runner.supports_logits_to_keep(self.model):
             batch_data["logits_to_keep"] = batch_data["logits_indices"]
         carry_over_ids, previous_output_ids, output_ids = io.get_cb_kwargs()

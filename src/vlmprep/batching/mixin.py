@@ -8,6 +8,7 @@ that carry their images; scheduling, the paged cache, sampling and outputs stay 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,10 @@ class ContinuousBatchingMixin:
             generation_config.eos_token_id = -1
         if continuous_batching_config is None:
             continuous_batching_config = ContinuousBatchingConfig()
+        if self.vision_facts.bidirectional == "image" and continuous_batching_config.auto_switch_to_flash:
+            # Gemma3's image blocks need the mask sdpa and eager attention get; flash kernels take none
+            logger.info("Keeping sdpa/eager attention in continuous batching: image blocks attend bidirectionally.")
+            continuous_batching_config = dataclasses.replace(continuous_batching_config, auto_switch_to_flash=False)
         return ImageBatchingManager(
             model=self,
             generation_config=generation_config,

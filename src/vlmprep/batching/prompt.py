@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..generation.encoding import ItemEncoder, check_finite_pixels
-from ..generation.plan import check_items_match_spans, find_item_spans
+from ..generation.plan import bidirectional_blocks, check_items_match_spans, derive_token_types, find_item_spans
 from ..generation.prepared import PreparedItems
 from ..generation.spans import ItemSpan
 from .support import check_batching_support
@@ -47,6 +47,12 @@ class RequestImages:
             `(rows, prompt_length)` position ids of the prompt, for families with multimodal rotary positions
             (`vision_position_ids`); every row after the prompt continues from the row's last value + 1.
         features (`dict[int, torch.Tensor]`, *optional*): `(tokens, dim)` features of each item, set at admission.
+        deepstack (`dict[int, tuple[torch.Tensor, ...]]`, *optional*):
+            per item whose encoder returns per-layer extra features (Qwen3-VL's deepstack), one `(tokens, dim)` tensor
+            per layer, set at admission; fed to the same placeholders as `features`.
+        blocks (`tuple[tuple[int, int], ...]`, *optional*, defaults to `()`):
+            `(start, end)` of each bidirectional block of the prompt (Gemma3's image runs), which no slice may end
+            inside and whose tokens attend to each other (`vlmprep.batching.blocks`).
     """
 
     spans: list[ItemSpan]
@@ -56,6 +62,8 @@ class RequestImages:
     as_list: dict[str, bool]
     positions: torch.Tensor | None = None
     features: dict[int, torch.Tensor] | None = None
+    deepstack: dict[int, tuple[torch.Tensor, ...]] | None = None
+    blocks: tuple[tuple[int, int], ...] = ()
     _prepared: PreparedItems | None = field(default=None, repr=False)
 
     @property
@@ -63,13 +71,19 @@ class RequestImages:
         """The modalities of the request's items, in the order their rows are fed."""
         return list(dict.fromkeys(span.modality for span in self.spans))
 
-    def rows_between(self, start: int, end: int, modality: str) -> torch.Tensor | None:
+    @property
+    def deepstack_layers(self) -> int:
+        """How many per-layer (deepstack) features each item has; 0 when the encoder returns none."""
+        return len(next(iter(self.deepstack.values()))) if self.deepstack else 0
+
+    def rows_between(self, start: int, end: int, modality: str, layer: int | None = None) -> torch.Tensor | None:
         """Feature rows of the placeholders in positions `[start, end)` of the prompt, in placeholder order.
 
         Args:
             start (`int`): first position of the slice.
             end (`int`): one past its last position.
             modality (`str`): whose placeholders.
+            layer (`int`, *optional*): a deepstack layer's rows instead of the features.
 
         Returns:
             `torch.Tensor` of shape `(num_placeholders, dim)`, or `None` when the slice holds none.
@@ -77,8 +91,10 @@ class RequestImages:
         if self.features is None:
             raise RuntimeError("The request's images were not encoded at admission.")
         if self._prepared is None:
-            self._prepared = PreparedItems(spans=self.spans, features=self.features, as_list=self.as_list)
-        return self._prepared.rows_between(start, end, modality)
+            self._prepared = PreparedItems(
+                spans=self.spans, features=self.features, as_list=self.as_list, deepstack=self.deepstack or {}
+            )
+        return self._prepared.rows_between(start, end, modality, layer)
 
     def position_ids(self, start: int, end: int) -> torch.Tensor:
         """`(rows, end - start)` position ids of positions `[start, end)`: the prompt's own, then generated tokens'.
@@ -211,20 +227,49 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
     indices = sorted({span.item_index for span in spans})
     hashes = ItemEncoder(model, model_kwargs, spans, salt).hashes(indices)
     slots = {modality.name: slot for slot, modality in enumerate(modalities)}
+    blocks = _image_blocks(model, prompt, model_kwargs.get(facts.token_type_key))
+    key_hashes = _key_hashes(ids, spans, blocks, hashes)
     keyed = list(ids)
-    for span in spans:
+    for span, key_hash in zip(spans, key_hashes, strict=True):
         rows = range(span.feature_start, span.feature_start + span.length)
-        keyed[span.start : span.end] = placeholder_keys(
-            hashes[span.item_index], rows, slots[span.modality], len(slots)
-        )
+        keyed[span.start : span.end] = placeholder_keys(key_hash, rows, slots[span.modality], len(slots))
     positions = model.vision_position_ids(prompt, model_kwargs)  # (rows, 1, prompt_length) or None
     positions = positions[:, 0] if positions is not None else None
     images = RequestImages(
         spans=spans,
         positions=positions,
+        blocks=blocks,
         item_inputs=model_kwargs,
         hashes=hashes,
         placeholder_ids=tuple(modality.placeholder_id(model.config) for modality in modalities),
         as_list=facts.features_as_list_by_modality(),
     )
     return ImagePrompt(keyed, images)
+
+
+def _image_blocks(model, prompt: torch.Tensor, token_types: Any) -> tuple[tuple[int, int], ...]:
+    # The blocks `generate` builds: from the caller's token types, or those the processor would have returned
+    if model.vision_facts.bidirectional != "image":
+        return ()
+    token_types = derive_token_types(model, prompt, None) if token_types is None else torch.as_tensor(token_types)
+    if token_types.numel() != prompt.shape[-1]:
+        key = model.vision_facts.token_type_key
+        raise ValueError(f"A request's `{key}` must have one entry per input id ({prompt.shape[-1]}).")
+    return tuple((block.start, block.end) for block in bidirectional_blocks(model, token_types.reshape(1, -1), None))
+
+
+def _key_hashes(ids: list[int], spans: list[ItemSpan], blocks, hashes: dict[int, str]) -> list[str]:
+    # Per span, what its placeholder keys derive from. A page shared from another request ending inside a
+    # bidirectional block holds KV computed with the rest of that block visible, so inside a block the keys cover the
+    # whole block (its ids and every image in it): two images in one block (no text between them) are shared only
+    # together. Outside blocks the image's own hash decides (a block of one image is keyed as selectively).
+    key_hashes = [hashes[span.item_index] for span in spans]
+    for start, end in blocks:
+        inside = [index for index, span in enumerate(spans) if span.start < end and start < span.end]
+        if not inside:
+            continue
+        content = (ids[start:end], [hashes[spans[index].item_index] for index in inside])
+        digest = hashlib.blake2b(repr(content).encode(), digest_size=16).hexdigest()
+        for index in inside:
+            key_hashes[index] = f"{digest}:{key_hashes[index]}"
+    return key_hashes

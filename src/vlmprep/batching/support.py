@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+# Attention implementations the engine runs with a mask it builds (plain eager becomes "paged|eager" in the engine)
+_MASKED_ATTENTION = ("sdpa", "eager", "paged|eager")
+
 
 def check_batching_support(model, with_items: bool = True) -> None:
     """Raise a clear error for a model whose requests the engine cannot run exactly.
 
-    Some families are exact in the engine for text but not for images (Gemma3's bidirectional image blocks,
-    deepstack features, positions counted from the cache): their text-only requests run as upstream runs them.
+    Gemma3's bidirectional image blocks are run exactly (`vlmprep.batching.blocks`) with sdpa or eager attention,
+    whose mask the engine builds; a model loaded with flash attention (which takes no mask) is refused for images
+    here. What the engine decides itself (switching to flash, its step size) is checked when a request is admitted.
+
+    Families whose `generate` numbers tokens by the cache length (EXAONE 4.5, HyperCLOVAX: upstream's
+    `prepare_inputs_for_generation` drops `position_ids`, so the decoder counts the cache, left padding included) run:
+    the engine passes each request's own positions (`position_offset + i`), which the decoder uses as given, and
+    a request is unpadded, so they are the cache length's numbering.
 
     Args:
         model: the model `init_continuous_batching` or `generate_batch` was called on.
@@ -33,23 +42,18 @@ def check_batching_support(model, with_items: bool = True) -> None:
             f"{name}'s decoder has {other_layers} layers, which transformers' paged cache does not hold (it keeps "
             "attention layers only), also for text. Use `generate` for this model."
         )
-    # PaliGemma's prefix is bidirectional in every prompt, images or not
-    if facts.bidirectional == "prefix" or (with_items and facts.bidirectional is not None):
+    # PaliGemma's prefix (image and prompt text) is bidirectional in every prompt, images or not. Gemma3's image
+    # blocks are run exactly (`vlmprep.batching.blocks`), the checks that need the engine happen at admission.
+    if facts.bidirectional == "prefix":
         raise ValueError(
-            f"{name} attends bidirectionally inside each image block (`{facts.bidirectional}`), but the engine's "
-            "paged attention masks every packed request causally and may cut a prompt inside a block, which would "
-            "give wrong answers. Continuous batching with images supports causal families only so far; use "
-            "`generate` (with `prefill_chunk_size` for long prompts) for this model."
+            f"{name} attends bidirectionally over its whole prefix (image and prompt text, `{facts.bidirectional}`), "
+            "but the engine's paged attention masks every packed request causally and may cut a prompt anywhere, "
+            "which would give wrong answers. Use `generate` (with `prefill_chunk_size` for long prompts) for this "
+            "model."
         )
-    if not with_items:
-        return
-    if getattr(getattr(model.config, "vision_config", None), "deepstack_visual_indexes", None):
+    if with_items and facts.bidirectional == "image" and model.config._attn_implementation not in _MASKED_ATTENTION:
         raise ValueError(
-            f"{name}'s vision encoder adds per-layer (deepstack) features inside the decoder at the image positions; "
-            "continuous batching does not feed them yet. Use `generate` for this model."
-        )
-    if facts.positions_from_cache_length:
-        raise ValueError(
-            f"{name} numbers tokens by their place in the cache, which the engine's paged cache does not provide. "
-            "Use `generate` for this model."
+            f"{name}'s image placeholders attend to each other bidirectionally, which needs the engine's attention "
+            f"mask, but its attention ({model.config._attn_implementation}) takes none. Load the model with "
+            "`attn_implementation='sdpa'` (or 'eager'), or use `generate`."
         )
