@@ -37,6 +37,20 @@ def test_manager_add_request_with_pixels():
         assert_matches_reference(upstream, request, output, 4)
 
 
+def test_manager_takes_the_engine_config_a_generation_config_carries():
+    # Upstream still reads (deprecated) `generation_config.continuous_batching_config` when none is passed.
+    _, ours = llava_cb_pair()
+    generation_config = greedy(2)
+    carried = engine_config(max_batch_tokens=9)
+    generation_config.continuous_batching_config = carried
+    manager = ours.init_continuous_batching(generation_config=generation_config)
+    try:
+        assert isinstance(manager, ImageBatchingManager)
+        assert manager.continuous_batching_config.max_batch_tokens == 9  # not the default
+    finally:
+        ours.destroy_cached_continuous_batching_manager()
+
+
 def test_manager_refuses_a_bad_request_at_once():
     upstream, ours = llava_cb_pair()
     manager = ours.init_continuous_batching(generation_config=greedy(2), continuous_batching_config=engine_config())

@@ -86,7 +86,16 @@ class ContinuousBatchingMixin:
             generation_config = copy.deepcopy(generation_config)
             generation_config.eos_token_id = -1
         if continuous_batching_config is None:
-            continuous_batching_config = ContinuousBatchingConfig()
+            # As upstream: a config carried by the generation config is still honoured (deprecated there).
+            carried = getattr(generation_config, "continuous_batching_config", None)
+            if isinstance(carried, ContinuousBatchingConfig):
+                logger.warning(
+                    "Passing ContinuousBatchingConfig through GenerationConfig is deprecated. Please pass it "
+                    "separately using the continuous_batching_config kwarg."
+                )
+                continuous_batching_config = carried
+            else:
+                continuous_batching_config = ContinuousBatchingConfig()
         if self.vision_facts.bidirectional == "image" and continuous_batching_config.auto_switch_to_flash:
             # Gemma3's image blocks need the mask sdpa and eager attention get; flash kernels take none
             logger.info("Keeping sdpa/eager attention in continuous batching: image blocks attend bidirectionally.")
