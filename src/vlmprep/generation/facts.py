@@ -92,8 +92,8 @@ class VisionFacts:
         image_token_type (`int`, *optional*):
             `ModalityFacts.token_type` of the images, when another modality shares their placeholder id.
         positions_from_cache_length (`bool`, *optional*, defaults to `False`):
-            whether the decoder ignores `position_ids` and numbers tokens by their place in the cache, left padding
-            included (EXAONE 4.5, HyperCLOVAX): a token's KV then depends on its row's padding, which the prefix cache's
+            whether `generate` numbers tokens by their place in the cache, left padding included (EXAONE 4.5,
+            HyperCLOVAX: their `prepare_inputs_for_generation` drops `position_ids`): a token's KV then depends on its row's padding, which the prefix cache's
             keys must see.
     """
 

@@ -58,8 +58,8 @@ PATCH_GRID_SHARED_PLACEHOLDER_FACTS = VisionFacts(
 )
 
 
-# As `PATCH_GRID_FACTS`, for a decoder that ignores `position_ids` and numbers tokens by their place in the cache
-# (EXAONE 4.5, HyperCLOVAX): a token's KV then depends on its row's left padding.
+# As `PATCH_GRID_FACTS`, for a family whose `generate` drops `position_ids` and numbers tokens by their place in the
+# cache (EXAONE 4.5, HyperCLOVAX): a token's KV then depends on its row's left padding.
 PATCH_GRID_CACHE_POSITIONS_FACTS = replace(PATCH_GRID_FACTS, positions_from_cache_length=True)
 
 
