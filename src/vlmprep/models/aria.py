@@ -28,17 +28,9 @@ class AriaForConditionalGeneration(VisionPrepGenerationMixin, transformers.AriaF
 
     ```python
     >>> import torch
-    >>> import transformers
     >>> from vlmprep.models.aria import AriaForConditionalGeneration
-    >>> config = transformers.AriaConfig(
-    ...     text_config={"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    ...                  "num_attention_heads": 2, "num_key_value_heads": 1, "moe_num_experts": 2, "moe_topk": 1,
-    ...                  "moe_num_shared_experts": 1},
-    ...     vision_config={"model_type": "idefics3_vision", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     projector_patch_to_query_dict={16: 4}, image_token_index=122,
-    ... )
-    >>> model = AriaForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_aria_config
+    >>> model = AriaForConditionalGeneration(tiny_aria_config()).eval()
     >>> model.item_token_counts({"pixel_values": torch.zeros(2, 3, 16, 16)})  # per crop: (16 / 4) ** 2 patches -> 4
     4
 

@@ -18,16 +18,9 @@ class Cohere2VisionForConditionalGeneration(
     Example:
 
     ```python
-    >>> import transformers
     >>> from vlmprep.models.cohere2_vision import Cohere2VisionForConditionalGeneration
-    >>> config = transformers.Cohere2VisionConfig(
-    ...     text_config={"model_type": "cohere2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     image_token_id=122, alignment_intermediate_size=64,
-    ... )
-    >>> model = Cohere2VisionForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_cohere2_vision_config
+    >>> model = Cohere2VisionForConditionalGeneration(tiny_cohere2_vision_config()).eval()
     >>> model.item_token_counts({})  # per tile: (16 / 4 / downsample_factor 2) ** 2
     4
 

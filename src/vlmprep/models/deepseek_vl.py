@@ -14,16 +14,9 @@ class DeepseekVLForConditionalGeneration(
     Example:
 
     ```python
-    >>> import transformers
     >>> from vlmprep.models.deepseek_vl import DeepseekVLForConditionalGeneration
-    >>> config = transformers.DeepseekVLConfig(
-    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     image_token_id=122,
-    ... )
-    >>> model = DeepseekVLForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_deepseek_vl_config
+    >>> model = DeepseekVLForConditionalGeneration(tiny_deepseek_vl_config()).eval()
     >>> model.item_token_counts({})  # (16 / 4) ** 2 patches
     16
 

@@ -19,19 +19,9 @@ class DeepseekVLHybridForConditionalGeneration(
     Example:
 
     ```python
-    >>> import transformers
     >>> from vlmprep.models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
-    >>> config = transformers.DeepseekVLHybridConfig(
-    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     high_res_vision_config={"model_type": "sam_vision_model", "hidden_size": 32, "output_channels": 8,
-    ...                             "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32,
-    ...                             "patch_size": 4, "global_attn_indexes": [1], "window_size": 4, "mlp_dim": 64},
-    ...     image_token_id=122,
-    ... )
-    >>> model = DeepseekVLHybridForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_deepseek_vl_hybrid_config
+    >>> model = DeepseekVLHybridForConditionalGeneration(tiny_deepseek_vl_hybrid_config()).eval()
     >>> model.item_token_counts({})  # (16 / 4) ** 2 SigLIP patches
     16
 

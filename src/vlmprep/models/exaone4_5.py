@@ -20,14 +20,10 @@ class Exaone4_5_ForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.exaone4_5 import Exaone4_5_ForConditionalGeneration
-    >>> text = {"model_type": "exaone4", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1}
-    >>> vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "num_key_value_heads": 1,
-    ...           "patch_size": 4, "out_hidden_size": 32}
-    >>> config = transformers.Exaone4_5_Config(text_config=text, vision_config=vision)
-    >>> model = Exaone4_5_ForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_exaone4_5_config
+    >>> model = Exaone4_5_ForConditionalGeneration(tiny_exaone4_5_config()).eval()
     >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 

@@ -17,14 +17,10 @@ class Glm4vForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.glm4v import Glm4vForConditionalGeneration
-    >>> text = {"vocab_size": 128, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
-    >>> text["rope_parameters"] = {"rope_type": "default", "mrope_section": [2, 3, 3]}
-    >>> vision = {"depth": 1, "hidden_size": 32, "out_hidden_size": 32, "intermediate_size": 32, "num_heads": 2}
-    >>> vision.update(image_size=16, patch_size=4)
-    >>> config = transformers.Glm4vConfig(text_config=text, vision_config=vision)
-    >>> model = Glm4vForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_glm4v_config
+    >>> model = Glm4vForConditionalGeneration(tiny_glm4v_config()).eval()
     >>> model.item_token_counts({"video_grid_thw": torch.tensor([[2, 4, 4]])}, modality="video")
     [[4, 4]]
 

@@ -27,17 +27,9 @@ class GotOcr2ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Go
     Example:
 
     ```python
-    >>> import transformers
     >>> from vlmprep.models.got_ocr2 import GotOcr2ForConditionalGeneration
-    >>> config = transformers.GotOcr2Config(
-    ...     text_config={"model_type": "qwen2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"hidden_size": 32, "output_channels": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-    ...                    "image_size": 16, "patch_size": 2, "window_size": 4, "global_attn_indexes": [1],
-    ...                    "mlp_dim": 64},
-    ...     image_token_index=122,
-    ... )
-    >>> model = GotOcr2ForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_got_ocr2_config
+    >>> model = GotOcr2ForConditionalGeneration(tiny_got_ocr2_config()).eval()
     >>> model.item_token_counts({})  # per tile: the 8x8 patch grid, halved twice by the projector's convolutions
     4
 

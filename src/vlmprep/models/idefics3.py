@@ -22,16 +22,10 @@ class Idefics3ForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.idefics3 import Idefics3ForConditionalGeneration
-    >>> config = transformers.Idefics3Config(
-    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-    ...                    "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     image_token_id=122,
-    ... )
-    >>> model = Idefics3ForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_idefics3_config
+    >>> model = Idefics3ForConditionalGeneration(tiny_idefics3_config()).eval()
     >>> pixel_values = torch.zeros(2, 3, 3, 16, 16)  # 2 samples, up to 3 sub-images each
     >>> pixel_values[0, :3] = 1.0; pixel_values[1, :1] = 1.0  # the rest is padding
     >>> model.count_items({"pixel_values": pixel_values}), model.item_token_counts({})

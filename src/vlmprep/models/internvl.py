@@ -15,16 +15,9 @@ class InternVLForConditionalGeneration(VisionPrepGenerationMixin, transformers.I
     Example:
 
     ```python
-    >>> import transformers
     >>> from vlmprep.models.internvl import InternVLForConditionalGeneration
-    >>> config = transformers.InternVLConfig(
-    ...     text_config={"model_type": "qwen2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "internvl_vision", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     image_token_id=122, image_seq_length=4,
-    ... )
-    >>> model = InternVLForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_internvl_config
+    >>> model = InternVLForConditionalGeneration(tiny_internvl_config()).eval()
     >>> model.item_token_counts({})  # per tile
     4
 

@@ -21,17 +21,10 @@ class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.lfm2_vl import Lfm2VlForConditionalGeneration
-    >>> config = transformers.Lfm2VlConfig(
-    ...     text_config={"model_type": "lfm2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-    ...                  "layer_types": ["conv", "full_attention"]},
-    ...     vision_config={"model_type": "siglip2_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "patch_size": 4, "num_patches": 16},
-    ...     image_token_id=122, projector_hidden_size=32,
-    ... )
-    >>> model = Lfm2VlForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_lfm2_vl_config
+    >>> model = Lfm2VlForConditionalGeneration(tiny_lfm2_vl_config()).eval()
     >>> model.item_token_counts({"spatial_shapes": torch.tensor([[4, 4], [2, 4]])})  # patch grids, merged 2x2
     [4, 2]
 

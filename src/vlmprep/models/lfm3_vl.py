@@ -19,15 +19,10 @@ class Lfm3VlForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.lfm3_vl import Lfm3VlForConditionalGeneration
-    >>> text = {"model_type": "lfm3", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "head_dim": 16,
-    ...         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-    ...         "layer_types": ["conv", "full_attention"], "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-    >>> vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-    ...           "num_key_value_heads": 1, "patch_size": 4}
-    >>> config = transformers.Lfm3VlConfig(text_config=text, vision_config=vision, projector_hidden_size=32)
-    >>> model = Lfm3VlForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_lfm3_vl_config
+    >>> model = Lfm3VlForConditionalGeneration(tiny_lfm3_vl_config()).eval()
     >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 

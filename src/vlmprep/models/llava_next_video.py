@@ -20,16 +20,10 @@ class LlavaNextVideoForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.llava_next_video import LlavaNextVideoForConditionalGeneration
-    >>> config = transformers.LlavaNextVideoConfig(
-    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 8, "patch_size": 4},
-    ...     image_grid_pinpoints=[[8, 16], [16, 8]], image_token_index=122, video_token_index=123,
-    ... )
-    >>> model = LlavaNextVideoForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_llava_next_video_config
+    >>> model = LlavaNextVideoForConditionalGeneration(tiny_llava_next_video_config()).eval()
     >>> model.item_token_counts({"image_sizes": torch.tensor([[8, 13]])})
     [14]
     >>> model.count_items({"pixel_values_videos": torch.zeros(2, 4, 3, 8, 8)}, modality="video")

@@ -31,19 +31,13 @@ class LlavaOnevisionForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.llava_onevision import LlavaOnevisionForConditionalGeneration
-    >>> config = transformers.LlavaOnevisionConfig(
-    ...     text_config={"model_type": "qwen2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 8, "patch_size": 4},
-    ...     image_grid_pinpoints=[[8, 16], [16, 8]], image_token_index=122, video_token_index=123,
-    ... )
-    >>> model = LlavaOnevisionForConditionalGeneration(config).eval()
-    >>> sizes = torch.tensor([[8, 13], [8, 13], [13, 8]])
-    >>> model.item_token_counts({"image_sizes": sizes, "batch_num_images": [1, 2]})
-    [14, [5, 5]]
+    >>> from vlmprep.testing.configs import tiny_llava_onevision_config
+    >>> model = LlavaOnevisionForConditionalGeneration(tiny_llava_onevision_config()).eval()
+    >>> sizes = torch.tensor([[8, 13], [8, 13], [13, 8]])  # a sample of one image, then a sample of two
+    >>> model.item_token_counts({"image_sizes": sizes, "batch_num_images": [1, 2]})  # base crop + grid; base crops
+    [7, [5, 5]]
 
     ```
     """

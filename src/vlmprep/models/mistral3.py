@@ -21,16 +21,10 @@ class Mistral3ForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.mistral3 import Mistral3ForConditionalGeneration
-    >>> config = transformers.Mistral3Config(
-    ...     text_config={"model_type": "mistral", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16},
-    ...     vision_config={"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-    ...                    "num_attention_heads": 2, "image_size": 16, "patch_size": 2},
-    ...     image_token_index=122,
-    ... )
-    >>> model = Mistral3ForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_mistral3_config
+    >>> model = Mistral3ForConditionalGeneration(tiny_mistral3_config()).eval()
     >>> model.item_token_counts({"image_sizes": torch.tensor([[8, 12]])})  # 2 rows of 3 `[IMG]`
     [[3, 3]]
 

@@ -21,16 +21,10 @@ class MuseGlimmerForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.muse_glimmer import MuseGlimmerForConditionalGeneration
-    >>> text = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    ...         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "bos_token_id": 1,
-    ...         "eos_token_id": 2}
-    >>> vision = {"patch_size": 4, "pos_emb_height": 4, "pos_emb_width": 4, "num_attention_heads": 2,
-    ...           "num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64, "max_position_embeddings": 16}
-    >>> config = transformers.MuseGlimmerConfig(text_config=text, vision_config=vision, out_hidden_size=128,
-    ...                                         projector_hidden_size=32, image_token_id=122, video_token_id=123)
-    >>> model = MuseGlimmerForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_muse_glimmer_config
+    >>> model = MuseGlimmerForConditionalGeneration(tiny_muse_glimmer_config()).eval()
     >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 

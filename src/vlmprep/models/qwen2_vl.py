@@ -17,14 +17,10 @@ class Qwen2VLForConditionalGeneration(
     Example:
 
     ```python
-    >>> import torch, transformers
+    >>> import torch
     >>> from vlmprep.models.qwen2_vl import Qwen2VLForConditionalGeneration
-    >>> text = {"vocab_size": 128, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
-    >>> text.update(bos_token_id=2, eos_token_id=1)
-    >>> text["rope_parameters"] = {"rope_type": "default", "mrope_section": [2, 3, 3]}
-    >>> vision = {"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "patch_size": 4}
-    >>> config = transformers.Qwen2VLConfig(text_config=text, vision_config=vision)
-    >>> model = Qwen2VLForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_qwen2_vl_config
+    >>> model = Qwen2VLForConditionalGeneration(tiny_qwen2_vl_config()).eval()
     >>> model.item_token_counts({"image_grid_thw": torch.tensor([[1, 4, 4], [1, 2, 4]])})
     [4, 2]
 

@@ -23,16 +23,9 @@ class VideoLlavaForConditionalGeneration(
     Example:
 
     ```python
-    >>> import transformers
     >>> from vlmprep.models.video_llava import VideoLlavaForConditionalGeneration
-    >>> config = transformers.VideoLlavaConfig(
-    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     image_token_index=122, video_token_index=123,
-    ... )
-    >>> model = VideoLlavaForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_video_llava_config
+    >>> model = VideoLlavaForConditionalGeneration(tiny_video_llava_config()).eval()
     >>> model.item_token_counts({})  # (16 / 4) ** 2 patches; the default strategy drops the CLS token
     16
 

@@ -14,16 +14,9 @@ class VipLlavaForConditionalGeneration(
     Example:
 
     ```python
-    >>> import transformers
     >>> from vlmprep.models.vipllava import VipLlavaForConditionalGeneration
-    >>> config = transformers.VipLlavaConfig(
-    ...     text_config={"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
-    ...                  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1},
-    ...     vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-    ...                    "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
-    ...     image_token_index=122, vision_feature_layer=[-2, -1],
-    ... )
-    >>> model = VipLlavaForConditionalGeneration(config).eval()
+    >>> from vlmprep.testing.configs import tiny_vipllava_config
+    >>> model = VipLlavaForConditionalGeneration(tiny_vipllava_config()).eval()
     >>> model.item_token_counts({})  # (16 / 4) ** 2 patches; the CLS token is always dropped
     16
 
