@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .cli.demo_checkpoint import DEMO_CHAT_TEMPLATE, adopt_demo_tokenizer, build_demo_tokenizer, write_chat_checkpoint
+from .cli.demo_checkpoint import DEMO_CHAT_TEMPLATE, write_chat_checkpoint
 
 __all__ = ["build_llava_checkpoint"]
 
@@ -29,17 +29,20 @@ def build_llava_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
         `Path`: `directory`.
     """
     import transformers
-    from transformers import CLIPImageProcessor, LlavaProcessor
 
     from .testing import tiny_llava_config
 
-    tokenizer = build_demo_tokenizer()
-    config = adopt_demo_tokenizer(tiny_llava_config(), tokenizer)
+    model_class = transformers.LlavaForConditionalGeneration
+    return write_chat_checkpoint(directory, model_class, tiny_llava_config(), _llava_processor, seed)
+
+
+def _llava_processor(config, tokenizer):
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
     vision = config.vision_config
     size = {"height": vision.image_size, "width": vision.image_size}
-    image_processor = CLIPImageProcessor(size=size, crop_size=size, do_center_crop=False)
-    processor = LlavaProcessor(
-        image_processor=image_processor,
+    return LlavaProcessor(
+        image_processor=CLIPImageProcessor(size=size, crop_size=size, do_center_crop=False),
         tokenizer=tokenizer,
         chat_template=LLAVA_CHAT_TEMPLATE,
         patch_size=vision.patch_size,
@@ -47,4 +50,3 @@ def build_llava_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
         num_additional_image_tokens=1,  # CLIP's class token, which the "default" strategy drops
         image_token=tokenizer.image_token,
     )
-    return write_chat_checkpoint(directory, transformers.LlavaForConditionalGeneration, config, processor, seed)

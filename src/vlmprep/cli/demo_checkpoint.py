@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -110,30 +111,8 @@ def build_demo_tokenizer():
     )
 
 
-def build_demo_config(tokenizer, mm_tokens_per_image: int = 16):
-    """`vlmprep.testing.tiny_gemma3_config` with the vocabulary and special token ids of `tokenizer`.
-
-    Args:
-        tokenizer (`PreTrainedTokenizerFast`): from `build_demo_tokenizer`.
-        mm_tokens_per_image (`int`, *optional*, defaults to 16): placeholder tokens per image.
-
-    Returns:
-        `Gemma3Config`
-    """
-    from ..testing import tiny_gemma3_config
-
-    # A sliding window shorter than the later turns' prompts, as Gemma3's 1024 is shorter than long chats.
-    config = adopt_demo_tokenizer(
-        tiny_gemma3_config(sliding_window=32, mm_tokens_per_image=mm_tokens_per_image), tokenizer
-    )
-    # `*_token_id` map to Gemma3Config's `*_token_index` fields
-    config.boi_token_id = tokenizer.boi_token_id
-    config.eoi_token_id = tokenizer.eoi_token_id
-    return config
-
-
 def adopt_demo_tokenizer(config, tokenizer):
-    """Give a tiny config the vocabulary, special token ids and image placeholder of the demo tokenizer (in place).
+    """Give a tiny config the vocabulary, special token ids and image placeholders of the demo tokenizer (in place).
 
     Args:
         config (`PreTrainedConfig`): a tiny image-text config from `vlmprep.testing`.
@@ -150,6 +129,9 @@ def adopt_demo_tokenizer(config, tokenizer):
         tokenizer.eos_token_id,
     )
     config.image_token_id = tokenizer.image_token_id
+    if hasattr(config, "boi_token_id"):  # Gemma3's image start and end (its `*_token_index` fields)
+        config.boi_token_id = tokenizer.boi_token_id
+        config.eoi_token_id = tokenizer.eoi_token_id
     return config
 
 
@@ -164,35 +146,46 @@ def build_demo_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
         `Path`: `directory`.
     """
     import transformers
-    from transformers import Gemma3ImageProcessor, Gemma3Processor
 
-    tokenizer = build_demo_tokenizer()
-    config = build_demo_config(tokenizer)
-    vision_size = config.vision_config.image_size
-    image_processor = Gemma3ImageProcessor(size={"height": vision_size, "width": vision_size})
-    processor = Gemma3Processor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        chat_template=DEMO_CHAT_TEMPLATE,
-        image_seq_length=config.mm_tokens_per_image,
-    )
-    directory = write_chat_checkpoint(directory, transformers.Gemma3ForConditionalGeneration, config, processor, seed)
+    from ..testing import tiny_gemma3_config
+
+    # A sliding window shorter than the later turns' prompts, as Gemma3's 1024 is shorter than long chats.
+    config = tiny_gemma3_config(sliding_window=32)
+    model_class = transformers.Gemma3ForConditionalGeneration
+    directory = write_chat_checkpoint(directory, model_class, config, _gemma3_processor, seed)
     (directory / _VERSION_FILE).write_text(DEMO_CHECKPOINT_VERSION + "\n")
     return directory
 
 
-def write_chat_checkpoint(directory: str | os.PathLike, model_class: type, config, processor, seed: int = 0) -> Path:
+def _gemma3_processor(config, tokenizer):
+    from transformers import Gemma3ImageProcessor, Gemma3Processor
+
+    vision_size = config.vision_config.image_size
+    return Gemma3Processor(
+        image_processor=Gemma3ImageProcessor(size={"height": vision_size, "width": vision_size}),
+        tokenizer=tokenizer,
+        chat_template=DEMO_CHAT_TEMPLATE,
+        image_seq_length=config.mm_tokens_per_image,
+    )
+
+
+def write_chat_checkpoint(
+    directory: str | os.PathLike, model_class: type, config, build_processor: Callable, seed: int = 0
+) -> Path:
     """Save a random-weight model on the demo tokenizer with its processor; answers end at the end of a chat turn.
 
-    The weights are `vlmprep.testing.tiny_model`'s: random, with the images reaching the logits (upstream's init zeroes
-    some projectors, Gemma3's among them), so a "same answer" check on images can fail; the caller's random state is
-    left as it was.
+    `config` gets the demo tokenizer's vocabulary and special token ids (`adopt_demo_tokenizer`). The weights are
+    `vlmprep.testing.tiny_model`'s: random, with the images reaching the logits (upstream's init zeroes some
+    projectors, Gemma3's among them), so a "same answer" check on images can fail; the caller's random state is left
+    as it was.
 
     Args:
         directory (`str` or `os.PathLike`): where to write; created (with parents) when missing.
         model_class (`type`): the transformers model class.
-        config (`PreTrainedConfig`): its config, on the demo tokenizer (`adopt_demo_tokenizer`).
-        processor (`ProcessorMixin`): its processor (the demo tokenizer, an image processor, a chat template).
+        config (`PreTrainedConfig`): its tiny config, from `vlmprep.testing` (changed in place).
+        build_processor (`Callable[[PreTrainedConfig, PreTrainedTokenizerFast], ProcessorMixin]`):
+            The processor of the adopted config on the demo tokenizer: an image processor sized to its vision tower,
+            a chat template.
         seed (`int`, *optional*, defaults to 0): seed of the random weights.
 
     Returns:
@@ -200,9 +193,11 @@ def write_chat_checkpoint(directory: str | os.PathLike, model_class: type, confi
     """
     from ..testing import tiny_model
 
+    tokenizer = build_demo_tokenizer()
+    config = adopt_demo_tokenizer(config, tokenizer)
+    processor = build_processor(config, tokenizer)
     directory = Path(directory)
     model = tiny_model(model_class, config, seed=seed)
-    tokenizer = processor.tokenizer
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
