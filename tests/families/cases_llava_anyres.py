@@ -38,26 +38,16 @@ def processor_features(processor_class, config, image_size: tuple[int, int], **p
 
 def llava_next_tokens(config, image_size: tuple[int, int]) -> int:
     """`LlavaNextProcessor`'s count (CLIP adds a CLS token per crop)."""
-    vision = config.vision_config
-    return processor_features(
-        transformers.LlavaNextProcessor,
-        config,
-        image_size,
-        patch_size=vision.patch_size,
-        num_additional_image_tokens=1,
-    )
+    attributes = {"patch_size": config.vision_config.patch_size, "num_additional_image_tokens": 1}
+    return processor_features(transformers.LlavaNextProcessor, config, image_size, **attributes)
 
 
 def llava_onevision_tokens(config, image_size: tuple[int, int]) -> int:
     """`LlavaOnevisionProcessor`'s count for an image of a one-image sample (it gets its anyres grid)."""
     vision = config.vision_config
-    return processor_features(
-        transformers.LlavaOnevisionProcessor,
-        config,
-        image_size,
-        num_image_tokens=(vision.image_size // vision.patch_size) ** 2,
-        vision_aspect_ratio=config.vision_aspect_ratio,
-    )
+    tokens_per_crop = (vision.image_size // vision.patch_size) ** 2
+    attributes = {"num_image_tokens": tokens_per_crop, "vision_aspect_ratio": config.vision_aspect_ratio}
+    return processor_features(transformers.LlavaOnevisionProcessor, config, image_size, **attributes)
 
 
 def anyres_patches(config, image_size: tuple[int, int]) -> int:
