@@ -26,6 +26,7 @@ import threading
 import uuid
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -86,47 +87,59 @@ def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[tor
     while stack:
         module = stack.pop()
         training = training or module.training
-        for tensor in (*module._parameters.values(), *module._buffers.values()):
-            if tensor is not None:
-                tensors.setdefault(id(tensor), tensor)  # tied weights count once
-        stack.extend(child for child in module._modules.values() if child is not None and id(child) not in skipped_ids)
+        for group in (module._parameters, module._buffers):
+            for tensor in group.values():
+                if tensor is not None and id(tensor) not in tensors:  # tied weights count once
+                    tensors[id(tensor)] = tensor
+        for child in module._modules.values():
+            if child is not None and id(child) not in skipped_ids:
+                stack.append(child)
     return list(tensors.values()), training
 
 
-def _sampled_elements(
-    tensors: list[torch.Tensor], views: SampleViews | None = None, layout: tuple | None = None
-) -> tuple:
-    """A few elements of every tensor's storage, as integers (exact, and NaN compares equal to itself).
-
-    With `views`, the strided view a tensor is sampled through is made once and read again on later calls while the
-    tensor keeps its storage, offset, shape and strides (a view of the same memory reads its current values): one
-    strided view per tensor and call was half the cost of a fingerprint. `layout` is `_fingerprint`'s, when known.
-    """
-    samples: dict[tuple, list[torch.Tensor]] = {}
-    made: dict[int, tuple[tuple, torch.Tensor]] = {}
-    known = views.views if views is not None else {}
-    with torch.no_grad():
-        for index, tensor in enumerate(tensors):
-            # Where its elements are: storage, pointer, offset, dtype, device, shape, strides (not the version)
-            place = layout[index][:3] + layout[index][4:] if layout is not None else _layout_of(tensor)
-            cached = known.get(id(tensor))
-            sample = cached[1] if cached is not None and cached[0] == place else _sample_view(tensor)
-            if sample is None:
-                continue
-            made[id(tensor)] = (place, sample)
-            samples.setdefault((place[4], place[3]), []).append(sample)  # (device, dtype)
-        if views is not None:
-            views.views = made  # only the tensors of this call: views of replaced tensors are let go
-        # One gather per device and dtype; the integer view makes the comparison bitwise.
-        return tuple(
-            tuple(torch.cat(group).view(_INT_OF_SIZE[group[0].element_size()]).tolist()) for group in samples.values()
+def _places(tensors: list[torch.Tensor]) -> tuple:
+    """Where each tensor's elements are: storage, pointer, offset, dtype, device, shape, strides (not the version)."""
+    return tuple(
+        (
+            tensor.untyped_storage()._cdata if not tensor.is_meta else 0,
+            tensor.data_ptr(),
+            tensor.storage_offset(),
+            tensor.dtype,
+            tensor.device,
+            tensor.shape,
+            tensor.stride(),
         )
+        for tensor in tensors
+    )
 
 
-def _layout_of(tensor: torch.Tensor) -> tuple:
-    device = tensor.device
-    storage = tensor.untyped_storage()._cdata if device.type != "meta" else 0
-    return storage, tensor.data_ptr(), tensor.storage_offset(), tensor.dtype, device, tensor.shape, tensor.stride()
+def _sample_groups(tensors: list[torch.Tensor], places: tuple) -> list[list]:
+    """The sampling views of every tensor that has one, as integers, grouped by device and dtype (one gather each).
+
+    On the CPU the views are numpy arrays sharing the tensors' memory: joining a few dozen of them costs a fraction of
+    one `torch.cat`. They are read only after `_places` found every tensor where it was when they were made (a view
+    holds its tensor's storage, and a storage moved by `resize_` changes its data pointer).
+    """
+    groups: dict[tuple, list] = {}
+    for tensor, place in zip(tensors, places, strict=True):
+        sample = _sample_view(tensor)
+        if sample is not None:
+            sample = sample.view(_INT_OF_SIZE[sample.element_size()])  # the integer view makes comparisons bitwise
+            groups.setdefault((place[4], place[3]), []).append(
+                sample.numpy() if sample.device.type == "cpu" else sample
+            )
+    return list(groups.values())
+
+
+def _sampled_elements(groups: list[list]) -> tuple[bytes, ...]:
+    """The current values of the sampling views, as bytes (exact, and NaN compares equal to itself)."""
+    with torch.no_grad():
+        return tuple(
+            np.concatenate(group).tobytes()
+            if isinstance(group[0], np.ndarray)
+            else torch.cat(group).cpu().numpy().tobytes()
+            for group in groups
+        )
 
 
 def _sample_view(tensor: torch.Tensor) -> torch.Tensor | None:
@@ -147,13 +160,26 @@ def _sample_view(tensor: torch.Tensor) -> torch.Tensor | None:
 
 
 class SampleViews:
-    """The sampling views of a model's tensors, kept on the model between calls (`_sampled_elements`).
+    """The sampling views of a model's tensors, kept on the model between calls while their places stay the same.
 
-    A copy (`copy.deepcopy`, pickle) starts empty: its views would read the original's memory.
+    A view of the same memory reads its current values, so the views are made once per layout of the tensors and read
+    again on every call: making them (one strided view per tensor) was most of a fingerprint's cost. A copy
+    (`copy.deepcopy`, pickle) starts empty: its views would read the original's memory.
     """
 
     def __init__(self):
-        self.views: dict[int, tuple[tuple, torch.Tensor]] = {}
+        self.places: tuple | None = None  # `_places` of the tensors the views were made for
+        self.groups: list[list] = []
+        self.device_types: tuple[str, ...] = ()
+
+    def groups_for(self, tensors: list[torch.Tensor], places: tuple) -> list[list]:
+        """The sampling views of `tensors` (at `places`), made again only when a place changed."""
+        if places != self.places:
+            # Views of tensors no longer in the model are let go here: they kept the old memory alive.
+            self.groups = _sample_groups(tensors, places)
+            self.device_types = tuple(sorted({place[4].type for place in places}))
+            self.places = places
+        return self.groups
 
     def __getstate__(self) -> dict:
         return {}
@@ -196,20 +222,10 @@ def weights_fingerprint(module: nn.Module, skip: Iterable[nn.Module] = ()) -> tu
 
 
 def _fingerprint(tensors: list[torch.Tensor], views: SampleViews | None = None) -> tuple:
-    layout = tuple(
-        (
-            tensor.untyped_storage()._cdata if tensor.device.type != "meta" else 0,
-            tensor.data_ptr(),
-            tensor.storage_offset(),
-            tensor._version,
-            tensor.dtype,
-            tensor.device,
-            tensor.shape,
-            tensor.stride(),
-        )
-        for tensor in tensors
-    )
-    return layout, _sampled_elements(tensors, views, layout)
+    places = _places(tensors)
+    versions = tuple(tensor._version for tensor in tensors)
+    groups = views.groups_for(tensors, places) if views is not None else _sample_groups(tensors, places)
+    return places, versions, _sampled_elements(groups)
 
 
 class WeightsEpochs:
@@ -312,7 +328,7 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
     if views is None:
         views = model.__dict__.setdefault(_VIEWS_KEY + part, SampleViews())
     token = epochs.token(part, _fingerprint(tensors, views))
-    autocast = _autocast_state(tensor.device.type for tensor in tensors)
+    autocast = _autocast_state(views.device_types)
     return token, autocast, "train" if training else "eval"
 
 
