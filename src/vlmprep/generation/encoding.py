@@ -145,7 +145,9 @@ class ItemEncoder:
         deepstack = {index: given_deepstack[index] for index in features if index in given_deepstack}
         self._check_pixels_present([index for index in needed if index not in features])
         keys: dict[int, tuple] = {}
-        if use_cache:
+        # The identity walks every weight of the vision part: only worth it when an item is looked up (a text prompt,
+        # or one whose items all lie in the KV cache, looks up nothing).
+        if use_cache and any(index not in features for index in needed):
             identity = model._encoder_cache_identity()
             known = known_hashes or {}
             missing_hashes = [index for index in needed if index not in known and index not in features]
