@@ -85,13 +85,15 @@ def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[tor
     training = False
     stack = [root]
     while stack:
-        module = stack.pop()
-        training = training or module.training
-        for group in (module._parameters, module._buffers):
+        # Read from the instance dict: an attribute lookup first searches the class hierarchy (long for transformers
+        # classes), and this runs for every module on every call.
+        state = stack.pop().__dict__
+        training = training or state["training"]
+        for group in (state["_parameters"], state["_buffers"]):
             for tensor in group.values():
-                if tensor is not None and id(tensor) not in tensors:  # tied weights count once
-                    tensors[id(tensor)] = tensor
-        for child in module._modules.values():
+                if tensor is not None:
+                    tensors[id(tensor)] = tensor  # tied weights count once, where first seen
+        for child in state["_modules"].values():
             if child is not None and id(child) not in skipped_ids:
                 stack.append(child)
     return list(tensors.values()), training
