@@ -1,17 +1,20 @@
 """What a `PrefixCache` hit costs next to the prefill it saves, and a chat turn's time to first token.
 
 1. For prompts of 1k, 8k and 32k tokens: the prompt is stored by one call, then asked again. Reported: the time of the
-   lookup and restore (`PrefixRequest.restore`: key material, tree walk, copying the KV into the call's cache; not
-   building the empty cache object, which `generate` does in any call), the time of the model identity the store's
-   keys start from (`cache_identity(model, part="model")`, computed once per call that uses the store), the time of
-   storing a finished row (`PrefixRequest.finish`), and the prefill time the hit saves (the decoder forward of the
-   whole prompt minus that of its one recomputed token, both timed with forward hooks).
+   lookup and restore (`PrefixRequest.restore`: the model identity the keys start from, key material, tree walk,
+   handing the stored KV to the call's cache; not building the empty cache object, which `generate` does in any call),
+   the part of it the model identity takes (`cache_identity(model, part="model")`), the time of storing a finished
+   row (`PrefixRequest.finish`), and the prefill time the hit saves (the decoder forward of the whole prompt minus that
+   of its one recomputed token, both timed with forward hooks). Two decoder sizes (`--decoders`): the bench model's
+   text size (`bench`) and its tiny text size (`tiny`, where a prefill costs so little that a lookup's fixed cost
+   weighs most).
 2. A 5-turn chat with 2 images on the bench model: the last turn's time to first token (median over repetitions).
    Run this script once against each store to compare them (e.g. `PYTHONPATH=<other checkout>/src`).
 
 Usage:
 
-    python utils/bench_prefix_cache.py [--lengths 1024 8192 32768] [--repeats 3] [--clock wall|cpu] [--out FILE]
+    python utils/bench_prefix_cache.py [--lengths 1024 8192 32768] [--decoders tiny bench] [--repeats 3]
+        [--clock wall|cpu] [--out FILE]
 
 `--clock cpu` times both workloads with the CPU time of the calling thread (`time.thread_time`) instead of wall time:
 with one torch thread, all of `generate` runs on that thread, and time the thread spent preempted by other processes
@@ -95,11 +98,21 @@ def _load(config, directory: str):
     return vlmprep.AutoModelForImageTextToText.from_pretrained(directory).eval()
 
 
-def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
-    """Lookup + restore time next to the prefill time a hit saves, per prompt length (a tiny LLaVA, text prompts)."""
+# Decoder sizes of the long-prompt workload, from the bench model (`bench_model_config`): its text size, and its tiny
+# text size, where a prefill costs so little that the fixed cost of a lookup weighs most.
+DECODERS = {
+    "bench": {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 16384},
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "head_dim": 32},
+}  # fmt: skip
+
+
+def long_prompt_costs(lengths: list[int], repeats: int, decoder: str = "tiny") -> list[dict]:
+    """Lookup + restore time next to the prefill time a hit saves, per prompt length (a LLaVA, text prompts)."""
     config = tiny_llava_config()
-    text = config.text_config  # the bench model's tiny text size (`bench_model_config(tiny=True)`)
-    text.hidden_size, text.intermediate_size, text.head_dim = 64, 128, 32
+    text = config.text_config
+    for name, value in DECODERS[decoder].items():
+        setattr(text, name, value)
     text.max_position_embeddings = max(lengths) + 16
     with tempfile.TemporaryDirectory() as directory:
         model = _load(config, directory)
@@ -121,7 +134,7 @@ def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
                 _DecoderForwards(model) as hit,
                 _Timed("restore") as restored,
                 _Timed("_new_cache", prefix_module) as new_cache,
-                _Timed("_encoder_cache_identity", type(model)) as identities,
+                _Timed("cache_identity", prefix_module) as identities,
             ):
                 model.generate(**inputs, max_new_tokens=1, do_sample=False, prefix_cache=store)
             full.append(miss.seconds[0])
@@ -129,11 +142,13 @@ def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
             # The empty cache object is built inside `restore`, but `generate` builds one in any call: not counted
             restore.append(restored.seconds[0] - new_cache.seconds[0])
             store_time.append(finish.seconds[0])
-            identity.append(sum(identities.seconds))  # text prompts: only the prefix cache's (`part="model"`)
+            # The prefix cache's (`part="model"`), inside `restore`: text prompts encode nothing, so no vision part
+            identity.append(sum(identities.seconds))
             assert store.stats.tokens_reused == length - 1
         saved = statistics.median(full) - statistics.median(one)
         rows.append(
             {
+                "decoder": decoder,
                 "prompt_tokens": length,
                 "prefill_ms": 1e3 * statistics.median(full),
                 "prefill_saved_ms": 1e3 * saved,
@@ -141,7 +156,6 @@ def long_prompt_costs(lengths: list[int], repeats: int) -> list[dict]:
                 "store_ms": 1e3 * statistics.median(store_time),
                 "model_identity_ms": 1e3 * statistics.median(identity),
                 "lookup_restore_over_saved": statistics.median(restore) / saved,
-                "with_identity_over_saved": (statistics.median(restore) + statistics.median(identity)) / saved,
             }
         )
     return rows
@@ -199,6 +213,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--decoders", nargs="+", choices=sorted(DECODERS), default=["tiny", "bench"])
     parser.add_argument("--skip-lengths", action="store_true", help="run only the chat workload")
     parser.add_argument("--skip-chat", action="store_true", help="run only the long-prompt workload")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one keeps timings steady)")
@@ -212,7 +227,11 @@ def main() -> None:
     torch.manual_seed(0)
     results = {"torch_threads": torch.get_num_threads(), "clock": arguments.clock}
     if not arguments.skip_lengths:
-        results["long_prompts"] = long_prompt_costs(arguments.lengths, arguments.repeats)
+        results["long_prompts"] = [
+            row
+            for decoder in arguments.decoders
+            for row in long_prompt_costs(arguments.lengths, arguments.repeats, decoder)
+        ]
     if not arguments.skip_chat:
         results["chat"] = chat_last_turn_ttft(max(arguments.repeats, 5))
     print(json.dumps(results, indent=2))
