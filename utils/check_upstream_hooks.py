@@ -1,5 +1,7 @@
-"""Check that every private transformers method vlmprep's mixin overrides or calls exists with the parameters it
-expects. Exit 1 naming the installed transformers version when not.
+"""Check that every private transformers method vlmprep overrides or calls exists with the parameters it expects:
+the generation hooks of the mixin, and the continuous-batching engine and server classes that `vlmprep.batching` and
+`vlmprep serve` extend (methods, parameters and the private attributes they read). Exit 1 naming the installed
+transformers version when not.
 
 Usage: python utils/check_upstream_hooks.py
 """
@@ -9,16 +11,22 @@ import sys
 import transformers
 
 from vlmprep.utils._compat import REQUIRED_GENERATION_HOOKS, missing_generation_hooks
+from vlmprep.utils._engine_compat import ENGINE_ATTRIBUTES, ENGINE_METHODS, missing_engine_hooks
 
 
 def main() -> int:
-    problems = missing_generation_hooks()
+    problems = missing_generation_hooks() + missing_engine_hooks()
     if problems:
-        print(f"transformers {transformers.__version__}: generation hooks missing or changed:")
+        print(f"transformers {transformers.__version__}: hooks missing or changed:")
         for problem in problems:
             print(f"  - {problem}")
         return 1
-    print(f"transformers {transformers.__version__}: all {len(REQUIRED_GENERATION_HOOKS)} generation hooks present.")
+    methods = sum(len(names) for names in ENGINE_METHODS.values())
+    attributes = sum(len(names) for names in ENGINE_ATTRIBUTES.values())
+    print(
+        f"transformers {transformers.__version__}: all {len(REQUIRED_GENERATION_HOOKS)} generation hooks present; "
+        f"engine and server: {methods} methods, {attributes} attributes present."
+    )
     return 0
 
 

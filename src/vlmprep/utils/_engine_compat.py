@@ -1,0 +1,132 @@
+"""What continuous batching (`vlmprep.batching`) and `vlmprep serve` need from transformers' private engine and server.
+
+Both extend transformers' own classes: they override private methods (`_generation_step`, `_schedule_request`, ...)
+and read private attributes set in upstream constructors (`self._request_lock`, `processor.scheduler`, ...). A release
+that renames one would make an override silently unused, or fail deep inside the engine's thread. This table names
+every one of them; `missing_engine_hooks` (run by `utils/check_upstream_hooks.py` in `make repo-consistency`) checks
+them against the installed transformers. It is not run at import: the engine and server are optional paths, and the
+server's modules need the `serving` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+
+# "module:Class" -> {method: parameters the override declares or passes on}. Where a vlmprep class overrides a method,
+# the upstream method must exist with these parameters; a method that only reads upstream state lists no parameters.
+ENGINE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
+    "transformers.generation.continuous_batching.continuous_api:ContinuousBatchingManager": {
+        "__init__": ("model", "generation_config", "continuous_batching_config", "workload_hints"),
+        "add_request": ("input_ids", "request_id", "max_new_tokens", "streaming", "record_timestamps", "eos_token_id"),
+        "_create_batch_processor": (),
+        "_generation_loop_body": ("batch_processor", "bootstrapping"),
+        "_generation_step": (),
+    },
+    "transformers.generation.continuous_batching.scheduler:Scheduler": {
+        "_schedule_request": ("state", "request_tokens", "token_budget", "request_ids_to_remove_from_waiting"),
+        "_process_candidates": ("candidates", "token_budget", "cache_budget", "request_ids_to_remove_from_waiting"),
+    },
+    "transformers.generation.continuous_batching.requests:RequestState": {
+        "to_generation_output": (),
+        "fork": ("new_request_id",),
+        "create_equivalent_initial_request": (),
+    },
+    "transformers.generation.continuous_batching.continuous_api:ContinuousMixin": {
+        "init_continuous_batching": ("generation_config", "continuous_batching_config", "workload_hints"),
+        "generate_batch": ("inputs", "generation_config", "continuous_batching_config"),
+    },
+    "transformers.cli.serving.utils:CBGenerateManager": {
+        "generate_streaming": ("model", "processor", "inputs", "gen_config", "request_id", "response_parser"),
+        "generate_non_streaming": ("model", "processor", "inputs", "gen_config", "request_id"),
+    },
+    "transformers.cli.serving.utils:GenerationState": {
+        "use_continuous_batching": ("model", "modality"),
+        "get_manager": ("model_id", "use_cb"),
+    },
+    "transformers.cli.serving.chat_completion:ChatCompletionHandler": {
+        "get_processor_inputs_from_messages": ("messages", "modality"),
+        "handle_request": ("body", "request_id"),
+    },
+    "transformers.cli.serve:Serve": {"start_server": ()},
+}
+
+# "module:Class" -> private (or engine-internal) attributes vlmprep reads on its instances: each must be a field of
+# the class (dataclasses) or be assigned (`self.<name> =`) somewhere in its source.
+ENGINE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "transformers.generation.continuous_batching.continuous_api:ContinuousBatchingManager": (
+        "model",
+        "generation_config",
+        "logit_processor",
+        "input_queue",
+        "output_router",
+        "batch_processor",
+        "_request_counter",
+        "_request_lock",
+        "num_return_sequences",
+    ),
+    "transformers.generation.continuous_batching.continuous_api:ContinuousBatchProcessor": (
+        "scheduler",
+        "offloading_manager",
+        "sliding_window",
+        "model_runner",
+        "inputs_and_outputs",
+        "max_batch_tokens",
+    ),
+    "transformers.generation.continuous_batching.scheduler:Scheduler": (
+        "cache",
+        "safety_margin",
+        "max_requests_per_batch",
+    ),
+    "transformers.generation.continuous_batching.requests:RequestState": (
+        "request_id",
+        "status",
+        "position_offset",
+        "num_children",
+    ),
+}
+
+
+def _resolve(target: str):
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name, None)
+
+
+def missing_engine_hooks() -> list[str]:
+    """Descriptions of the engine and server methods, parameters and attributes the installed transformers lacks.
+
+    Returns:
+        `list[str]`: empty when everything `vlmprep.batching` and `vlmprep serve` rely on is there.
+    """
+    problems = []
+    for target, methods in ENGINE_METHODS.items():
+        cls = _resolve(target)
+        if cls is None:
+            problems.append(f"{target} is missing")
+            continue
+        for name, parameters in methods.items():
+            method = getattr(cls, name, None)
+            if method is None:
+                problems.append(f"{target}.{name} is missing")
+                continue
+            present = set(inspect.signature(method).parameters)
+            absent = [parameter for parameter in parameters if parameter not in present]
+            if absent:
+                problems.append(f"{target}.{name} lacks parameter(s) {absent}")
+    for target, attributes in ENGINE_ATTRIBUTES.items():
+        cls = _resolve(target)
+        if cls is None:
+            problems.append(f"{target} is missing")
+            continue
+        upstream = [klass for klass in cls.__mro__ if klass.__module__.startswith("transformers")]
+        source = "".join(inspect.getsource(klass) for klass in upstream)
+        fields = {name for klass in upstream for name in getattr(klass, "__annotations__", {})}  # dataclass fields
+        absent = [
+            name
+            for name in attributes
+            if name not in fields and not re.search(rf"self\.{name}\s*(:[^=\n]*)?=(?!=)", source)
+        ]
+        if absent:
+            problems.append(f"{target} no longer sets attribute(s) {absent}")
+    return problems
