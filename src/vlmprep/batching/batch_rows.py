@@ -42,7 +42,8 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
         end = state.position_offset  # the engine moved it past this slice when it prepared the step
         images = getattr(state, "images", None)
         rows = {}
-        if images is not None:
+        # A slice past the request's last placeholder (every decoding step) holds no image rows
+        if images is not None and end - length < images.placeholders_end:
             rows = {name: _slice_rows(images, end - length, end, name) for name in placeholder_ids}
             if any(row is not None for row in rows.values()):
                 has_features, num_layers = True, max(num_layers, images.deepstack_layers)
@@ -138,6 +139,11 @@ def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor 
     Returns:
         `torch.Tensor` or `None`
     """
+    if not any(
+        getattr(future.state, "images", None) is not None and future.state.images.positions is not None
+        for future in requests_in_batch
+    ):
+        return None  # no tensor built for a step of 1D positions only (upstream's own)
     pieces, rows = [], None
     for future_state in requests_in_batch:
         state, length = future_state.state, future_state.query_length

@@ -10,6 +10,7 @@ in the prompt ids a request's output reports.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,12 @@ class RequestImages:
     def modalities(self) -> list[str]:
         """The modalities of the request's items, in the order their rows are fed."""
         return list(dict.fromkeys(span.modality for span in self.spans))
+
+    @functools.cached_property
+    def placeholders_end(self) -> int:
+        """One past the prompt's last placeholder: a slice starting there or later holds no feature row (read every
+        step, computed once)."""
+        return max(span.end for span in self.spans) if self.spans else 0
 
     @property
     def deepstack_layers(self) -> int:
