@@ -1,16 +1,19 @@
 """N concurrent image chats: `vlmprep serve --continuous-batching` vs `transformers serve --continuous-batching`.
 
-Both servers serve the same checkpoint (a tiny random-weight LLaVA, `vlmprep.serving_checkpoint`), started one after
-the other on a loopback port with the same options. For each N (1, 4, 8, 16 by default) N streamed chats, one new image
-each, are sent at once from threads; the script reports throughput (generated tokens per second of wall time, from the
-first request sent to the last answer), p50/p95 time to first token (first content chunk) and checks that both servers
-gave the same answers.
+Both servers serve the same checkpoint, started one after the other on a loopback port with the same options. Two
+model sizes, each a random-weight LLaVA on the tiny vision tower and tokenizer of `vlmprep.serving_checkpoint`:
+`tiny` (that checkpoint as it is: decoder hidden size 32, 2 layers, where a step costs almost nothing and the servers'
+Python dominates) and `small` (decoder hidden size 512, 4 layers, where the decoder's forward costs more). For each N
+(1, 4, 8, 16 by default), `--repeat` times, N streamed chats, one new image each, are sent at once from threads; the
+script reports the median throughput (generated tokens per second of wall time, from the first request sent to the
+last answer), p50/p95 time to first token (first content chunk, over every repeat) and checks that both servers gave
+the same answers.
 
 Usage:
 
 ```bash
-python utils/bench_serving.py                       # N = 1 4 8 16, 24 new tokens, results table on stdout
-python utils/bench_serving.py --concurrency 1 8 --max-tokens 16 --json bench_serving.json
+python utils/bench_serving.py                       # both sizes, N = 1 4 8 16, 24 new tokens, 3 repeats
+python utils/bench_serving.py --sizes tiny --concurrency 1 8 --max-tokens 16 --json bench_serving.json
 ```
 """
 
@@ -38,6 +41,18 @@ from PIL import Image
 SRC = Path(__file__).resolve().parents[1] / "src"
 QUESTION = "What is in this picture?"
 START_TIMEOUT_S = 180
+# Decoder sizes besides the tiny checkpoint's (vision tower, tokenizer and chat template stay the tiny checkpoint's).
+DECODER_SIZES = {
+    "tiny": {},
+    "small": {
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+    },
+}
 REQUEST_TIMEOUT_S = 300
 
 
@@ -139,26 +154,56 @@ def _run_round(port: int, concurrency: int, first_seed: int, max_tokens: int) ->
         "wall_s": wall_s,
         "tokens": tokens,
         "tokens_per_s": tokens / wall_s,
-        "ttft_p50_s": statistics.median(ttfts),
-        "ttft_p95_s": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
+        "ttfts_s": ttfts,
         "answers": [result["text"] for result in results],
     }
 
 
+def build_checkpoint(directory: Path, size: str) -> Path:
+    """The benchmark's checkpoint of one size: `vlmprep.serving_checkpoint`'s LLaVA, its decoder resized for `small`."""
+    from vlmprep.serving_checkpoint import build_llava_checkpoint
+
+    tiny = build_llava_checkpoint(directory / "tiny")
+    if not DECODER_SIZES[size]:
+        return tiny
+    import transformers
+
+    from vlmprep.cli.demo_checkpoint import write_chat_checkpoint
+    from vlmprep.testing import tiny_llava_config
+
+    config = tiny_llava_config()
+    config.text_config.update(DECODER_SIZES[size])
+    model_class = transformers.LlavaForConditionalGeneration
+
+    def tiny_processor(config, tokenizer):  # the tiny checkpoint's: same tokenizer, image processor, template
+        return transformers.AutoProcessor.from_pretrained(tiny)
+
+    return write_chat_checkpoint(directory / size, model_class, config, tiny_processor)
+
+
 def bench_server(
-    kind: str, checkpoint: Path, concurrency: list[int], max_tokens: int, log_dir: Path, src: Path = SRC
+    kind: str,
+    checkpoint: Path,
+    concurrency: list[int],
+    max_tokens: int,
+    log_dir: Path,
+    src: Path = SRC,
+    repeat: int = 1,
 ) -> dict:
-    """Start one server, warm it up with one chat, run each round, stop it.
+    """Start one server, warm it up with one chat, run each round `repeat` times, stop it.
 
     Returns:
-        `dict`: N -> that round's measurements.
+        `dict`: N -> the list of that N's rounds' measurements.
     """
     port = _free_port()
     server = _start_server(kind, checkpoint, port, log_dir / f"{kind}.log", src)
     try:
         _run_round(port, 1, first_seed=10**6, max_tokens=max_tokens)  # loads the engine; not measured
         # Each round's images are new (the same ones for both servers): no encoder-cache hit across rounds.
-        return {n: _run_round(port, n, first_seed=1000 * n, max_tokens=max_tokens) for n in concurrency}
+        return {
+            n: [_run_round(port, n, first_seed=1000 * n + 100 * r, max_tokens=max_tokens) for r in range(repeat)]
+            for n in concurrency
+        }
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -167,21 +212,33 @@ def bench_server(
             server.kill()
 
 
+def summarize(rounds: list[dict]) -> dict:
+    """One N's repeats: median throughput, p50/p95 time to first token over every chat of every repeat."""
+    ttfts = sorted(ttft for result in rounds for ttft in result["ttfts_s"])
+    return {
+        "tokens_per_s": statistics.median(result["tokens_per_s"] for result in rounds),
+        "tokens_per_s_all": [result["tokens_per_s"] for result in rounds],
+        "ttft_p50_s": statistics.median(ttfts),
+        "ttft_p95_s": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
+    }
+
+
 def format_table(results: dict[str, dict], concurrency: list[int]) -> str:
-    """The side-by-side table: one row per N."""
+    """The side-by-side table: one row per N (median throughput over the repeats)."""
     header = (
         f"{'N':>3}  {'tok/s vlmprep':>13}  {'tok/s transformers':>18}  {'ratio':>6}  "
         f"{'TTFT p50/p95 vlmprep (s)':>25}  {'TTFT p50/p95 transformers (s)':>30}  same answers"
     )
     lines = [header, "-" * len(header)]
     for n in concurrency:
-        ours, theirs = results["vlmprep"][n], results["transformers"][n]
+        ours, theirs = summarize(results["vlmprep"][n]), summarize(results["transformers"][n])
+        same = [a["answers"] for a in results["vlmprep"][n]] == [b["answers"] for b in results["transformers"][n]]
         lines.append(
             f"{n:>3}  {ours['tokens_per_s']:>13.1f}  {theirs['tokens_per_s']:>18.1f}  "
             f"{ours['tokens_per_s'] / theirs['tokens_per_s']:>6.2f}  "
             f"{ours['ttft_p50_s']:>12.2f} / {ours['ttft_p95_s']:<10.2f}  "
             f"{theirs['ttft_p50_s']:>14.2f} / {theirs['ttft_p95_s']:<13.2f}  "
-            f"{'yes' if ours['answers'] == theirs['answers'] else 'NO'}"
+            f"{'yes' if same else 'NO'}"
         )
     return "\n".join(lines)
 
@@ -193,28 +250,37 @@ def main(argv: list[str] | None = None) -> int:
         argv (`list[str]`, *optional*): command-line arguments; defaults to `sys.argv[1:]`.
 
     Returns:
-        `int`: 0, or 1 when the two servers' answers differ.
+        `int`: 0, or 1 when the two servers' answers differ (for any size).
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--sizes", nargs="+", choices=sorted(DECODER_SIZES), default=["tiny", "small"])
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per N; the table shows medians")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--json", type=Path, help="where to write every measurement")
     parser.add_argument("--src", type=Path, default=SRC, help="the vlmprep source tree the vlmprep server runs")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(SRC))
-    from vlmprep.serving_checkpoint import build_llava_checkpoint
 
+    results = {}
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as work:
         work = Path(work)
-        checkpoint = build_llava_checkpoint(work / "checkpoint")
-        results = {
-            kind: bench_server(kind, checkpoint, args.concurrency, args.max_tokens, work, args.src)
-            for kind in ("vlmprep", "transformers")
-        }
-    print(format_table(results, args.concurrency))
+        for size in args.sizes:
+            checkpoint = build_checkpoint(work / "checkpoints", size)
+            results[size] = {
+                kind: bench_server(kind, checkpoint, args.concurrency, args.max_tokens, work, args.src, args.repeat)
+                for kind in ("vlmprep", "transformers")
+            }
+    for size in args.sizes:
+        print(f"\n{size} decoder {DECODER_SIZES[size] or '(hidden size 32, 2 layers)'}, median of {args.repeat}:")
+        print(format_table(results[size], args.concurrency))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    same = all(results["vlmprep"][n]["answers"] == results["transformers"][n]["answers"] for n in args.concurrency)
+    same = all(
+        [a["answers"] for a in by_kind["vlmprep"][n]] == [b["answers"] for b in by_kind["transformers"][n]]
+        for by_kind in results.values()
+        for n in args.concurrency
+    )
     return 0 if same else 1
 
 
