@@ -4,12 +4,13 @@ transformers' server runs continuous batching for text models only: `GenerationS
 `Modality.LLM`, and `CBGenerateManager` hands the engine `input_ids` alone. vlmprep's drop-ins make that engine take
 images (`vlmprep.batching`), so these subclasses let the server use it for them:
 
-- `VisionPrepGenerationState` also says yes to a drop-in whose images the engine runs exactly (LLaVA, Qwen2-VL, ...);
-  a family the engine refuses for images (Gemma3, PaliGemma, ...) keeps the sequential path, as upstream.
+- `VisionPrepGenerationState` also says yes to a drop-in whose images the engine runs exactly (LLaVA, Qwen2-VL,
+  Gemma3 with sdpa or eager attention, ...); a family the engine refuses for images (PaliGemma, LFM2-VL, Gemma3 with
+  flash attention) keeps the sequential path, as upstream.
 - `VisionPrepCBGenerateManager` turns the request's processor output into the engine's prompt with its images
   (checked before anything is queued) and hands it to upstream's streaming / non-streaming code unchanged.
 - `VisionPrepChatCompletionHandler` answers a request whose images cannot be decoded, or whose placeholders and
-  images do not match, with HTTP 400 naming the problem (upstream: 500).
+  images do not match, with HTTP 400 naming the problem (upstream: 500); other errors stay server errors.
 - `VisionPrepServe` is transformers' `Serve`: it builds the server as upstream does, then, before starting it, gives
   the handlers the state above and rebuilds the app with upstream's `build_server` around the chat handler above.
   `Serve` takes no handler or state class, so this is the one place these classes can be handed to it.
@@ -37,6 +38,7 @@ __all__ = [
     "VisionPrepGenerationState",
     "VisionPrepServe",
     "engine_images_supported",
+    "raised_while_reading_request",
 ]
 
 logger = get_logger(__name__)
@@ -182,7 +184,8 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
 
     async def handle_request(self, body: dict, request_id: str):
         """Upstream's handling; a `ValueError` raised while the processor reads the request (e.g. more placeholders
-        written in the text than images sent) becomes HTTP 400.
+        written in the text than images sent) becomes HTTP 400. Any other error (loading the model, generating) is the
+        server's and stays one (HTTP 500).
 
         Args:
             body (`dict`): the OpenAI chat-completion request.
@@ -194,7 +197,34 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         try:
             return await super().handle_request(body, request_id)
         except ValueError as error:
+            if not raised_while_reading_request(error):
+                raise
             raise _bad_request(f"The request cannot run: {error}") from error
+
+
+# The upstream call that turns a request's messages into model inputs (the processor's chat template, tokenizer and
+# image processor run inside it): a `ValueError` from within it is about the request.
+_REQUEST_READING_CALL = "apply_chat_template"
+
+
+def raised_while_reading_request(error: BaseException) -> bool:
+    """Whether `error` was raised inside the processor's `apply_chat_template` call, which reads the request.
+
+    Upstream's handler does everything in one method (model loading, reading the request, generating), so the place an
+    error was raised is what tells a bad request from a server fault.
+
+    Args:
+        error (`BaseException`): a caught exception.
+
+    Returns:
+        `bool`
+    """
+    traceback = error.__traceback__
+    while traceback is not None:
+        if traceback.tb_frame.f_code.co_name == _REQUEST_READING_CALL:
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 class VisionPrepServe(Serve):

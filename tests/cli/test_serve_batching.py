@@ -232,3 +232,33 @@ def test_image_urls_are_read_by_the_handler_and_an_unreadable_one_is_a_400(tmp_p
     with pytest.raises(HTTPException, match="Image 2 of the request could not be read") as raised:
         VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
     assert raised.value.status_code == 400
+
+
+@needs_serving
+@pytest.mark.parametrize("where, status", [("apply_chat_template", 400), ("load_model_and_processor", None)])
+def test_only_a_value_error_of_the_processor_reading_the_request_is_a_400(monkeypatch, where, status):
+    import asyncio
+
+    from fastapi import HTTPException
+    from transformers.cli.serving.chat_completion import ChatCompletionHandler
+
+    from vlmprep.serving_batching import VisionPrepChatCompletionHandler
+
+    # A ValueError raised from a function of that name: the processor reading the request, or a server-side fault
+    # (the model's loading) that must stay a server error, not be blamed on the client.
+    namespace: dict = {}
+    exec(f"def {where}():\n    raise ValueError('fails in {where}')", namespace)
+
+    async def upstream_handle_request(self, body, request_id):
+        namespace[where]()
+
+    monkeypatch.setattr(ChatCompletionHandler, "handle_request", upstream_handle_request)
+    handler = VisionPrepChatCompletionHandler(model_manager=None, generation_state=None)
+    call = handler.handle_request({"messages": []}, "request-0")
+    if status is None:
+        with pytest.raises(ValueError, match=f"fails in {where}"):
+            asyncio.run(call)
+    else:
+        with pytest.raises(HTTPException, match=f"fails in {where}") as raised:
+            asyncio.run(call)
+        assert raised.value.status_code == status
