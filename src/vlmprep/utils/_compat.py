@@ -43,14 +43,26 @@ def missing_generation_hooks() -> list[str]:
     problems = []
     for name, parameters in REQUIRED_GENERATION_HOOKS.items():
         method = getattr(GenerationMixin, name, None) or getattr(PreTrainedModel, name, None)
-        if method is None:
-            problems.append(f"GenerationMixin.{name} is missing")
-            continue
-        present = set(inspect.signature(method).parameters)
-        absent = [parameter for parameter in parameters if parameter not in present]
-        if absent:
-            problems.append(f"GenerationMixin.{name} lacks parameter(s) {absent}")
+        problems += method_problems(f"GenerationMixin.{name}", method, parameters)
     return problems
+
+
+def method_problems(qualified_name: str, method, parameters: tuple[str, ...]) -> list[str]:
+    """What is wrong with an upstream method vlmprep overrides or calls: missing, or lacking some of `parameters`.
+
+    Args:
+        qualified_name (`str`): how the method is named in the message (e.g. `"GenerationMixin._prefill"`).
+        method (`Callable`, *optional*): the method found upstream, `None` when there is none.
+        parameters (`tuple[str, ...]`): the parameter names vlmprep passes or declares.
+
+    Returns:
+        `list[str]`: empty when the method is there with every parameter.
+    """
+    if method is None:
+        return [f"{qualified_name} is missing"]
+    present = set(inspect.signature(method).parameters)
+    absent = [parameter for parameter in parameters if parameter not in present]
+    return [f"{qualified_name} lacks parameter(s) {absent}"] if absent else []
 
 
 def check_transformers_version() -> None:

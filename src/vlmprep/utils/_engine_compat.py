@@ -14,6 +14,8 @@ import importlib
 import inspect
 import re
 
+from ._compat import method_problems
+
 # "module:Class" -> {method: parameters the override declares or passes on}. Where a vlmprep class overrides a method,
 # the upstream method must exist with these parameters; a method that only reads upstream state lists no parameters.
 ENGINE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -106,14 +108,7 @@ def missing_engine_hooks() -> list[str]:
             problems.append(f"{target} is missing")
             continue
         for name, parameters in methods.items():
-            method = getattr(cls, name, None)
-            if method is None:
-                problems.append(f"{target}.{name} is missing")
-                continue
-            present = set(inspect.signature(method).parameters)
-            absent = [parameter for parameter in parameters if parameter not in present]
-            if absent:
-                problems.append(f"{target}.{name} lacks parameter(s) {absent}")
+            problems += method_problems(f"{target}.{name}", getattr(cls, name, None), parameters)
     for target, attributes in ENGINE_ATTRIBUTES.items():
         cls = _resolve(target)
         if cls is None:
