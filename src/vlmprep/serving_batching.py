@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import transformers
 from transformers.cli.serve import Serve
 from transformers.cli.serving.chat_completion import ChatCompletionHandler
 from transformers.cli.serving.server import build_server
@@ -239,6 +240,17 @@ class VisionPrepServe(Serve):
 
     def _use_image_batching(self) -> None:
         import uvicorn
+
+        from .utils._engine_compat import missing_engine_hooks
+
+        problems = missing_engine_hooks(include_server=True)
+        if problems:
+            # A renamed upstream method would leave an override unused: image chats would run as text, silently
+            raise RuntimeError(
+                f"transformers {transformers.__version__}'s server or continuous-batching engine lacks what vlmprep "
+                "extends: " + "; ".join(problems) + ". Install the transformers version vlmprep supports, or serve "
+                "without `--continuous-batching`."
+            )
 
         upstream = self._generation_state
         state = VisionPrepGenerationState(

@@ -262,3 +262,14 @@ def test_only_a_value_error_of_the_processor_reading_the_request_is_a_400(monkey
         with pytest.raises(HTTPException, match=f"fails in {where}") as raised:
             asyncio.run(call)
         assert raised.value.status_code == status
+
+
+@needs_serving
+def test_image_batching_is_refused_at_start_when_a_server_hook_is_missing(monkeypatch):
+    from vlmprep.serving_batching import VisionPrepServe
+    from vlmprep.utils import _engine_compat
+
+    problem = "transformers.cli.serving.utils:GenerationState.use_continuous_batching is missing"
+    monkeypatch.setattr(_engine_compat, "missing_engine_hooks", lambda include_server=True: [problem])
+    with pytest.raises(RuntimeError, match="use_continuous_batching is missing"):
+        VisionPrepServe._use_image_batching(object())  # raises before it reads the server's state

@@ -39,3 +39,23 @@ def test_a_renamed_hook_is_reported(monkeypatch, table, target, entry, expected)
     monkeypatch.setattr(_engine_compat, table, patched)
     problems = missing_engine_hooks()
     assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_the_engine_is_refused_when_a_hook_vlmprep_extends_is_missing(monkeypatch):
+    import vlmprep
+    from vlmprep.batching import support
+    from vlmprep.testing import tiny_llava_config
+
+    model = vlmprep.LlavaForConditionalGeneration(tiny_llava_config()).eval()
+    support.check_batching_support(model)  # the installed transformers has every hook
+    renamed = (f"{MANAGER}._generation_step is missing",)
+    monkeypatch.setattr(support, "engine_hook_problems", lambda: renamed)
+    with pytest.raises(ValueError, match=r"engine lacks what vlmprep extends: .*_generation_step is missing"):
+        model.generate_batch([[4, 5, 6]], progress_bar=False)
+
+
+def test_the_engine_check_leaves_out_the_server_when_asked(monkeypatch):
+    patched = {**_engine_compat.ENGINE_METHODS, "transformers.cli.no_such_module:Handler": {}}
+    monkeypatch.setattr(_engine_compat, "ENGINE_METHODS", patched)
+    assert missing_engine_hooks(include_server=False) == []
+    assert missing_engine_hooks() == ["transformers.cli.no_such_module:Handler is missing"]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import transformers
+
+from ..utils._compat import MAX_TRANSFORMERS_EXCLUSIVE, MIN_TRANSFORMERS
+from ..utils._engine_compat import engine_hook_problems
+
 # Attention implementations the engine runs with a mask it builds (plain eager becomes "paged|eager" in the engine)
 _MASKED_ATTENTION = ("sdpa", "eager", "paged|eager")
 
@@ -24,7 +29,8 @@ def check_batching_support(model, with_items: bool = True) -> None:
 
     Raises:
         `TypeError`: the model is not a vlmprep drop-in.
-        `ValueError`: the family needs attention or positions the engine does not build (see the message).
+        `ValueError`: the family needs attention or positions the engine does not build (see the message), or the
+            installed transformers' engine lacks a method or attribute vlmprep extends (`utils/_engine_compat.py`).
     """
     from ..generation.mixin import VisionPrepGenerationMixin  # the drop-ins' base, which lists the batching mixin
 
@@ -32,6 +38,14 @@ def check_batching_support(model, with_items: bool = True) -> None:
         raise TypeError(
             f"Continuous batching with images needs a vlmprep drop-in model, got {type(model).__name__}. Load the "
             "model with vlmprep's class, e.g. `vlmprep.LlavaForConditionalGeneration.from_pretrained(...)`."
+        )
+    problems = engine_hook_problems()
+    if problems:
+        # An override whose upstream method was renamed would never run: requests would lose their images silently
+        raise ValueError(
+            f"transformers {transformers.__version__}'s continuous-batching engine lacks what vlmprep extends: "
+            + "; ".join(problems)
+            + f". Install transformers>={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS_EXCLUSIVE}, or use `generate`."
         )
     facts = model.vision_facts
     name = type(model).__name__

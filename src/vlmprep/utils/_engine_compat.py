@@ -4,12 +4,14 @@ Both extend transformers' own classes: they override private methods (`_generati
 and read private attributes set in upstream constructors (`self._request_lock`, `processor.scheduler`, ...). A release
 that renames one would make an override silently unused, or fail deep inside the engine's thread. This table names
 every one of them; `missing_engine_hooks` (run by `utils/check_upstream_hooks.py` in `make repo-consistency`) checks
-them against the installed transformers. It is not run at import: the engine and server are optional paths, and the
-server's modules need the `serving` extra.
+them against the installed transformers. It is not run at import (the engine and server are optional paths, and the
+server's modules need the `serving` extra): `check_batching_support` checks the engine's part before the engine
+starts, and `vlmprep serve --continuous-batching` the server's before the server starts.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -90,19 +92,32 @@ ENGINE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
 }
 
 
+# The server's classes (`transformers.cli.serving`) need the `serving` extra; the engine's do not.
+_SERVER_MODULES = "transformers.cli."
+
+
 def _resolve(target: str):
     module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name, None)
+    try:
+        return getattr(importlib.import_module(module_name), class_name, None)
+    except ImportError:
+        return None
 
 
-def missing_engine_hooks() -> list[str]:
+def missing_engine_hooks(include_server: bool = True) -> list[str]:
     """Descriptions of the engine and server methods, parameters and attributes the installed transformers lacks.
 
+    Args:
+        include_server (`bool`, *optional*, defaults to `True`):
+            also check the server's classes (`vlmprep serve`), whose modules need the `serving` extra.
+
     Returns:
-        `list[str]`: empty when everything `vlmprep.batching` and `vlmprep serve` rely on is there.
+        `list[str]`: empty when everything `vlmprep.batching` (and `vlmprep serve`) rely on is there.
     """
     problems = []
     for target, methods in ENGINE_METHODS.items():
+        if not include_server and target.startswith(_SERVER_MODULES):
+            continue
         cls = _resolve(target)
         if cls is None:
             problems.append(f"{target} is missing")
@@ -125,3 +140,13 @@ def missing_engine_hooks() -> list[str]:
         if absent:
             problems.append(f"{target} no longer sets attribute(s) {absent}")
     return problems
+
+
+@functools.cache
+def engine_hook_problems() -> tuple[str, ...]:
+    """`missing_engine_hooks(include_server=False)`, computed once (it reads upstream's source).
+
+    Returns:
+        `tuple[str, ...]`: empty when the engine has everything `vlmprep.batching` extends.
+    """
+    return tuple(missing_engine_hooks(include_server=False))
