@@ -351,3 +351,19 @@ def test_salt_none_and_string_none_share_no_entries(family):
     _assert_exact(upstream, ours, prompt, prefix_cache=store, cache_salt="None")  # the same salt is shared
     assert store.stats.tokens_reused > reused
     assert ours.encoder_cache.stats.misses == misses + 1
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int8, torch.bool]
+)
+def test_kept_sampling_views_see_in_place_writes_of_every_element_size(dtype):
+    # The views are made once and read again (numpy views of the tensors' memory on the CPU): a write through `.data`,
+    # which the version counter does not see, must still change the identity on the next call.
+    model = torch.nn.Module()
+    model.register_buffer("values", torch.zeros(64, dtype=dtype))
+    first = cache_identity(model, part="model")
+    assert cache_identity(model, part="model") == first
+    model.values.data.fill_(1)
+    second = cache_identity(model, part="model")
+    assert second != first
+    assert cache_identity(model, part="model") == second
