@@ -130,6 +130,11 @@ class VisionFacts:
         default = self.features_as_list
         return {m.name: default if m.features_as_list is None else m.features_as_list for m in self.modalities}
 
+    @property
+    def generated_token_type(self) -> int:
+        """The `token_type_key` value of generated tokens: causal suffix (1) after PaliGemma's prefix, text (0)."""
+        return 1 if self.bidirectional == "prefix" else 0
+
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The image placeholder token id of a model config."""
         return getattr(config, self.placeholder_attr)

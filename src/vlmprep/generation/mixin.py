@@ -30,6 +30,7 @@ from ..batching.mixin import ContinuousBatchingMixin
 from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..utils.logging import get_logger
+from .assisted import assistant_model_of, type_draft_tokens_as_generated
 from .facts import VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
@@ -37,7 +38,7 @@ from .plan import plan_prompt
 from .prefix import PrefixRequest
 from .prepared import PlannedEncoderOutputs, PreparedItems
 from .spans import plan_prefill_chunks
-from .validation import check_no_block_after_cache_in_static_cache
+from .validation import check_no_block_after_cache_in_static_cache, check_prefill_chunk_size
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
 VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request")
@@ -82,9 +83,9 @@ class VisionPrepGenerationMixin(ContinuousBatchingMixin, ModelCachesMixin, Famil
         Args:
             prefix_cache (`PrefixCache`, *optional*):
                 resume from the longest stored prefix of the prompt, and store the prompt and answer afterwards;
-                defaults to `model.prefix_cache`. Not used when a `cache` is passed, with beams, with
-                `num_return_sequences > 1`, in train mode (dropout changes the KV) or with a quantized cache; it
-                composes with every other `cache_implementation` (see `vlmprep.generation.prefix`).
+                defaults to `model.prefix_cache`. Not used with a `cache`, beams, `num_return_sequences > 1`, train
+                mode or a quantized cache; only stored to with `output_hidden_states`, `output_attentions` or assisted
+                decoding; composes with every other `cache_implementation` (see `vlmprep.generation.prefix`).
             cache_salt (`str`, *optional*):
                 isolates encoder- and prefix-cache entries: entries made under one salt are invisible under another.
             args, kwargs: everything transformers' `generate` takes.
@@ -105,7 +106,7 @@ class VisionPrepGenerationMixin(ContinuousBatchingMixin, ModelCachesMixin, Famil
                     "prefills the whole prompt."
                 )
             return super().generate(*args, **kwargs)
-        request = PrefixRequest(store)
+        request = PrefixRequest(store, assisted=assistant_model_of(args, kwargs) is not None)
         output = super().generate(*args, vlmprep_prefix_request=request, **kwargs)
         request.finish(output if isinstance(output, torch.Tensor) else output.sequences)
         return output
@@ -195,6 +196,13 @@ class VisionPrepGenerationMixin(ContinuousBatchingMixin, ModelCachesMixin, Famil
             model_kwargs["mm_encoder_outputs"] = planned.expand(expand_size)
         return input_ids, model_kwargs
 
+    # -- Every forward: `GenerationMixin.prepare_inputs_for_generation` -------------------------------------------
+
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, **kwargs):
+        # Assisted decoding's first forward: draft tokens typed as generated ones, not as the prompt's last token.
+        kwargs = type_draft_tokens_as_generated(self.vision_facts, kwargs)
+        return super().prepare_inputs_for_generation(input_ids, *args, **kwargs)
+
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
 
     def _prefill(
@@ -209,13 +217,7 @@ class VisionPrepGenerationMixin(ContinuousBatchingMixin, ModelCachesMixin, Famil
 
         cache = model_kwargs.get("cache")
         start = cache.get_seq_length() if cache is not None else 0
-        chunk_size = generation_config.prefill_chunk_size
-        if chunk_size is not None and (
-            isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
-        ):
-            raise TypeError(f"`prefill_chunk_size` must be a positive int or None, got {chunk_size!r}.")
-        if chunk_size is not None and cache is None:
-            raise ValueError("Chunked prefill needs a cache: pass `use_cache=True` or `prefill_chunk_size=None`.")
+        chunk_size = check_prefill_chunk_size(generation_config.prefill_chunk_size, cache)
         chunks = plan_prefill_chunks(start, planned.end, chunk_size, planned.prepared.intervals)
         check_no_block_after_cache_in_static_cache(cache, chunks, planned.prepared.intervals)
         if len(chunks) == 1:

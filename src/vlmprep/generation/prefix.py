@@ -25,6 +25,7 @@ from transformers.utils import logging
 
 from ..cache.identity import cache_identity, salt_namespace
 from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_array, key_material_layout
+from .assisted import is_assisted
 from .spans import resolve_resume_point
 
 if TYPE_CHECKING:
@@ -46,10 +47,13 @@ class PrefixRequest:
 
     Args:
         store (`PrefixCache`): the store to read from and write to.
+        assisted (`bool`, *optional*, defaults to `False`): whether the call was given an `assistant_model`.
     """
 
-    def __init__(self, store: PrefixCache):
+    def __init__(self, store: PrefixCache, assisted: bool = False):
         self.store = store
+        self.assisted = assisted
+        self.lookup = True  # False: the prompt is prefilled whole, and only stored afterwards (`store_only_reason`)
         self.cache: Cache | None = None
         self.root: bytes | None = None
         self.rows: list[_Row] = []
@@ -90,6 +94,18 @@ class PrefixRequest:
             logger.warning_once(f"The prefix cache is not used with {reason}; this call prefills the whole prompt.")
         return reason is None and batch_size >= 1
 
+    def store_only_reason(self, generation_config) -> str | None:
+        """Why this call prefills its whole prompt (no lookup) and only stores it afterwards, or `None`.
+
+        transformers returns hidden states and attentions of every prompt token (the store keeps only KV), and
+        assisted decoding's first forward feeds the whole prompt on top of the cache (`vlmprep.generation.assisted`).
+        """
+        if generation_config.output_hidden_states or generation_config.output_attentions:
+            return "`output_hidden_states` or `output_attentions` (they cover every prompt token)"
+        if is_assisted(generation_config, self.assisted):
+            return "assisted decoding (its first forward feeds the whole prompt)"
+        return None
+
     def restore(
         self,
         model,
@@ -124,6 +140,13 @@ class PrefixRequest:
         self.prompt_length = width
         self.update_model_kwargs = model._update_model_kwargs_for_generation
         self.root = _root_key((*namespace, *key_material_layout(self.per_token)))
+        store_only = self.store_only_reason(generation_config)
+        if store_only is not None:
+            self.lookup = False
+            logger.warning_once(
+                f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
+                "stores its prompt and answer for later calls."
+            )
         cache = self.cache = _new_cache(model, generation_config, batch_size, width)
 
         # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
@@ -140,7 +163,7 @@ class PrefixRequest:
             record.set_keys(
                 key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width), record.images_between)
             )
-            if exact:
+            if exact and self.lookup:
                 record.match = self.store.match_keys(self.root, record.keys)
                 record.hit = record.usable_hit()
             self.rows.append(record)
@@ -195,8 +218,9 @@ class PrefixRequest:
         states = [_all_states(layer, length) for layer in self.cache.layers]
         if any(state is None for state in states):
             logger.warning_once(
-                "The prefix cache stored nothing from a call whose cache dropped states (a static sliding-window layer "
-                "keeps only its window): stored prefixes are still restored. Use a dynamic cache to store them too."
+                "The prefix cache stored nothing from a call whose cache dropped states (a sliding-window layer kept "
+                "only its window: a static cache, or assisted decoding's crop): stored prefixes are still restored. "
+                "Use a dynamic cache without assisted decoding to store them too."
             )
             return
         per_token = {key: _host(value) for key, value in self._with_generated(length).items()}

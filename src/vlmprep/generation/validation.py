@@ -185,3 +185,20 @@ def check_no_block_after_cache_in_static_cache(
                     "dynamic cache (no `cache_implementation`), or prefill the prompt in one forward from an empty "
                     "cache (`prefill_chunk_size=None`, no cached prefix)."
                 )
+
+
+def check_prefill_chunk_size(chunk_size, cache) -> int | None:
+    """Raise when `prefill_chunk_size` is not a positive int or `None`, or asks for chunks without a cache.
+
+    Args:
+        chunk_size: the call's `generation_config.prefill_chunk_size`.
+        cache (`Cache`, *optional*): the cache prefill writes into.
+
+    Returns:
+        `int | None`: `chunk_size`.
+    """
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise TypeError(f"`prefill_chunk_size` must be a positive int or None, got {chunk_size!r}.")
+    if chunk_size is not None and cache is None:
+        raise ValueError("Chunked prefill needs a cache: pass `use_cache=True` or `prefill_chunk_size=None`.")
+    return chunk_size
