@@ -13,8 +13,17 @@ import torch
 from transformers import DynamicCache
 
 from conftest import ALL_FAMILIES, model_pair
-from family_registry import QWEN_FAMILIES, SCENARIOS, skip_marks
-from helpers import SYSTEM, USER, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
+from family_registry import GLM_FAMILIES, QWEN_FAMILIES, SCENARIOS, skip_marks
+from helpers import (
+    SYSTEM,
+    USER,
+    Prompt,
+    assert_close,
+    cache_of,
+    collate,
+    generate_logits,
+    reference_next_logits,
+)
 from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
@@ -221,6 +230,41 @@ def test_bad_patch_input_raises_clear_error(family, case):
         ours.generate(**inputs, max_new_tokens=2, do_sample=False)
     _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
     assert_close(logits[0], reference_next_logits(upstream, prompt))
+
+
+# -- A batch row whose attention mask is all zeros ---------------------------------------------------------------
+
+
+def _batch_with_an_empty_row(model) -> tuple[Prompt, dict]:
+    prompt = Prompt(model.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[0])
+    batch = collate([prompt, Prompt(model.config, [SYSTEM, [30, 31, 32]])], model.generation_config.pad_token_id)
+    batch["attention_mask"][1] = 0
+    return prompt, batch
+
+
+@pytest.mark.parametrize("family", [*QWEN_FAMILIES, *GLM_FAMILIES])
+def test_all_zero_mask_row_is_refused_before_multimodal_positions(family, monkeypatch):
+    # Upstream's `get_rope_index` fails on such a row with "torch.cat(): expected a non-empty list of Tensors"
+    upstream, ours = model_pair(family)
+    prompt, batch = _batch_with_an_empty_row(ours)
+    calls = []
+    monkeypatch.setattr(ours.model, "get_rope_index", lambda *args, **kwargs: calls.append(args))
+    with pytest.raises(ValueError, match=re.escape("`attention_mask` row(s) [1] are all zeros")):
+        ours.generate(**batch, max_new_tokens=1, do_sample=False)
+    assert calls == []
+    monkeypatch.undo()
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
+
+
+@pytest.mark.parametrize("family", ["gemma3", "paligemma", "llava", "mistral3", "exaone4_5", "lfm2_vl"])
+def test_all_zero_mask_row_runs_where_transformers_runs_it(family):
+    # Families without multimodal rope take such a row as transformers does (it attends to nothing): the other rows
+    # are exact. (Checked over every registered family when the check above was added: only multimodal rope fails.)
+    upstream, ours = model_pair(family)
+    prompt, batch = _batch_with_an_empty_row(ours)
+    _, logits = generate_logits(ours, batch, max_new_tokens=1)
+    assert_close(logits[0][0], reference_next_logits(upstream, prompt)[0])
 
 
 # -- Videos without what tells them apart, or without their pixels ----------------------------------------------------

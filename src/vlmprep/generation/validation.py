@@ -31,6 +31,24 @@ def check_sequence_input(name: str, value: torch.Tensor | None, batch_size: int,
         )
 
 
+def check_every_row_attends(attention_mask: torch.Tensor | None, needed_by: str) -> None:
+    """Raise when a row of `attention_mask` is all zeros, for code that needs one attended token per row.
+
+    Args:
+        attention_mask (`torch.Tensor`, *optional*): `(batch_size, seq_len)`; `None` passes.
+        needed_by (`str`): what needs it, for the message (e.g. "this model's multimodal positions").
+    """
+    if attention_mask is None or attention_mask.ndim != 2:
+        return
+    empty = (~attention_mask.bool().any(dim=-1)).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(
+            f"`attention_mask` row(s) {empty} are all zeros (no token to attend to), and {needed_by} need at least "
+            "one attended token per row. Drop the empty rows from the batch, or give each row at least one real "
+            "token (e.g. the BOS token) with mask 1."
+        )
+
+
 def check_cache_matches_model(cache, config: PreTrainedConfig, batch_size: int) -> None:
     """Raise when a KV cache cannot belong to this model or this batch.
 

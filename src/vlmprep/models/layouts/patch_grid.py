@@ -16,6 +16,7 @@ import torch
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.validation import check_every_row_attends
 
 __all__ = [
     "MM_TOKEN_TYPES",
@@ -221,6 +222,8 @@ class PatchGridLayout(FamilyHooks):
             handled = {"input_ids", "mm_token_type_ids", "attention_mask", "kwargs", *grids}
             accepted = inspect.signature(self.model.get_rope_index).parameters
             extras = {k: model_kwargs[k] for k in accepted if k not in handled and model_kwargs.get(k) is not None}
+            # Upstream's `get_rope_index` fails on a row with no attended token with a bare `torch.cat()` error
+            check_every_row_attends(attention_mask, "this model's multimodal positions (`get_rope_index`)")
             mrope, rope_deltas = self.model.get_rope_index(
                 input_ids, mm_token_type_ids=token_types, attention_mask=attention_mask, **grids, **extras
             )
