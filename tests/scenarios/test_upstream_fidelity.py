@@ -15,8 +15,16 @@ from transformers import CompileConfig
 
 import vlmprep
 from conftest import model_pair
-from helpers import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
-from vlmprep.testing import IMAGE, VisionRunCounter, tiny_gemma3_config
+from helpers import (
+    NO_SPECIAL_TOKENS,
+    SYSTEM,
+    USER,
+    Prompt,
+    assert_same_steps,
+    assert_steps_match_upstream,
+    generate_logits,
+)
+from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_gemma3_config
 
 
 def _image_sensitive(model: torch.nn.Module) -> torch.nn.Module:
@@ -104,6 +112,22 @@ def test_assisted_decoding_with_images_matches_greedy(family, assistant):
     assert torch.equal(ids, expected_ids)
     assert_same_steps(logits, expected)
     assert runs.calls == 1  # a drop-in assistant reads the main model's features: nothing is encoded twice
+
+
+@pytest.mark.parametrize("assistant", ["prompt_lookup", "drop_in_assistant"])
+def test_paligemma_assisted_decoding_drafts_are_suffix_tokens(assistant):
+    # Assisted decoding's first forward holds the prompt and the drafts; transformers 5.24 types the drafts as the
+    # prompt's last token (0: PaliGemma's bidirectional prefix), so the prompt attends to them and the first step is
+    # off. Drafts are generated tokens, causal suffix (1): the reference is one uncached forward of prompt and answer.
+    upstream, ours = model_pair("paligemma")
+    prompt = Prompt(ours.config, [IMAGE, [2, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12]])
+    kwargs = {"prompt_lookup_num_tokens": 3} if assistant == "prompt_lookup" else {"assistant_model": ours}
+    with PrefillCounter(ours) as forwards:
+        ids, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=6, **kwargs, **NO_SPECIAL_TOKENS)
+    assert max(forwards.lengths) > prompt.length  # a forward over the whole prompt held drafts after it
+    assert_steps_match_upstream(upstream, prompt, ids[0, prompt.length :], logits)
+    expected_ids, _ = generate_logits(upstream, prompt.inputs(), max_new_tokens=6, **NO_SPECIAL_TOKENS)
+    assert torch.equal(ids, expected_ids)
 
 
 # -- 3. Compiled decoding with a static cache -----------------------------------------------------------------------
