@@ -1,9 +1,10 @@
 """What assisted decoding (`prompt_lookup_num_tokens`, `assistant_model=`) needs from the drop-ins.
 
 transformers' `_assisted_decoding` runs its first forward over the whole prompt followed by the draft tokens, without
-calling `_prefill`: it never slices the prompt after a non-empty cache, and it gives every draft token the prompt's last
-token type. vlmprep keeps that forward exact by typing the draft tokens as generated tokens, and by not restoring a
-stored prefix into an assisted call (`vlmprep.generation.prefix.PrefixRequest.store_only_reason`).
+calling `_prefill`: it never slices the prompt after a non-empty cache (the cached tokens would be fed again), and it
+gives every draft token the prompt's last token type. vlmprep keeps that forward exact by feeding only the tokens after
+a caller's cache and typing the draft tokens as generated tokens, and by not restoring a stored prefix into an assisted
+call (an assistant model needs the features of every item: `vlmprep.generation.prefix.PrefixRequest.store_only_reason`).
 """
 
 from __future__ import annotations
@@ -71,3 +72,33 @@ def type_draft_tokens_as_generated(facts: VisionFacts, model_kwargs: dict[str, A
     token_types = token_types.clone()
     token_types[..., planned.end :] = facts.generated_token_type  # (batch, prompt + drafts)
     return {**model_kwargs, facts.token_type_key: token_types}
+
+
+def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs of a first forward over the whole prompt, cut to the tokens after the cache when it holds some.
+
+    `_prefill` cuts them itself; assisted decoding's first forward does not, and would feed the cached tokens again on
+    top of their KV. Only a prompt that starts at position 0 (no `input_ids` passed after the cache alone) is cut.
+
+    Args:
+        input_ids (`torch.Tensor` of shape `(batch_size, length)`): the forward's ids (prompt and drafts).
+        model_kwargs (`dict[str, Any]`): the inputs `prepare_inputs_for_generation` was called with.
+
+    Returns:
+        `dict[str, Any]`: `model_kwargs`, with `next_sequence_length` set where the forward must be cut.
+    """
+    planned = model_kwargs.get("mm_encoder_outputs")
+    cache = model_kwargs.get("cache")
+    if (
+        not model_kwargs.get("is_first_iteration")
+        or model_kwargs.get("next_sequence_length") is not None
+        or not isinstance(planned, PlannedEncoderOutputs)
+        or planned.prepared.offset != 0
+        or cache is None
+        or all(getattr(cache, "is_linear", [False]))
+    ):
+        return model_kwargs
+    past_length = cache.get_seq_length()
+    if past_length == 0 or past_length >= input_ids.shape[-1]:
+        return model_kwargs
+    return {**model_kwargs, "next_sequence_length": input_ids.shape[-1] - past_length}

@@ -30,7 +30,7 @@ from ..batching.mixin import ContinuousBatchingMixin
 from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..utils.logging import get_logger
-from .assisted import assistant_model_of, type_draft_tokens_as_generated
+from .assisted import assistant_model_of, first_forward_after_cache, type_draft_tokens_as_generated
 from .facts import VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
@@ -199,8 +199,8 @@ class VisionPrepGenerationMixin(ContinuousBatchingMixin, ModelCachesMixin, Famil
     # -- Every forward: `GenerationMixin.prepare_inputs_for_generation` -------------------------------------------
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, **kwargs):
-        # Assisted decoding's first forward: draft tokens typed as generated ones, not as the prompt's last token.
-        kwargs = type_draft_tokens_as_generated(self.vision_facts, kwargs)
+        # Assisted decoding's first forward: the tokens after the cache only, drafts typed as generated tokens.
+        kwargs = type_draft_tokens_as_generated(self.vision_facts, first_forward_after_cache(input_ids, kwargs))
         return super().prepare_inputs_for_generation(input_ids, *args, **kwargs)
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ import torch
 from ..utils.logging import get_logger
 from .cache_rollback import roll_back_cache
 from .encoding import ItemEncoder, SuppliedFeatures
+from .prepared import PlannedEncoderOutputs
 from .spans import (
     Block,
     ItemSpan,
@@ -110,6 +111,8 @@ def plan_prompt(
     spans = shift_spans(find_item_spans(model, input_ids, model_kwargs, token_types), offset)
     encoder = ItemEncoder(model, model_kwargs, spans, salt)
     given = encoder.supplied_features(supplied)
+    if isinstance(supplied, PlannedEncoderOutputs):
+        _check_assistant_has_every_item(spans, past_length, set(given[0]), supplied.prepared.resume_point)
     check_items_match_spans(model, spans, model_kwargs, past_length, set(given[0]))
     if given[0]:
         prefix_request = None  # features without pixels have no content hash to key a stored prefix by
@@ -153,6 +156,19 @@ def plan_prompt(
         resume_point = roll_back_cache(cache, past_length, resume_point)
     plan.resume_point = resume_point
     return plan
+
+
+def _check_assistant_has_every_item(spans: list[ItemSpan], past_length: int, given: set[int], main_resume: int):
+    # A drop-in assistant reads the main model's features, which leave out the items inside the main model's cache:
+    # an assistant whose own cache does not hold them has nothing to fill their placeholders with.
+    missing = sorted({span.item_index for span in spans if span.end > past_length} - given)
+    if missing:
+        raise ValueError(
+            f"This model is a vlmprep assistant (`assistant_model=`) handed the main model's features, which leave out "
+            f"the {len(missing)} item(s) inside the main model's cache (its first {main_resume} tokens), while this "
+            "assistant starts from an empty cache. Call the main model without a cache that holds images, or use "
+            "prompt lookup (`prompt_lookup_num_tokens`) or a transformers assistant."
+        )
 
 
 def _prompt_offset(
