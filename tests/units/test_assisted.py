@@ -1,0 +1,68 @@
+"""`vlmprep.generation.assisted`: which calls are assisted, and which first forwards it changes."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, GenerationConfig
+
+from vlmprep.generation import VisionFacts
+from vlmprep.generation.assisted import (
+    assistant_model_of,
+    first_forward_after_cache,
+    is_assisted,
+    type_draft_tokens_as_generated,
+)
+from vlmprep.generation.prepared import PlannedEncoderOutputs, PreparedItems
+
+
+def _planned(end: int) -> PlannedEncoderOutputs:
+    prepared = PreparedItems(spans=[], features={}, intervals=[], resume_point=0, offset=0, as_list=False)
+    return PlannedEncoderOutputs(prepared, end)
+
+
+def test_assistant_model_is_found_by_keyword_and_by_position():
+    assistant = object()
+    assert assistant_model_of((), {"assistant_model": assistant}) is assistant
+    assert assistant_model_of((None, None, None, None, None, None, assistant), {}) is assistant
+    assert assistant_model_of((torch.ones(1, 2),), {"max_new_tokens": 2}) is None
+
+
+def test_assisted_calls():
+    assert not is_assisted(GenerationConfig())
+    assert is_assisted(GenerationConfig(), assistant_given=True)
+    assert is_assisted(GenerationConfig(prompt_lookup_num_tokens=3))
+    config = GenerationConfig()
+    config.is_assistant = True
+    assert is_assisted(config)
+
+
+def test_drafts_after_the_prompt_get_the_generated_token_type():
+    token_types = torch.tensor([[0, 0, 0, 0, 0, 0]])  # a 4-token PaliGemma prefix, then 2 drafts typed as it
+    kwargs = {"is_first_iteration": True, "mm_encoder_outputs": _planned(4), "token_type_ids": token_types}
+    typed = type_draft_tokens_as_generated(VisionFacts(bidirectional="prefix"), kwargs)
+    assert typed["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1]]
+    assert token_types.tolist() == [[0] * 6]  # the caller's tensor is never written to
+    image_types = {
+        **kwargs,
+        "token_type_ids": torch.tensor([[0, 1, 1, 1, 1, 1]]),
+    }  # a Gemma3 prompt ending in an image
+    typed = type_draft_tokens_as_generated(VisionFacts(bidirectional="image"), image_types)
+    assert typed["token_type_ids"].tolist() == [[0, 1, 1, 1, 0, 0]]
+    # No drafts, a later forward, or a causal family: unchanged
+    for facts, changed in (
+        (VisionFacts(bidirectional="prefix"), {"token_type_ids": token_types[:, :4]}),
+        (VisionFacts(bidirectional="prefix"), {"is_first_iteration": False}),
+        (VisionFacts(), {}),
+    ):
+        assert type_draft_tokens_as_generated(facts, {**kwargs, **changed}) == {**kwargs, **changed}
+
+
+def test_first_forward_after_a_cache_feeds_only_the_new_tokens():
+    cache = DynamicCache()
+    cache.update(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4), 0)
+    ids = torch.arange(7)[None]  # a 5-token prompt and 2 drafts, 3 of them cached
+    kwargs = {"is_first_iteration": True, "mm_encoder_outputs": _planned(5), "cache": cache}
+    assert first_forward_after_cache(ids, kwargs)["next_sequence_length"] == 4
+    assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "cache": DynamicCache()})
+    assert first_forward_after_cache(ids, {**kwargs, "next_sequence_length": 1})["next_sequence_length"] == 1
+    assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "is_first_iteration": False})
