@@ -2,7 +2,8 @@
 
 An example is a `Conversation`: a first call and up to two continuations, each continuing every row of the previous
 call with its generated answer, then more text and images. Every call draws its own generation options (chunk size,
-cache salt, prefix store on/off, a cached prefix filled by the caller) and an optional weight change made before it.
+cache salt, prefix store on/off, a cached prefix filled by the caller, hidden states and attentions returned, assisted
+decoding) and an optional weight change made before it.
 The plans are plain data (segments and seeds), so a failing example prints as a readable, replayable plan; the test
 builds the tensors with the family's own `build_inputs`.
 """
@@ -23,6 +24,8 @@ IMAGE_SEEDS = st.integers(min_value=0, max_value=7)
 # A shared opening, so prompts of different examples share prefix-store blocks.
 SYSTEM_PROMPT = [2, 10, 11, 12, 13, 14, 15, 16]
 SALTS = st.sampled_from([None, None, "tenant-a", "tenant-b"])
+# Assisted decoding: drafts by prompt lookup, by the drop-in itself or by the transformers model (batches of one only).
+ASSISTANTS = st.sampled_from(["prompt_lookup", None, "drop_in_assistant", None, "upstream_assistant"])
 # Weight scale factors; 1.0 restores the original weight.
 WEIGHT_FACTORS = st.sampled_from([0.5, 0.9, 1.0, 1.1, 2.0])
 
@@ -65,6 +68,9 @@ class CallOptions:
         reuse_returned_cache: on a continuation, pass the cache the previous call returned (takes precedence over
             `cached_fraction`).
         weight_change: a weight change made (on both models) before the call.
+        output_hidden_states: return the hidden states of every step (`output_hidden_states=True`).
+        output_attentions: return the attentions of every step (`output_attentions=True`, eager attention).
+        assistant: assisted decoding: `"prompt_lookup"`, `"drop_in_assistant"`, `"upstream_assistant"`, or `None`.
     """
 
     max_new_tokens: int
@@ -74,6 +80,9 @@ class CallOptions:
     cached_fraction: float | None
     reuse_returned_cache: bool
     weight_change: WeightChange | None
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+    assistant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,22 +125,28 @@ def rows(draw, min_images: int = 0, max_images: int = 3, opening: bool = True) -
 
 
 @st.composite
-def call_options(draw, continuation: bool, salt: str | None = None) -> CallOptions:
+def call_options(draw, continuation: bool, salt: str | None = None, batch: int = 1) -> CallOptions:
     """Options of one call; `salt` is the conversation's, which a call keeps more often than not (another salt hides
-    the blocks the conversation stored)."""
+    the blocks the conversation stored). Assisted decoding is drawn for a batch of one only (transformers' limit); a
+    drop-in assistant gets no caller's cache (it reads the main model's features, which leave out cached images)."""
+    assistant = draw(ASSISTANTS) if batch == 1 else None
+    callers_cache = assistant != "drop_in_assistant"
     return CallOptions(
         max_new_tokens=draw(st.integers(min_value=1, max_value=3)),
         chunk_size=draw(st.one_of(st.none(), st.integers(min_value=1, max_value=24))),
         salt=draw(st.one_of(st.just(salt), st.just(salt), SALTS)),
         use_prefix_store=draw(st.sampled_from([True, True, False])),  # mostly on, so later calls meet stored blocks
-        cached_fraction=draw(st.one_of(st.none(), st.floats(min_value=0.0, max_value=1.0))),
-        reuse_returned_cache=continuation and draw(st.booleans()),
+        cached_fraction=draw(st.one_of(st.none(), st.floats(min_value=0.0, max_value=1.0))) if callers_cache else None,
+        reuse_returned_cache=continuation and callers_cache and draw(st.booleans()),
         weight_change=draw(
             st.one_of(
                 st.none(),
                 st.builds(WeightChange, st.integers(min_value=0, max_value=10_000), WEIGHT_FACTORS),
             )
         ),
+        output_hidden_states=draw(st.sampled_from([False, False, True])),
+        output_attentions=draw(st.sampled_from([False, False, True])),
+        assistant=assistant,
     )
 
 
@@ -153,10 +168,10 @@ def conversations(draw, max_batch: int = 3, max_continuations: int = 2) -> Conve
         )
     salt = draw(SALTS)
     continuations = tuple(
-        (draw(rows(max_images=2, opening=False)), draw(call_options(continuation=True, salt=salt)))
+        (draw(rows(max_images=2, opening=False)), draw(call_options(continuation=True, salt=salt, batch=batch)))
         for _ in range(draw(st.integers(min_value=0, max_value=max_continuations)))
     )
-    return Conversation(first_rows, draw(call_options(continuation=False, salt=salt)), continuations)
+    return Conversation(first_rows, draw(call_options(continuation=False, salt=salt, batch=batch)), continuations)
 
 
 def _store_options(**changes) -> CallOptions:

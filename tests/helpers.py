@@ -165,6 +165,19 @@ def generate_new_image_turn(upstream, ours, turn_1: list, image_seeds: list[int]
     return runs
 
 
+@contextlib.contextmanager
+def eager_attention(*models):
+    """Eager attention on the models for the duration (SDPA returns no attention weights)."""
+    before = [model.config._attn_implementation for model in models]
+    for model in models:
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        for model, implementation in zip(models, before, strict=True):
+            model.set_attn_implementation(implementation)
+
+
 def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
     """(sequences, per-step logits) of a greedy generate."""
     out = model.generate(

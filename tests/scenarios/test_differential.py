@@ -2,7 +2,8 @@
 
 Hypothesis draws conversations (`differential_strategies.conversations`): batches of prompts with 0-3 images (adjacent
 or with text between), left padding, chunk sizes, cache salts, the prefix store on or off, a caller's cache filled by
-transformers over a prefix, continuations of the answers (with or without the returned cache), and weight changes
+transformers over a prefix, continuations of the answers (with or without the returned cache), hidden states and
+attentions returned, assisted decoding (prompt lookup, the drop-in or transformers as assistant), and weight changes
 between calls. Each `generate` of the drop-in is compared with the transformers class holding the same weights:
 the first step with one uncached forward of the whole prompt, every step with transformers' own greedy `generate`
 (no cache passed, no chunking). vlmprep's own output is never a reference.
@@ -16,6 +17,7 @@ seed of the family's name, so every run checks the same conversations; the `slow
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import zlib
@@ -30,7 +32,7 @@ import vlmprep
 from conftest import model_pair
 from differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
 from family_registry import families_for
-from helpers import Prompt, assert_close, collate
+from helpers import ATOL, Prompt, assert_close, collate, eager_attention
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
 SLOW_EXAMPLES = 60
@@ -132,12 +134,27 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
         kwargs["cache"] = returned_cache
     elif options.cached_fraction is not None and inputs["input_ids"].shape[1] > 1:  # a cache must leave a token
         kwargs["cache"] = callers_cache(upstream, inputs, options.cached_fraction)
-    actual = greedy(ours, inputs, options.max_new_tokens, **kwargs)
-
-    expected = greedy(upstream, inputs, options.max_new_tokens)
+    if options.assistant == "prompt_lookup":
+        kwargs["prompt_lookup_num_tokens"] = 3
+    elif options.assistant is not None:
+        kwargs["assistant_model"] = ours if options.assistant == "drop_in_assistant" else upstream
+    outputs = {"output_hidden_states": options.output_hidden_states, "output_attentions": options.output_attentions}
+    with eager_attention(upstream, ours) if options.output_attentions else contextlib.nullcontext():
+        actual = greedy(ours, inputs, options.max_new_tokens, **outputs, **kwargs)
+        expected = greedy(upstream, inputs, options.max_new_tokens, **outputs)
     assert torch.equal(actual.sequences, expected.sequences), (actual.sequences, expected.sequences)
     for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
         assert_close(step_actual, step_expected)
+    # Hidden states and attentions of a call that prefills the whole prompt in one forward and decodes one token a
+    # step are transformers' own (a caller's cache, chunks and drafts change which tokens a forward covers upstream too)
+    if "cache" not in kwargs and options.chunk_size is None and options.assistant is None:
+        for name in ("hidden_states", "attentions"):
+            for step_actual, step_expected in zip(
+                getattr(actual, name) or (), getattr(expected, name) or (), strict=True
+            ):
+                for layer_actual, layer_expected in zip(step_actual, step_expected, strict=True):
+                    assert layer_actual.shape == layer_expected.shape, name
+                    assert_close(layer_actual, layer_expected, atol=PADDED_ROW_ATOL if len(prompts) > 1 else ATOL)
     with torch.no_grad():
         if len(prompts) == 1:
             assert_close(actual.logits[0], upstream(**inputs, use_cache=False).logits[:, -1])

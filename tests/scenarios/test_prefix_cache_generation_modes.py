@@ -9,8 +9,6 @@ holding the same weights (its `generate` without a cache, and one uncached forwa
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
@@ -22,6 +20,7 @@ from helpers import (
     assert_same_steps,
     assert_steps_match_upstream,
     continued,
+    eager_attention,
     generate_logits,
     reference_next_logits,
 )
@@ -40,19 +39,6 @@ def stored_prefix_and_longer_prompt(ours, store: PrefixCache) -> Prompt:
     ours.generate(**first.inputs(), max_new_tokens=1, do_sample=False, prefix_cache=store)
     assert store.stats.tokens >= first.length - 1
     return Prompt(ours.config, [SYSTEM, IMAGE, [30, 31, 32, 33, 34, 30, 31, 32]], image_seeds=[3])
-
-
-@contextlib.contextmanager
-def eager_attention(*models):
-    """Eager attention on the models for the duration (SDPA returns no attention weights)."""
-    before = [model.config._attn_implementation for model in models]
-    for model in models:
-        model.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        for model, implementation in zip(models, before, strict=True):
-            model.set_attn_implementation(implementation)
 
 
 def assert_next_call_reuses(
