@@ -116,3 +116,17 @@ def test_assisted_decoding_with_a_stored_prefix_matches_transformers(family, ass
     assert (reference_next_logits(upstream, other) - logits[0]).abs().max() > 1e-3
     # Assisted decoding crops Gemma3's sliding-window layers to their window: nothing of that call can be stored
     assert_next_call_reuses(upstream, ours, store, prompt, answer, stored=family != "gemma3")
+
+
+def test_hidden_states_asked_for_but_not_returned_still_use_the_stored_prefix():
+    # Without `return_dict_in_generate` transformers returns only the sequences: nothing covers the prompt step
+    upstream, ours = model_pair("llava")
+    store = PrefixCache()
+    prompt = stored_prefix_and_longer_prompt(ours, store)
+    reused = store.stats.tokens_reused
+    sequences = ours.generate(
+        **prompt.inputs(), max_new_tokens=3, do_sample=False, output_hidden_states=True, prefix_cache=store
+    )
+    assert store.stats.tokens_reused > reused
+    expected = upstream.generate(**prompt.inputs(), max_new_tokens=3, do_sample=False)
+    assert torch.equal(sequences, expected)

@@ -100,7 +100,8 @@ class PrefixRequest:
         transformers returns hidden states and attentions of every prompt token (the store keeps only KV), and
         assisted decoding's first forward feeds the whole prompt on top of the cache (`vlmprep.generation.assisted`).
         """
-        if generation_config.output_hidden_states or generation_config.output_attentions:
+        returned = generation_config.output_hidden_states or generation_config.output_attentions
+        if returned and generation_config.return_dict_in_generate:
             return "`output_hidden_states` or `output_attentions` (they cover every prompt token)"
         if is_assisted(generation_config, self.assisted):
             return "assisted decoding (its first forward feeds the whole prompt)"
