@@ -32,7 +32,7 @@ from transformers.generation.continuous_batching.utils import stream_context
 from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
-from .blocks import block_admission_error, install_block_aware_scheduler, open_block_masks
+from .blocks import block_admission_error, holds_back_inside_a_block, install_block_aware_scheduler, open_block_masks
 from .prompt import ImagePrompt, build_image_prompt
 from .requests import ImageRequestState
 
@@ -135,7 +135,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
         )
         if prompt.error is not None:
             # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
-            self.output_router.fail_and_deliver(state, ValueError(prompt.error))
+            self._fail(state, ValueError(prompt.error))
             return request_id
         # Not upstream's queue yet: its loop drains that queue at any time, and would schedule a request whose images
         # are not encoded. The loop thread moves it there once encoded (`_admit_queued_requests`).
@@ -179,16 +179,23 @@ class ImageBatchingManager(ContinuousBatchingManager):
         ]
         for state, error in zip(pending, refused, strict=True):
             if error is not None:
-                logger.warning(f"Request {state.request_id} failed at admission: {error}")
-                self.output_router.fail_and_deliver(state, error)
+                self._fail(state, error)
         pending = [state for state, error in zip(pending, refused, strict=True) if error is None]
         errors = encode_admitted(self.model, [state.images for state in pending])
         for state, error in zip(pending, errors, strict=True):
-            if error is None:
-                self.input_queue.put(state, block=True, timeout=10)
+            if error is not None:
+                self._fail(state, error)
                 continue
-            logger.warning(f"Request {state.request_id} failed at admission: {error}")
-            self.output_router.fail_and_deliver(state, error)
+            for sample in _samples_apart(state):
+                self.input_queue.put(sample, block=True, timeout=10)
+
+    def _fail(self, state: ImageRequestState, error: Exception) -> None:
+        # The parallel samples a request would have forked fail with it: `generate_batch` waits for an output of each
+        # (`<id>__child#<i>`), and would wait forever for samples never forked.
+        logger.warning(f"Request {state.request_id} failed at admission: {error}")
+        for index in range(state.num_children):
+            self.output_router.fail_and_deliver(state.fork(f"{state.request_id}__child#{index}"), error)
+        self.output_router.fail_and_deliver(state, error)
 
     def _generation_step(self) -> None:
         # Upstream runs `model(**batch_data)` with ids, 1D positions and the paged cache only. A step holding
@@ -219,3 +226,19 @@ class ImageBatchingManager(ContinuousBatchingManager):
         with torch.no_grad(), stream_context(io.compute_stream):
             runner._forward_process_and_sample(self.model, batch_data, carry_over_ids, previous_output_ids, output_ids)
         io.retrieve_device_outputs()
+
+
+def _samples_apart(state: ImageRequestState) -> list[ImageRequestState]:
+    """The request, and its parallel samples as requests of their own when forking them would cut an image block.
+
+    Upstream forks the samples after prefilling all but the last prompt token; a prompt ending in a block (an image
+    with nothing after it) cannot stop one token short of its end, so each sample is prefilled whole instead, under the
+    id upstream would give its fork (as upstream does for forks the cache has no room for). Prefix sharing still
+    lets them share the prompt's full pages.
+    """
+    if state.num_children == 0 or not holds_back_inside_a_block(state.images, len(state.initial_tokens)):
+        return [state]
+    samples = [state.fork(f"{state.request_id}__child#{index}") for index in range(state.num_children)]
+    for sample in (*samples, state):
+        sample.num_children = 0
+    return [*samples, state]
