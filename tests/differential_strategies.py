@@ -65,6 +65,8 @@ class CallOptions:
         reuse_returned_cache: on a continuation, pass the cache the previous call returned (takes precedence over
             `cached_fraction`).
         weight_change: a weight change made (on both models) before the call.
+        train_part: `"decoder"` or `"vision"`: that part of both models is in train mode during the call (the top
+            module stays in eval mode), `None` for none. The caches must neither store nor serve such a call.
     """
 
     max_new_tokens: int
@@ -74,6 +76,7 @@ class CallOptions:
     cached_fraction: float | None
     reuse_returned_cache: bool
     weight_change: WeightChange | None
+    train_part: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ def call_options(draw, continuation: bool, salt: str | None = None) -> CallOptio
                 st.builds(WeightChange, st.integers(min_value=0, max_value=10_000), WEIGHT_FACTORS),
             )
         ),
+        train_part=draw(st.sampled_from([None, None, None, "decoder", "vision"])),
     )
 
 

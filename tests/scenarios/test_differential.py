@@ -16,9 +16,11 @@ seed of the family's name, so every run checks the same conversations; the `slow
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -118,6 +120,24 @@ def callers_cache(upstream, inputs: dict, fraction: float) -> DynamicCache:
     return cache
 
 
+@contextlib.contextmanager
+def part_in_train_mode(models: tuple[torch.nn.Module, ...], part: str | None) -> Iterator[None]:
+    """One part of each model in train mode (its decoder, or everything of `model.model` besides it), the top module
+    in eval mode. The tiny configs have no dropout, so the logits stay comparable with transformers'."""
+    trained = []
+    for model in models if part is not None else ():
+        decoder = model.get_decoder()
+        inner = getattr(model, "model", model)
+        trained += [decoder] if part == "decoder" else [child for child in inner.children() if child is not decoder]
+    try:
+        for module in trained:
+            module.train()
+        yield
+    finally:
+        for module in trained:
+            module.eval()
+
+
 def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options: CallOptions, returned_cache):
     """One drop-in `generate`, checked against transformers; returns its output."""
     upstream, ours = state.upstream, state.ours
@@ -132,9 +152,12 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
         kwargs["cache"] = returned_cache
     elif options.cached_fraction is not None and inputs["input_ids"].shape[1] > 1:  # a cache must leave a token
         kwargs["cache"] = callers_cache(upstream, inputs, options.cached_fraction)
-    actual = greedy(ours, inputs, options.max_new_tokens, **kwargs)
-
-    expected = greedy(upstream, inputs, options.max_new_tokens)
+    with part_in_train_mode((ours, upstream), options.train_part):
+        lookups = state.store.stats.lookups
+        actual = greedy(ours, inputs, options.max_new_tokens, **kwargs)
+        expected = greedy(upstream, inputs, options.max_new_tokens)
+    if options.train_part is not None:  # dropout would make stored or served KV depend on one call's draw
+        assert state.store.stats.lookups == lookups
     assert torch.equal(actual.sequences, expected.sequences), (actual.sequences, expected.sequences)
     for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
         assert_close(step_actual, step_expected)

@@ -32,6 +32,7 @@ from torch import nn
 
 __all__ = [
     "WeightsEpochs",
+    "any_module_training",
     "cache_identity",
     "check_cache_salt",
     "part_modules",
@@ -97,6 +98,21 @@ def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[tor
             if child is not None and id(child) not in skipped_ids:
                 stack.append(child)
     return list(tensors.values()), training
+
+
+def any_module_training(model: nn.Module) -> bool:
+    """Whether any module of `model` is in training mode, not only the top one.
+
+    `model.language_model.train()` or `model.vision_tower.train()` leaves `model.training` False while dropout runs
+    in that part: features and KV computed then depend on the call's dropout and are never stored or reused.
+
+    Args:
+        model (`nn.Module`): the model.
+
+    Returns:
+        `bool`
+    """
+    return any(module.training for module in model.modules())
 
 
 def _places(tensors: list[torch.Tensor]) -> tuple:
