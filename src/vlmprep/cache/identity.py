@@ -11,7 +11,10 @@ one of them changes, checked cheaply on every call:
   `model.to(...)`); the sampled elements catch in-place writes the version counter does not see (`p.data.mul_(...)`,
   an adapter merged with `p.data += delta`, fused optimizer kernels), which change every element of a tensor.
   An edit of a few elements through `p.data` (or through a numpy or DLPack alias) is invisible to all of these: call
-  `model.encoder_cache.clear()` (and `PrefixCache.clear()`) after one.
+  `model.encoder_cache.clear()` (and `PrefixCache.clear()`) after one. Inference tensors (a model built or loaded
+  under `torch.inference_mode()`) have no version counter: for them an in-place write is seen through the sampled
+  elements only (a write to every element, as `load_state_dict` or `p.copy_(...)` makes, is seen; a write to a few
+  elements is not).
 - **autocast**: whether autocast is on, and its dtype, for the device types holding the weights;
 - **mode**: whether any module of the part is in training mode.
 
@@ -239,9 +242,18 @@ def weights_fingerprint(module: nn.Module, skip: Iterable[nn.Module] = ()) -> tu
     return _fingerprint(tensors)
 
 
+def _versions(tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    try:
+        return tuple(tensor._version for tensor in tensors)
+    except RuntimeError:
+        # Inference tensors (made under `torch.inference_mode()`) have no version counter: for them only the places
+        # and the sampled elements are compared.
+        return tuple(-1 if tensor.is_inference() else tensor._version for tensor in tensors)
+
+
 def _fingerprint(tensors: list[torch.Tensor], views: SampleViews | None = None) -> tuple:
     places = _places(tensors)
-    versions = tuple(tensor._version for tensor in tensors)
+    versions = _versions(tensors)
     groups = views.groups_for(tensors, places) if views is not None else _sample_groups(tensors, places)
     return places, versions, _sampled_elements(groups)
 
