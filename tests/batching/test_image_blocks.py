@@ -194,6 +194,30 @@ def test_gemma3_failed_request_fails_its_parallel_samples_too():
     assert outputs["req_1"].error is None and outputs["req_1__child#0"].error is None
 
 
+@pytest.mark.parametrize("token_types", ["no block", "block over the image and its markers"])
+def test_gemma3_paged_generate_uses_the_callers_token_types(token_types):
+    # `generate` uses the caller's token types, and so must its paged form (they were dropped and re-derived): the
+    # blocks they draw change the answer (image seed 3 answers otherwise with the processor's token types)
+    upstream, ours = cb_pair("gemma3")
+    request = FAMILY_CASES["gemma3"].build_inputs(upstream.config, [[15], IMAGE, [17, 18]], [3])
+    assert _blocks(request) == [(2, 18)]
+    derived = reference_tokens(upstream, request, 6)
+    types = torch.zeros_like(request["token_type_ids"])
+    if token_types != "no block":
+        types[0, 1:19] = 1  # the start-of-image marker, the 16 placeholders, the end-of-image marker
+    request = {**request, "token_type_ids": types}
+    expected = reference_tokens(upstream, request, 6)
+    assert expected != derived
+    sequences = ours.generate(
+        **request,
+        cache_implementation="paged",
+        max_new_tokens=6,
+        do_sample=False,
+        continuous_batching_config=engine_config(max_batch_tokens=64),
+    )
+    assert sequences[0, 0, -6:].tolist() == expected
+
+
 def test_gemma3_engine_keeps_attention_with_a_mask():
     # On a GPU the engine would switch sdpa to flash, which takes no mask: for Gemma3 it keeps sdpa (caller's config
     # untouched)

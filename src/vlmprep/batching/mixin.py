@@ -165,11 +165,14 @@ class ContinuousBatchingMixin:
                 "padding. Pass unpadded prompts: `model.generate_batch([...])` with one dict per request."
             )
         batch = torch.tensor(rows)
-        spans = find_item_spans(self, batch, inputs, inputs.get(self.vision_facts.token_type_key))
+        token_type_key = self.vision_facts.token_type_key
+        token_types = inputs.get(token_type_key)
+        spans = find_item_spans(self, batch, inputs, token_types)
         check_items_match_spans(self, spans, inputs, past_length=0)
         prompts = []
         for row, ids in enumerate(rows):
-            row_inputs = {}
+            # The caller's token types, as `generate` uses them: re-derived ones could draw other blocks
+            row_inputs = {} if token_types is None else {token_type_key: torch.as_tensor(token_types)[row : row + 1]}
             for modality in self.vision_facts.modalities:
                 items = sorted({s.input_index for s in spans if s.row == row and s.modality == modality.name})
                 if items:
