@@ -33,7 +33,7 @@ from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
 from .blocks import block_admission_error, holds_back_inside_a_block, install_block_aware_scheduler, open_block_masks
-from .prompt import ImagePrompt, build_image_prompt
+from .prompt import ImagePrompt, build_image_prompt, request_input_keys
 from .requests import ImageRequestState
 
 logger = get_logger(__name__)
@@ -95,7 +95,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
             if "input_ids" not in input_ids:
                 raise ValueError("A request given as a mapping needs its `input_ids`.")
             input_ids = input_ids["input_ids"]
-        input_keys = self._request_input_keys()
+        input_keys = request_input_keys(self.model.vision_facts) - {"input_ids"}
         request_inputs = {key: kwargs.pop(key) for key in list(kwargs) if key in input_keys}
         unknown = sorted(key for key in kwargs if key not in self.logit_processor.supported_keys)
         if unknown:
@@ -142,13 +142,6 @@ class ImageBatchingManager(ContinuousBatchingManager):
         self._requests_to_admit.put(state, block=True, timeout=10)
         self._wake_up_loop.set()
         return request_id
-
-    def _request_input_keys(self) -> set[str]:
-        facts = self.model.vision_facts
-        keys = {"attention_mask", facts.token_type_key}
-        for modality in facts.modalities:
-            keys.update((*modality.pixel_keys, *modality.per_item_keys))
-        return keys
 
     # -- The generation loop (background thread) -----------------------------------------------------------------
 
