@@ -13,6 +13,9 @@ Four of upstream's manager hooks are extended, each delegating to upstream for e
    step is upstream's own. For Gemma3 the step's mask is opened inside each image block.
 4. `_create_batch_processor`: for Gemma3, the scheduler never ends a slice inside an image block
    (`vlmprep.batching.blocks`).
+
+Before new requests look for shared pages, the model's identity (`vlmprep.cache.identity.cache_identity`) is checked:
+after a weight change no page made before it is shared (upstream's own engine would share them, text pages too).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from transformers.generation.continuous_batching.continuous_api import (
 from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingAsyncIOs
 from transformers.generation.continuous_batching.utils import stream_context
 
+from ..cache.identity import cache_identity
 from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
@@ -63,6 +67,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
         super().__init__(*args, **kwargs)
         # Requests with images, queued by `add_request` (any thread) until the loop thread encodes them
         self._requests_to_admit: queue.Queue[ImageRequestState] = queue.Queue()
+        self._pages_identity: tuple | None = None  # the model identity the shared pages were made under
 
     def add_request(
         self,
@@ -154,7 +159,25 @@ class ImageBatchingManager(ContinuousBatchingManager):
     def _generation_loop_body(self, batch_processor, bootstrapping: bool) -> bool:
         # Upstream drains the input queue at the start of `prepare_next_batch`: admit what is queued first.
         self._admit_queued_requests(batch_processor)
+        if not self.input_queue.empty():  # new requests will look for shared pages: only pages of these weights
+            self._forget_pages_of_other_weights(batch_processor)
         return super()._generation_loop_body(batch_processor, bootstrapping)
+
+    def _forget_pages_of_other_weights(self, batch_processor: ContinuousBatchProcessor) -> None:
+        # Upstream keys shared pages on token ids alone (and vlmprep's placeholder keys on image content): after a
+        # weight change (a reload into a manager kept alive) they would serve KV of the old weights. When the model's
+        # identity changed, every page is forgotten for sharing: cached ones go back to the pool, and the hashes of
+        # pages still held by running requests are dropped.
+        identity = cache_identity(self.model, part="model")
+        previous, self._pages_identity = self._pages_identity, identity
+        if previous is None or previous == identity:
+            return
+        logger.info("The model's weights, autocast or mode changed: pages made before are no longer shared.")
+        cache = batch_processor.cache
+        cache.evict_cached_blocks()
+        for allocator in cache.cache_allocators.values():
+            allocator.ledger.hash_to_block.clear()
+            allocator.ledger.block_to_hash.clear()
 
     def _admit_queued_requests(self, batch_processor: ContinuousBatchProcessor) -> None:
         # Requests with images wait in their own queue until encoded; only encoded ones reach upstream's queue.
