@@ -16,7 +16,15 @@ one of them changes, checked cheaply on every call:
   elements only (a write to every element, as `load_state_dict` or `p.copy_(...)` makes, is seen; a write to a few
   elements is not).
 - **autocast**: whether autocast is on, and its dtype, for the device types holding the weights;
-- **mode**: whether any module of the part is in training mode.
+- **mode**: whether any module of the part is in training mode;
+- **adapters**: the state of every PEFT tuner layer (LoRA and the other `BaseTunerLayer`s) in the part, which changes
+  `forward` without changing a tensor: adapters enabled or disabled (`disable_adapter()`), the active adapters
+  (`set_adapter`), the merged ones (`merge_adapter()`/`unmerge_adapter()`, whose weight writes the fingerprint sees
+  too) and each adapter's scale (`set_scale`). Adding or deleting an adapter adds or removes its tensors. A call with
+  per-row adapters (`adapter_names=`, `alora_offsets=`: forward pre-hooks on the tuner layers for that call) gets an
+  identity of its own, so nothing is served to it or from it. Invisible: forward hooks on other modules, a patched
+  `forward`, and state of other adapter libraries that changes `forward` without a tensor: set
+  `model.encoder_cache = None` and pass no `prefix_cache` while one is in place.
 
 The fingerprint becomes a token in cache keys through [`WeightsEpochs`]: a fresh random token whenever the fingerprint
 differs from the one seen last, so a token is never reused for other weights (even when freed memory is reallocated at
@@ -25,6 +33,7 @@ the same address) and a copied or unpickled model never shares a token with its 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from collections.abc import Iterable
@@ -32,6 +41,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 from torch import nn
+
+from .module_state import adapter_state, any_module_training, is_adapter_layer
 
 __all__ = [
     "WeightsEpochs",
@@ -82,16 +93,20 @@ def part_modules(model: nn.Module, part: str = "vision") -> tuple[nn.Module, tup
     return model, tuple(skipped)
 
 
-def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[torch.Tensor], bool]:
-    """The distinct tensors of a part, and whether any of its modules is in training mode."""
+def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[torch.Tensor], bool, str]:
+    """The distinct tensors of a part, whether any of its modules is in training mode, and its adapters' state."""
     skipped_ids = {id(module) for module in skipped}
     tensors: dict[int, torch.Tensor] = {}
     training = False
+    adapters = []
     stack = [root]
     while stack:
+        module = stack.pop()
+        if is_adapter_layer(type(module)):
+            adapters.append(adapter_state(module))
         # Read from the instance dict: an attribute lookup first searches the class hierarchy (long for transformers
         # classes), and this runs for every module on every call.
-        state = stack.pop().__dict__
+        state = module.__dict__
         training = training or state["training"]
         for group in (state["_parameters"], state["_buffers"]):
             for tensor in group.values():
@@ -100,22 +115,9 @@ def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[tor
         for child in state["_modules"].values():
             if child is not None and id(child) not in skipped_ids:
                 stack.append(child)
-    return list(tensors.values()), training
-
-
-def any_module_training(model: nn.Module) -> bool:
-    """Whether any module of `model` is in training mode, not only the top one.
-
-    `model.language_model.train()` or `model.vision_tower.train()` leaves `model.training` False while dropout runs
-    in that part: features and KV computed then depend on the call's dropout and are never stored or reused.
-
-    Args:
-        model (`nn.Module`): the model.
-
-    Returns:
-        `bool`
-    """
-    return any(module.training for module in model.modules())
+    # One digest of every adapter layer's state, in walk order (the same for the same model structure)
+    digest = hashlib.blake2b(repr(adapters).encode(), digest_size=16).hexdigest() if adapters else ""
+    return list(tensors.values()), training, f"adapters({digest})"
 
 
 def _places(tensors: list[torch.Tensor]) -> tuple:
@@ -238,7 +240,7 @@ def weights_fingerprint(module: nn.Module, skip: Iterable[nn.Module] = ()) -> tu
 
     ```
     """
-    tensors, _ = _part_state(module, skip)
+    tensors, _, _ = _part_state(module, skip)
     return _fingerprint(tensors)
 
 
@@ -319,8 +321,8 @@ def _autocast_state(device_types: Iterable[str]) -> str:
     return "autocast(" + ",".join(states) + ")"
 
 
-def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, str]:
-    """The identity of `model` in cache keys: weights token, autocast state and mode of one part.
+def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, str, str]:
+    """The identity of `model` in cache keys: weights token, autocast state, mode and adapter state of one part.
 
     Entries made under one identity are never served under another. Cheap enough for every call (see
     [`weights_fingerprint`]); the weights token comes from the [`WeightsEpochs`] stored on the model.
@@ -332,7 +334,8 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
             the prefix cache (KV depends on every weight).
 
     Returns:
-        `tuple[str, str, str]`: `(weights token, autocast state, "train" or "eval")`.
+        `tuple[str, str, str, str]`: `(weights token, autocast state, "train" or "eval", adapter state)`; the adapter
+        state is a digest of every PEFT tuner layer's state (see the module docstring), `"adapters()"` without one.
 
     Example:
 
@@ -350,7 +353,7 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
     ```
     """
     root, skipped = part_modules(model, part)
-    tensors, training = _part_state(root, skipped)
+    tensors, training, adapters = _part_state(root, skipped)
     epochs = model.__dict__.get(_EPOCHS_KEY)
     if epochs is None:
         epochs = model.__dict__.setdefault(_EPOCHS_KEY, WeightsEpochs())
@@ -359,7 +362,7 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
         views = model.__dict__.setdefault(_VIEWS_KEY + part, SampleViews())
     token = epochs.token(part, _fingerprint(tensors, views))
     autocast = _autocast_state(views.device_types)
-    return token, autocast, "train" if training else "eval"
+    return token, autocast, "train" if training else "eval", adapters
 
 
 def check_cache_salt(salt: object) -> str | None:
