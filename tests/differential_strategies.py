@@ -71,6 +71,8 @@ class CallOptions:
         output_hidden_states: return the hidden states of every step (`output_hidden_states=True`).
         output_attentions: return the attentions of every step (`output_attentions=True`, eager attention).
         assistant: assisted decoding: `"prompt_lookup"`, `"drop_in_assistant"`, `"upstream_assistant"`, or `None`.
+        train_part: `"decoder"` or `"vision"`: that part of both models is in train mode during the call (the top
+            module stays in eval mode), `None` for none. The caches must neither store nor serve such a call.
     """
 
     max_new_tokens: int
@@ -83,6 +85,7 @@ class CallOptions:
     output_hidden_states: bool = False
     output_attentions: bool = False
     assistant: str | None = None
+    train_part: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ def call_options(draw, continuation: bool, salt: str | None = None, batch: int =
         output_hidden_states=draw(st.sampled_from([False, False, True])),
         output_attentions=draw(st.sampled_from([False, False, True])),
         assistant=assistant,
+        train_part=draw(st.sampled_from([None, None, None, "decoder", "vision"])),
     )
 
 

@@ -4,6 +4,10 @@ model), small engines and greedy configs, waiting on a manager. Requests and ref
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from cb_references import assert_matches_reference as assert_matches_reference
 from cb_references import image_run as image_run
@@ -50,6 +54,29 @@ def wait_for(manager, request_id: str):
         if output.is_finished():
             return output
     raise AssertionError(f"The manager stopped before request {request_id} finished.")
+
+
+def within(seconds: float, run: Callable[[], Any]) -> Any:
+    """`run()`'s result, or a test failure once `seconds` have passed (a hang fails instead of stalling the suite).
+
+    A run that hangs is left behind in a daemon thread: the failure is what matters.
+    """
+    result: dict[str, Any] = {}
+
+    def target():
+        try:
+            result["value"] = run()
+        except BaseException as error:  # noqa: BLE001 - raised again in the test's thread
+            result["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise AssertionError(f"Did not finish within {seconds} s (a request that never finishes hangs its caller).")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 class TokensFed:

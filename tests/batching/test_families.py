@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
+from cb_models import TokensFed, assert_matches_reference, cb_pair, engine_config, greedy, wait_for
+from cb_references import reference_logprobs, reference_tokens
 
 from family_registry import FAMILY_CASES
 from helpers import VIDEO
@@ -30,9 +31,8 @@ def family_requests(upstream, family: str) -> list:
 # per-layer deepstack rows at the same placeholders (Qwen3-VL), decoders that number tokens by cache length (EXAONE 4.5,
 # HyperCLOVAX: the engine's positions are each request's own, which is what that count gives an unpadded prompt).
 BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5", "hyperclovax_vision_v2"]
-# Qwen2.5-VL is left out: its videos come with `second_per_grid_ts`, which a request cannot carry yet (only pixel inputs
-# and per-item grids are taken).
-QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen3_vl", "qwen3_vl_moe"]
+# Qwen2.5-VL's videos come with `second_per_grid_ts` (the family case draws 1 or 2 seconds per seed).
+QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
 
 
 def generate_batch(ours, requests: list, max_batch_tokens: int, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
@@ -93,6 +93,65 @@ def test_generated_placeholder_ids_next_to_deepstack_rows(family):
         upstream.config.image_token_id,
         upstream.config.video_token_id,
     ]
+
+
+def frame_spacings(upstream) -> tuple[dict, dict]:
+    """One Qwen2.5-VL video request at two frame spacings (`second_per_grid_ts`), which space the video's positions
+    and so change the answer's log-probabilities (checked here, so the tests below can fail)."""
+    build = FAMILY_CASES["qwen2_5_vl"].build_inputs
+    one = build(upstream.config, [[3, 4, 5, 6, 7, 8, 9, 10], VIDEO, [6, 7, 8, 9, 10, 11, 12]], [2])
+    four = {**one, "second_per_grid_ts": one["second_per_grid_ts"] * 4}
+    first = reference_tokens(upstream, one, 1)
+    assert (reference_logprobs(upstream, one, first) - reference_logprobs(upstream, four, first)).abs().max() > 1e-5
+    return one, four
+
+
+def test_video_frame_spacing_travels_with_the_request():
+    # Straight from the processor, `second_per_grid_ts` was refused ("Unknown request inputs"). The second request's
+    # video differs from the first's only by its spacing: its pages are not shared (only the 8 text tokens before it)
+    upstream, ours = cb_pair("qwen2_5_vl")
+    one, four = frame_spacings(upstream)
+    manager = ours.init_continuous_batching(
+        generation_config=greedy(3), continuous_batching_config=engine_config(max_batch_tokens=64)
+    )
+    fed = TokensFed(ours)
+    manager.start()
+    try:
+        for request, expected_fed in ((one, 25), (four, 17), (one, 1)):
+            output = wait_for(manager, manager.add_request(request))
+            assert_matches_reference(upstream, request, output, 3)
+            assert fed.take() - 2 == expected_fed  # the 2 answer tokens after the first are decoded one by one
+    finally:
+        fed.remove()
+        manager.stop(block=True)
+
+
+def test_paged_generate_passes_the_frame_spacing():
+    # `generate(..., cache_implementation="paged")` ignored `second_per_grid_ts`: each row's request now carries its
+    # videos' spacings, and its positions are upstream's `get_rope_index` of the row with them
+    upstream, ours = cb_pair("qwen2_5_vl")
+    one, four = frame_spacings(upstream)
+    rows = torch.cat([one["input_ids"], four["input_ids"]])
+    inputs = {key: torch.cat([one[key], four[key]]) for key in one if key != "input_ids"}
+    prompts = ours._rows_as_prompts(rows, dict(inputs), None)
+    for prompt, request in zip(prompts, (one, four), strict=True):
+        expected, _ = upstream.model.get_rope_index(
+            request["input_ids"],
+            mm_token_type_ids=request["mm_token_type_ids"],
+            video_grid_thw=request["video_grid_thw"],
+            second_per_grid_ts=request["second_per_grid_ts"],
+        )
+        assert torch.equal(prompt.images.positions[1:], expected[:, 0])
+    sequences = ours.generate(
+        input_ids=rows,
+        **inputs,
+        cache_implementation="paged",
+        max_new_tokens=4,
+        do_sample=False,
+        continuous_batching_config=engine_config(max_batch_tokens=64),
+    )
+    for row, request in enumerate((one, four)):
+        assert sequences[0, row, -4:].tolist() == reference_tokens(upstream, request, 4)
 
 
 def test_paligemma_is_refused_even_for_text():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import engine_config, greedy, llava_cb_pair
+from cb_models import LlavaCB, engine_config, greedy, llava_cb_pair
 from cb_references import assert_matches_reference, image_run, pixels, reference_tokens
 from transformers import ContinuousBatchingConfig, GenerationConfig
 
@@ -126,3 +126,32 @@ def test_requests_restarted_under_cache_pressure(monkeypatch):
         assert output.error is None, output.error
         assert output.prompt_ids == request["input_ids"]
         assert output.generated_tokens == reference_tokens(upstream, request, 8)
+
+
+def test_inference_tensors():
+    # A model built under `torch.inference_mode()` (a common serving pattern): its weights have no version counter,
+    # which the encoder cache's identity read (and failed on); after a weight load the images are encoded again
+    upstream, _ = llava_cb_pair()
+    with torch.inference_mode():
+        ours = LlavaCB(upstream.config).eval()
+        ours.load_state_dict(upstream.state_dict())
+    requests = mixed_requests(ours)
+    with VisionRunCounter(ours) as runs:
+        outputs = ours.generate_batch(
+            requests, generation_config=greedy(3), continuous_batching_config=engine_config(), progress_bar=False
+        )
+        for request, output in zip(requests, outputs.values(), strict=True):
+            assert_matches_reference(upstream, request, output, 3)
+        changed = {
+            key: value * 1.1 if value.is_floating_point() else value for key, value in ours.state_dict().items()
+        }
+        with torch.inference_mode():
+            ours.load_state_dict(changed)
+        encoded = runs.images
+        outputs = ours.generate_batch(
+            requests[:1], generation_config=greedy(3), continuous_batching_config=engine_config(), progress_bar=False
+        )
+    assert runs.images == encoded + 1
+    reference = type(upstream)(upstream.config).eval()
+    reference.load_state_dict(changed)
+    assert_matches_reference(reference, requests[0], outputs["req_0"], 3)

@@ -12,7 +12,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers
-from cb_models import TokensFed, assert_matches_reference, cb_pair, engine_config, greedy, pixels, wait_for
+from cb_models import (
+    TokensFed,
+    assert_matches_reference,
+    cb_pair,
+    engine_config,
+    greedy,
+    pixels,
+    reference_tokens,
+    wait_for,
+    within,
+)
 from test_families import MAX_NEW_TOKENS, family_requests, generate_batch
 from transformers.generation.continuous_batching.requests import RequestStatus
 
@@ -140,6 +150,72 @@ def test_gemma3_block_longer_than_a_step_fails_alone():
         else:
             assert output.status == RequestStatus.FAILED
             assert "16 placeholder tokens" in output.error and "at most 12 tokens" in output.error
+
+
+def samples_of_a_prompt_ending_in_an_image(ours, max_batch_tokens: int) -> tuple[dict, dict]:
+    # Two samples each (top-1 sampling: each is the greedy answer); the prompt's last 16 tokens are one image block
+    ids = [15, 120, *[ours.config.image_token_id] * 16]
+    request = {"input_ids": torch.tensor([ids]), "token_type_ids": torch.tensor([[0, 0, *[1] * 16]])}
+    request["pixel_values"] = pixels(1)
+    config = transformers.GenerationConfig(
+        max_new_tokens=3, do_sample=True, top_k=1, eos_token_id=-1, num_return_sequences=2
+    )
+    outputs = within(
+        60,
+        lambda: ours.generate_batch(
+            [request, [4, 5, 6]],
+            generation_config=config,
+            continuous_batching_config=engine_config(max_batch_tokens=max_batch_tokens),
+            progress_bar=False,
+        ),
+    )
+    return request, outputs
+
+
+def test_gemma3_parallel_samples_of_a_prompt_ending_in_an_image():
+    # Upstream forks the samples after all but the last prompt token, which here lies inside the image block: the
+    # samples are prefilled whole instead (this hung: every cut moved back to the block start, an empty slice forever)
+    upstream, ours = cb_pair("gemma3")
+    request, outputs = samples_of_a_prompt_ending_in_an_image(ours, 64)
+    assert list(outputs) == ["req_0__child#0", "req_0", "req_1__child#0", "req_1"]
+    # Top-1 sampling reports log-probabilities of the filtered distribution (0): the tokens are compared
+    expected = [reference_tokens(upstream, request, 3)] * 2 + [reference_tokens(upstream, [4, 5, 6], 3)] * 2
+    assert [output.generated_tokens for output in outputs.values()] == expected
+
+
+def test_gemma3_failed_request_fails_its_parallel_samples_too():
+    # A step of 12 tokens cannot hold the 16-token block: the request fails at admission, and so does its sample
+    # (`generate_batch` waits for an output of each; it hung waiting for the sample)
+    upstream, ours = cb_pair("gemma3")
+    _, outputs = samples_of_a_prompt_ending_in_an_image(ours, 12)
+    for request_id in ("req_0__child#0", "req_0"):
+        assert outputs[request_id].status == RequestStatus.FAILED
+        assert "at most 12 tokens" in outputs[request_id].error
+    assert outputs["req_1"].error is None and outputs["req_1__child#0"].error is None
+
+
+@pytest.mark.parametrize("token_types", ["no block", "block over the image and its markers"])
+def test_gemma3_paged_generate_uses_the_callers_token_types(token_types):
+    # `generate` uses the caller's token types, and so must its paged form (they were dropped and re-derived): the
+    # blocks they draw change the answer (image seed 3 answers otherwise with the processor's token types)
+    upstream, ours = cb_pair("gemma3")
+    request = FAMILY_CASES["gemma3"].build_inputs(upstream.config, [[15], IMAGE, [17, 18]], [3])
+    assert _blocks(request) == [(2, 18)]
+    derived = reference_tokens(upstream, request, 6)
+    types = torch.zeros_like(request["token_type_ids"])
+    if token_types != "no block":
+        types[0, 1:19] = 1  # the start-of-image marker, the 16 placeholders, the end-of-image marker
+    request = {**request, "token_type_ids": types}
+    expected = reference_tokens(upstream, request, 6)
+    assert expected != derived
+    sequences = ours.generate(
+        **request,
+        cache_implementation="paged",
+        max_new_tokens=6,
+        do_sample=False,
+        continuous_batching_config=engine_config(max_batch_tokens=64),
+    )
+    assert sequences[0, 0, -6:].tolist() == expected
 
 
 def test_gemma3_engine_keeps_attention_with_a_mask():

@@ -21,6 +21,7 @@ import contextlib
 import copy
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -120,6 +121,24 @@ def callers_cache(upstream, inputs: dict, fraction: float) -> DynamicCache:
     return cache
 
 
+@contextlib.contextmanager
+def part_in_train_mode(models: tuple[torch.nn.Module, ...], part: str | None) -> Iterator[None]:
+    """One part of each model in train mode (its decoder, or everything of `model.model` besides it), the top module
+    in eval mode. The tiny configs have no dropout, so the logits stay comparable with transformers'."""
+    trained = []
+    for model in models if part is not None else ():
+        decoder = model.get_decoder()
+        inner = getattr(model, "model", model)
+        trained += [decoder] if part == "decoder" else [child for child in inner.children() if child is not decoder]
+    try:
+        for module in trained:
+            module.train()
+        yield
+    finally:
+        for module in trained:
+            module.eval()
+
+
 def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options: CallOptions, returned_cache):
     """One drop-in `generate`, checked against transformers; returns its output."""
     upstream, ours = state.upstream, state.ours
@@ -139,9 +158,13 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
     elif options.assistant is not None:
         kwargs["assistant_model"] = ours if options.assistant == "drop_in_assistant" else upstream
     outputs = {"output_hidden_states": options.output_hidden_states, "output_attentions": options.output_attentions}
-    with eager_attention(upstream, ours) if options.output_attentions else contextlib.nullcontext():
+    attention = eager_attention(upstream, ours) if options.output_attentions else contextlib.nullcontext()
+    with attention, part_in_train_mode((ours, upstream), options.train_part):
+        lookups = state.store.stats.lookups
         actual = greedy(ours, inputs, options.max_new_tokens, **outputs, **kwargs)
         expected = greedy(upstream, inputs, options.max_new_tokens, **outputs)
+    if options.train_part is not None:  # dropout would make stored or served KV depend on one call's draw
+        assert state.store.stats.lookups == lookups
     assert torch.equal(actual.sequences, expected.sequences), (actual.sequences, expected.sequences)
     for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
         assert_close(step_actual, step_expected)

@@ -83,10 +83,12 @@ def test_salt_isolates_tenants(fresh_cache):
     assert runs.calls == 2
 
 
-def test_training_mode_bypasses_the_cache(fresh_cache):
+@pytest.mark.parametrize("part", ["whole model", "language_model", "vision_tower"])
+def test_training_mode_bypasses_the_cache(fresh_cache, part):
+    # Any module in train mode counts, not only the top one (`model.training` stays False when a part is trained)
     _, ours = model_pair("gemma3")
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30]], image_seeds=[1])
-    ours.train()
+    (ours if part == "whole model" else getattr(ours.model, part)).train()
     try:
         with VisionRunCounter(ours) as runs:
             generate_logits(ours, prompt.inputs(), max_new_tokens=1)

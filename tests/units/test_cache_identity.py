@@ -26,7 +26,7 @@ from vlmprep.cache.identity import (
     salt_namespace,
     weights_fingerprint,
 )
-from vlmprep.testing import IMAGE
+from vlmprep.testing import IMAGE, VisionRunCounter
 
 FAMILIES = ["llava", "gemma3"]
 SYSTEM = [2, *range(10, 21)]  # 12 tokens: three prefix-cache blocks of 4 before the image
@@ -367,3 +367,40 @@ def test_kept_sampling_views_see_in_place_writes_of_every_element_size(dtype):
     second = cache_identity(model, part="model")
     assert second != first
     assert cache_identity(model, part="model") == second
+
+
+# -- inference tensors -------------------------------------------------------------------------------------------------
+
+
+def inference_tensor_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """`fresh_pair` built under `torch.inference_mode()` (a common serving pattern): every weight an inference tensor,
+    which has no version counter."""
+    with torch.inference_mode():
+        upstream, ours = fresh_pair(family)
+    assert all(parameter.is_inference() for parameter in ours.parameters())
+    return upstream, ours
+
+
+@pytest.mark.parametrize("use_prefix_cache", [False, True], ids=["encoder_cache", "prefix_cache"])
+def test_inference_tensors_run_and_follow_weight_changes(use_prefix_cache):
+    upstream, ours = inference_tensor_pair("llava")
+    store = PrefixCache(block_size=4)
+    kwargs = {"prefix_cache": store} if use_prefix_cache else {}
+    prompt = _prompt(ours)
+    with VisionRunCounter(ours) as runs:
+        for _ in range(2):  # the same weights: the second call is served from the caches
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, **kwargs)
+            assert_close(logits[0], reference_next_logits(upstream, prompt))
+        assert runs.calls == 1
+        assert not use_prefix_cache or store.stats.tokens_reused > 0
+        # An inference tensor can be written in place only under inference mode; a load writes every element
+        changed = _perturbed_state(ours)
+        with torch.inference_mode():
+            ours.load_state_dict(changed)
+            upstream.load_state_dict(changed)
+        reused = store.stats.tokens_reused
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, **kwargs)
+    assert runs.calls == 2 and store.stats.tokens_reused == reused
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
+    other = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31, 32]], image_seeds=[2])  # the images change the logits
+    assert not torch.allclose(reference_next_logits(upstream, other), logits[0], atol=1e-3)

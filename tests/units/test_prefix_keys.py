@@ -133,11 +133,13 @@ def test_fully_padded_rows_that_miss_the_store():
         assert_close(step_actual[0], step_expected[0])
 
 
-def test_train_mode_neither_reads_nor_writes_the_store():
+@pytest.mark.parametrize("part", ["whole model", "language_model", "vision_tower"])
+def test_train_mode_neither_reads_nor_writes_the_store(part):
+    # Any module in train mode counts, not only the top one (`model.training` stays False when a part is trained)
     upstream, ours = model_pair("llava")
     store = PrefixCache(block_size=4)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[1])
-    ours.train()
+    (ours if part == "whole model" else getattr(ours.model, part)).train()
     try:
         generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store)
     finally:

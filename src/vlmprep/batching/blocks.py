@@ -114,6 +114,23 @@ def block_admission_error(model, images, max_batch_tokens: int) -> ValueError | 
     return None
 
 
+def holds_back_inside_a_block(images, prompt_length: int) -> bool:
+    """Whether holding back a prompt's last token (to fork parallel samples after it) would cut one of its blocks.
+
+    Upstream prefills all but the last prompt token of a request with `num_return_sequences > 1` and forks after it; a
+    prompt whose last block ends the prompt (an image with nothing after it) could then never be scheduled exactly:
+    every cut inside the block moves back to its start, and the slice stays empty forever.
+
+    Args:
+        images (`RequestImages`): the request's images.
+        prompt_length (`int`): tokens in the request's prompt.
+
+    Returns:
+        `bool`
+    """
+    return any(start < prompt_length - 1 < end for start, end in images.blocks)
+
+
 def open_block_masks(batch_data: dict, requests_in_batch: list, sliding_window: int) -> None:
     """Open the step's attention mask inside every bidirectional block its slices hold, in place.
 

@@ -13,6 +13,9 @@ Four of upstream's manager hooks are extended, each delegating to upstream for e
    step is upstream's own. For Gemma3 the step's mask is opened inside each image block.
 4. `_create_batch_processor`: for Gemma3, the scheduler never ends a slice inside an image block
    (`vlmprep.batching.blocks`).
+
+Before new requests look for shared pages, the model's identity (`vlmprep.cache.identity.cache_identity`) is checked:
+after a weight change no page made before it is shared (upstream's own engine would share them, text pages too).
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from transformers.generation.continuous_batching.continuous_api import (
 from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingAsyncIOs
 from transformers.generation.continuous_batching.utils import stream_context
 
+from ..cache.identity import cache_identity
 from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
-from .blocks import block_admission_error, install_block_aware_scheduler, open_block_masks
-from .prompt import ImagePrompt, build_image_prompt
+from .blocks import block_admission_error, holds_back_inside_a_block, install_block_aware_scheduler, open_block_masks
+from .prompt import ImagePrompt, build_image_prompt, request_input_keys
 from .requests import ImageRequestState
 
 logger = get_logger(__name__)
@@ -63,6 +67,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
         super().__init__(*args, **kwargs)
         # Requests with images, queued by `add_request` (any thread) until the loop thread encodes them
         self._requests_to_admit: queue.Queue[ImageRequestState] = queue.Queue()
+        self._pages_identity: tuple | None = None  # the model identity the shared pages were made under
 
     def add_request(
         self,
@@ -95,7 +100,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
             if "input_ids" not in input_ids:
                 raise ValueError("A request given as a mapping needs its `input_ids`.")
             input_ids = input_ids["input_ids"]
-        input_keys = self._request_input_keys()
+        input_keys = request_input_keys(self.model.vision_facts) - {"input_ids"}
         request_inputs = {key: kwargs.pop(key) for key in list(kwargs) if key in input_keys}
         unknown = sorted(key for key in kwargs if key not in self.logit_processor.supported_keys)
         if unknown:
@@ -135,20 +140,13 @@ class ImageBatchingManager(ContinuousBatchingManager):
         )
         if prompt.error is not None:
             # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
-            self.output_router.fail_and_deliver(state, ValueError(prompt.error))
+            self._fail(state, ValueError(prompt.error))
             return request_id
         # Not upstream's queue yet: its loop drains that queue at any time, and would schedule a request whose images
         # are not encoded. The loop thread moves it there once encoded (`_admit_queued_requests`).
         self._requests_to_admit.put(state, block=True, timeout=10)
         self._wake_up_loop.set()
         return request_id
-
-    def _request_input_keys(self) -> set[str]:
-        facts = self.model.vision_facts
-        keys = {"attention_mask", facts.token_type_key}
-        for modality in facts.modalities:
-            keys.update((*modality.pixel_keys, *modality.per_item_keys))
-        return keys
 
     # -- The generation loop (background thread) -----------------------------------------------------------------
 
@@ -161,7 +159,25 @@ class ImageBatchingManager(ContinuousBatchingManager):
     def _generation_loop_body(self, batch_processor, bootstrapping: bool) -> bool:
         # Upstream drains the input queue at the start of `prepare_next_batch`: admit what is queued first.
         self._admit_queued_requests(batch_processor)
+        if not self.input_queue.empty():  # new requests will look for shared pages: only pages of these weights
+            self._forget_pages_of_other_weights(batch_processor)
         return super()._generation_loop_body(batch_processor, bootstrapping)
+
+    def _forget_pages_of_other_weights(self, batch_processor: ContinuousBatchProcessor) -> None:
+        # Upstream keys shared pages on token ids alone (and vlmprep's placeholder keys on image content): after a
+        # weight change (a reload into a manager kept alive) they would serve KV of the old weights. When the model's
+        # identity changed, every page is forgotten for sharing: cached ones go back to the pool, and the hashes of
+        # pages still held by running requests are dropped.
+        identity = cache_identity(self.model, part="model")
+        previous, self._pages_identity = self._pages_identity, identity
+        if previous is None or previous == identity:
+            return
+        logger.info("The model's weights, autocast or mode changed: pages made before are no longer shared.")
+        cache = batch_processor.cache
+        cache.evict_cached_blocks()
+        for allocator in cache.cache_allocators.values():
+            allocator.ledger.hash_to_block.clear()
+            allocator.ledger.block_to_hash.clear()
 
     def _admit_queued_requests(self, batch_processor: ContinuousBatchProcessor) -> None:
         # Requests with images wait in their own queue until encoded; only encoded ones reach upstream's queue.
@@ -179,16 +195,23 @@ class ImageBatchingManager(ContinuousBatchingManager):
         ]
         for state, error in zip(pending, refused, strict=True):
             if error is not None:
-                logger.warning(f"Request {state.request_id} failed at admission: {error}")
-                self.output_router.fail_and_deliver(state, error)
+                self._fail(state, error)
         pending = [state for state, error in zip(pending, refused, strict=True) if error is None]
         errors = encode_admitted(self.model, [state.images for state in pending])
         for state, error in zip(pending, errors, strict=True):
-            if error is None:
-                self.input_queue.put(state, block=True, timeout=10)
+            if error is not None:
+                self._fail(state, error)
                 continue
-            logger.warning(f"Request {state.request_id} failed at admission: {error}")
-            self.output_router.fail_and_deliver(state, error)
+            for sample in _samples_apart(state):
+                self.input_queue.put(sample, block=True, timeout=10)
+
+    def _fail(self, state: ImageRequestState, error: Exception) -> None:
+        # The parallel samples a request would have forked fail with it: `generate_batch` waits for an output of each
+        # (`<id>__child#<i>`), and would wait forever for samples never forked.
+        logger.warning(f"Request {state.request_id} failed at admission: {error}")
+        for index in range(state.num_children):
+            self.output_router.fail_and_deliver(state.fork(f"{state.request_id}__child#{index}"), error)
+        self.output_router.fail_and_deliver(state, error)
 
     def _generation_step(self) -> None:
         # Upstream runs `model(**batch_data)` with ids, 1D positions and the paged cache only. A step holding
@@ -219,3 +242,19 @@ class ImageBatchingManager(ContinuousBatchingManager):
         with torch.no_grad(), stream_context(io.compute_stream):
             runner._forward_process_and_sample(self.model, batch_data, carry_over_ids, previous_output_ids, output_ids)
         io.retrieve_device_outputs()
+
+
+def _samples_apart(state: ImageRequestState) -> list[ImageRequestState]:
+    """The request, and its parallel samples as requests of their own when forking them would cut an image block.
+
+    Upstream forks the samples after prefilling all but the last prompt token; a prompt ending in a block (an image
+    with nothing after it) cannot stop one token short of its end, so each sample is prefilled whole instead, under the
+    id upstream would give its fork (as upstream does for forks the cache has no room for). Prefix sharing still
+    lets them share the prompt's full pages.
+    """
+    if state.num_children == 0 or not holds_back_inside_a_block(state.images, len(state.initial_tokens)):
+        return [state]
+    samples = [state.fork(f"{state.request_id}__child#{index}") for index in range(state.num_children)]
+    for sample in (*samples, state):
+        sample.num_children = 0
+    return [*samples, state]

@@ -16,9 +16,10 @@ import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
+from ..generation.hooks import select_items
 from ..generation.plan import check_items_match_spans, find_item_spans
 from ..utils.logging import get_logger
-from .prompt import ImagePrompt, build_image_prompt, token_list
+from .prompt import ImagePrompt, build_image_prompt, request_input_keys, token_list
 from .support import check_batching_support
 
 if TYPE_CHECKING:
@@ -126,21 +127,14 @@ class ContinuousBatchingMixin:
         check_batching_support(self, with_items=False)  # requests with images are checked one by one
         salt = kwargs.pop("cache_salt", None)
         kwargs.pop("vlmprep_prefix_request", None)
-        request_keys = self._batching_input_keys()
-        shared = {key: kwargs.pop(key) for key in list(kwargs) if key in request_keys or key == "input_ids"}
+        request_keys = request_input_keys(self.vision_facts)
+        shared = {key: kwargs.pop(key) for key in list(kwargs) if key in request_keys}
         shared.pop("input_ids", None)  # `generate` passes the prompt both as `inputs` and `input_ids`
         if shared:
             prompts = self._rows_as_prompts(inputs, shared, salt)
         else:
             prompts = [self._request_as_prompt(item, salt) for item in inputs]
         return super().generate_batch(prompts, *args, **kwargs)
-
-    def _batching_input_keys(self) -> set[str]:
-        facts = self.vision_facts
-        keys = {"attention_mask", facts.token_type_key}
-        for modality in facts.modalities:
-            keys.update((*modality.pixel_keys, *modality.per_item_keys))
-        return keys
 
     def _request_as_prompt(self, item: Any, salt: str | None) -> ImagePrompt:
         # A bad request becomes a prompt carrying its error, so it fails alone when it is queued.
@@ -165,14 +159,21 @@ class ContinuousBatchingMixin:
                 "padding. Pass unpadded prompts: `model.generate_batch([...])` with one dict per request."
             )
         batch = torch.tensor(rows)
-        spans = find_item_spans(self, batch, inputs, inputs.get(self.vision_facts.token_type_key))
+        token_type_key = self.vision_facts.token_type_key
+        token_types = inputs.get(token_type_key)
+        spans = find_item_spans(self, batch, inputs, token_types)
         check_items_match_spans(self, spans, inputs, past_length=0)
         prompts = []
         for row, ids in enumerate(rows):
-            row_inputs = {}
+            # The caller's token types, as `generate` uses them: re-derived ones could draw other blocks
+            row_inputs = {} if token_types is None else {token_type_key: torch.as_tensor(token_types)[row : row + 1]}
             for modality in self.vision_facts.modalities:
                 items = sorted({s.input_index for s in spans if s.row == row and s.modality == modality.name})
                 if items:
                     row_inputs.update(self.select_item_inputs(inputs, items, modality=modality.name))
+                    # Position inputs (never the encoder's) go with the row's items too, in the same order
+                    for key in modality.position_keys:
+                        if inputs.get(key) is not None:
+                            row_inputs[key] = select_items(inputs[key], items)
             prompts.append(build_image_prompt(self, ids, row_inputs, salt))
         return prompts

@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
+from ..cache.hashing import hash_image_inputs
 from ..generation.encoding import ItemEncoder, check_finite_pixels
+from ..generation.hooks import select_items
 from ..generation.plan import bidirectional_blocks, check_items_match_spans, derive_token_types, find_item_spans
 from ..generation.prepared import PreparedItems
 from ..generation.spans import ItemSpan
@@ -187,6 +189,24 @@ def token_list(input_ids: Any) -> list[int]:
     return ids
 
 
+def request_input_keys(facts) -> set[str]:
+    """Every input a request may carry besides its `input_ids`: what the family's forward reads per request or per item.
+
+    The attention mask and token types (per token), each modality's pixel inputs, per-item extras (hashed with the
+    features) and per-item position inputs (`ModalityFacts.position_keys`, which key the request's pages).
+
+    Args:
+        facts (`VisionFacts`): the family's facts.
+
+    Returns:
+        `set[str]`
+    """
+    keys = {*_PROMPT_KEYS, facts.token_type_key}
+    for modality in facts.modalities:
+        keys.update((*modality.pixel_keys, *modality.per_item_keys, *modality.position_keys))
+    return keys
+
+
 def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: str | None = None) -> ImagePrompt:
     """Check one request and turn it into the engine's prompt: placeholder keys, spans, per-item inputs, hashes.
 
@@ -205,9 +225,7 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
     """
     ids = token_list(input_ids)
     facts = model.vision_facts
-    accepted = {*_PROMPT_KEYS, facts.token_type_key}
-    for modality in facts.modalities:
-        accepted.update((*modality.pixel_keys, *modality.per_item_keys))
+    accepted = request_input_keys(facts)
     unknown = sorted(set(inputs) - accepted)
     if unknown:
         raise ValueError(
@@ -235,7 +253,7 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
     hashes = ItemEncoder(model, model_kwargs, spans, salt).hashes(indices)
     slots = {modality.name: slot for slot, modality in enumerate(modalities)}
     blocks = _image_blocks(model, prompt, model_kwargs.get(facts.token_type_key))
-    key_hashes = _key_hashes(ids, spans, blocks, hashes)
+    key_hashes = _key_hashes(ids, spans, blocks, _with_positions(model, model_kwargs, spans, hashes))
     keyed = list(ids)
     for span, key_hash in zip(spans, key_hashes, strict=True):
         rows = range(span.feature_start, span.feature_start + span.length)
@@ -263,6 +281,20 @@ def _image_blocks(model, prompt: torch.Tensor, token_types: Any) -> tuple[tuple[
         key = model.vision_facts.token_type_key
         raise ValueError(f"A request's `{key}` must have one entry per input id ({prompt.shape[-1]}).")
     return tuple((block.start, block.end) for block in bidirectional_blocks(model, token_types.reshape(1, -1), None))
+
+
+def _with_positions(model, model_kwargs: dict[str, Any], spans: list[ItemSpan], hashes: dict[int, str]) -> dict:
+    # The KV of an item's placeholders (and of every token after them) depends on its position inputs as well: two
+    # requests with the same video at other frame spacings must not share pages. The content hashes themselves key
+    # the encoder cache, which these inputs do not concern.
+    keyed = dict(hashes)
+    for span in spans:
+        keys = model.vision_facts.modality(span.modality).position_keys
+        present = {key: model_kwargs[key] for key in keys if model_kwargs.get(key) is not None}
+        if present and span.feature_start == 0:
+            values = {key: select_items(value, [span.input_index]) for key, value in present.items()}
+            keyed[span.item_index] = hash_image_inputs({"item": hashes[span.item_index], **values})
+    return keyed
 
 
 def _key_hashes(ids: list[int], spans: list[ItemSpan], blocks, hashes: dict[int, str]) -> list[str]:

@@ -11,9 +11,20 @@ one of them changes, checked cheaply on every call:
   `model.to(...)`); the sampled elements catch in-place writes the version counter does not see (`p.data.mul_(...)`,
   an adapter merged with `p.data += delta`, fused optimizer kernels), which change every element of a tensor.
   An edit of a few elements through `p.data` (or through a numpy or DLPack alias) is invisible to all of these: call
-  `model.encoder_cache.clear()` (and `PrefixCache.clear()`) after one.
+  `model.encoder_cache.clear()` (and `PrefixCache.clear()`) after one. Inference tensors (a model built or loaded
+  under `torch.inference_mode()`) have no version counter: for them an in-place write is seen through the sampled
+  elements only (a write to every element, as `load_state_dict` or `p.copy_(...)` makes, is seen; a write to a few
+  elements is not).
 - **autocast**: whether autocast is on, and its dtype, for the device types holding the weights;
-- **mode**: whether any module of the part is in training mode.
+- **mode**: whether any module of the part is in training mode;
+- **adapters**: the state of every PEFT tuner layer (LoRA and the other `BaseTunerLayer`s) in the part, which changes
+  `forward` without changing a tensor: adapters enabled or disabled (`disable_adapter()`), the active adapters
+  (`set_adapter`), the merged ones (`merge_adapter()`/`unmerge_adapter()`, whose weight writes the fingerprint sees
+  too) and each adapter's scale (`set_scale`). Adding or deleting an adapter adds or removes its tensors. A call with
+  per-row adapters (`adapter_names=`, `alora_offsets=`: forward pre-hooks on the tuner layers for that call) gets an
+  identity of its own, so nothing is served to it or from it. Invisible: forward hooks on other modules, a patched
+  `forward`, and state of other adapter libraries that changes `forward` without a tensor: set
+  `model.encoder_cache = None` and pass no `prefix_cache` while one is in place.
 
 The fingerprint becomes a token in cache keys through [`WeightsEpochs`]: a fresh random token whenever the fingerprint
 differs from the one seen last, so a token is never reused for other weights (even when freed memory is reallocated at
@@ -22,6 +33,7 @@ the same address) and a copied or unpickled model never shares a token with its 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from collections.abc import Iterable
@@ -30,8 +42,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from .module_state import adapter_state, any_module_training, is_adapter_layer
+
 __all__ = [
     "WeightsEpochs",
+    "any_module_training",
     "cache_identity",
     "check_cache_salt",
     "part_modules",
@@ -78,16 +93,20 @@ def part_modules(model: nn.Module, part: str = "vision") -> tuple[nn.Module, tup
     return model, tuple(skipped)
 
 
-def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[torch.Tensor], bool]:
-    """The distinct tensors of a part, and whether any of its modules is in training mode."""
+def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[torch.Tensor], bool, str]:
+    """The distinct tensors of a part, whether any of its modules is in training mode, and its adapters' state."""
     skipped_ids = {id(module) for module in skipped}
     tensors: dict[int, torch.Tensor] = {}
     training = False
+    adapters = []
     stack = [root]
     while stack:
+        module = stack.pop()
+        if is_adapter_layer(type(module)):
+            adapters.append(adapter_state(module))
         # Read from the instance dict: an attribute lookup first searches the class hierarchy (long for transformers
         # classes), and this runs for every module on every call.
-        state = stack.pop().__dict__
+        state = module.__dict__
         training = training or state["training"]
         for group in (state["_parameters"], state["_buffers"]):
             for tensor in group.values():
@@ -96,7 +115,9 @@ def _part_state(root: nn.Module, skipped: Iterable[nn.Module]) -> tuple[list[tor
         for child in state["_modules"].values():
             if child is not None and id(child) not in skipped_ids:
                 stack.append(child)
-    return list(tensors.values()), training
+    # One digest of every adapter layer's state, in walk order (the same for the same model structure)
+    digest = hashlib.blake2b(repr(adapters).encode(), digest_size=16).hexdigest() if adapters else ""
+    return list(tensors.values()), training, f"adapters({digest})"
 
 
 def _places(tensors: list[torch.Tensor]) -> tuple:
@@ -219,13 +240,22 @@ def weights_fingerprint(module: nn.Module, skip: Iterable[nn.Module] = ()) -> tu
 
     ```
     """
-    tensors, _ = _part_state(module, skip)
+    tensors, _, _ = _part_state(module, skip)
     return _fingerprint(tensors)
+
+
+def _versions(tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    try:
+        return tuple(tensor._version for tensor in tensors)
+    except RuntimeError:
+        # Inference tensors (made under `torch.inference_mode()`) have no version counter: for them only the places
+        # and the sampled elements are compared.
+        return tuple(-1 if tensor.is_inference() else tensor._version for tensor in tensors)
 
 
 def _fingerprint(tensors: list[torch.Tensor], views: SampleViews | None = None) -> tuple:
     places = _places(tensors)
-    versions = tuple(tensor._version for tensor in tensors)
+    versions = _versions(tensors)
     groups = views.groups_for(tensors, places) if views is not None else _sample_groups(tensors, places)
     return places, versions, _sampled_elements(groups)
 
@@ -291,8 +321,8 @@ def _autocast_state(device_types: Iterable[str]) -> str:
     return "autocast(" + ",".join(states) + ")"
 
 
-def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, str]:
-    """The identity of `model` in cache keys: weights token, autocast state and mode of one part.
+def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, str, str]:
+    """The identity of `model` in cache keys: weights token, autocast state, mode and adapter state of one part.
 
     Entries made under one identity are never served under another. Cheap enough for every call (see
     [`weights_fingerprint`]); the weights token comes from the [`WeightsEpochs`] stored on the model.
@@ -304,7 +334,8 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
             the prefix cache (KV depends on every weight).
 
     Returns:
-        `tuple[str, str, str]`: `(weights token, autocast state, "train" or "eval")`.
+        `tuple[str, str, str, str]`: `(weights token, autocast state, "train" or "eval", adapter state)`; the adapter
+        state is a digest of every PEFT tuner layer's state (see the module docstring), `"adapters()"` without one.
 
     Example:
 
@@ -322,7 +353,7 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
     ```
     """
     root, skipped = part_modules(model, part)
-    tensors, training = _part_state(root, skipped)
+    tensors, training, adapters = _part_state(root, skipped)
     epochs = model.__dict__.get(_EPOCHS_KEY)
     if epochs is None:
         epochs = model.__dict__.setdefault(_EPOCHS_KEY, WeightsEpochs())
@@ -331,7 +362,7 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
         views = model.__dict__.setdefault(_VIEWS_KEY + part, SampleViews())
     token = epochs.token(part, _fingerprint(tensors, views))
     autocast = _autocast_state(views.device_types)
-    return token, autocast, "train" if training else "eval"
+    return token, autocast, "train" if training else "eval", adapters
 
 
 def check_cache_salt(salt: object) -> str | None:

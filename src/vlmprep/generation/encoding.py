@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..cache.hashing import hash_image_inputs
+from ..cache.identity import any_module_training
 from .prepared import PlannedEncoderOutputs, split_per_image
 from .spans import ItemSpan
 
@@ -139,7 +140,7 @@ class ItemEncoder:
         """
         model = self.model
         cache = model.encoder_cache
-        use_cache = cache is not None and not model.training and not torch.is_grad_enabled()
+        use_cache = cache is not None and not torch.is_grad_enabled() and not any_module_training(model)
         given_features, given_deepstack = supplied or ({}, {})
         features = {index: given_features[index] for index in needed if index in given_features}
         deepstack = {index: given_deepstack[index] for index in features if index in given_deepstack}

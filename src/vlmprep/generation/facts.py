@@ -30,6 +30,11 @@ class ModalityFacts:
         features_as_list (`bool`, *optional*):
             whether the model reads this modality's `pooler_output` as a list of tensors rather than one tensor;
             `None` follows `VisionFacts.features_as_list` (LLaVA-OneVision reads images as a list, videos not).
+        position_keys (`tuple[str, ...]`, *optional*, defaults to `()`):
+            inputs with one entry per item that change the positions of the prompt's tokens, not the item's features
+            (Qwen2.5-VL's `second_per_grid_ts`, the time between a video's frames): never given to the encoder nor
+            hashed with its features; a continuous-batching request carries them, and its shared pages are keyed on
+            them.
     """
 
     name: str
@@ -38,6 +43,7 @@ class ModalityFacts:
     per_item_keys: tuple[str, ...] = ()
     token_type: int | None = None
     features_as_list: bool | None = None
+    position_keys: tuple[str, ...] = ()
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The placeholder token id of a model config."""

@@ -27,7 +27,7 @@ import torch
 from transformers import GenerationMixin
 
 from ..batching.mixin import ContinuousBatchingMixin
-from ..cache.identity import check_cache_salt
+from ..cache.identity import any_module_training, check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..utils.logging import get_logger
 from .assisted import assistant_model_of, first_forward_after_cache, type_draft_tokens_as_generated
@@ -99,7 +99,7 @@ class VisionPrepGenerationMixin(ContinuousBatchingMixin, ModelCachesMixin, Famil
                 "`prefix_cache=PrefixCache()`, and keep it across calls to reuse prefixes."
             )
         store = prefix_cache if prefix_cache is not None else self.prefix_cache
-        if store is None or self.training:
+        if store is None or any_module_training(self):
             if store is not None:
                 logger.warning_once(
                     "The prefix cache is not used with the model in train mode (dropout changes the KV); this call "

@@ -23,7 +23,7 @@ from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, StaticSli
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 from transformers.utils import logging
 
-from ..cache.identity import cache_identity, salt_namespace
+from ..cache.identity import any_module_training, cache_identity, salt_namespace
 from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_array, key_material_layout
 from .assisted import is_assisted
 from .spans import resolve_resume_point
@@ -88,7 +88,7 @@ class PrefixRequest:
             reason = "beam search (beams reorder the cache rows)"
         elif generation_config.num_return_sequences > 1:
             reason = "`num_return_sequences > 1` (the cache rows are repeated)"
-        elif model.training:
+        elif any_module_training(model):
             reason = "the model in train mode (dropout changes the KV)"
         if reason is not None:
             logger.warning_once(f"The prefix cache is not used with {reason}; this call prefills the whole prompt.")

@@ -1,9 +1,14 @@
 """Qwen2.5-VL: Qwen2-VL's inputs and M-RoPE positions (videos spaced in time by `second_per_grid_ts`)."""
 
+from dataclasses import replace
+
 import transformers
 
 from ..generation import VisionPrepGenerationMixin
-from .layouts.patch_grid import PatchGridLayout
+from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridLayout
+
+# Qwen2-VL's inputs; a video's `second_per_grid_ts` (seconds between its temporal patches) spaces its rope positions.
+_VIDEO = replace(PATCH_GRID_FACTS.modality("video"), position_keys=("second_per_grid_ts",))
 
 
 class Qwen2_5_VLForConditionalGeneration(
@@ -24,3 +29,5 @@ class Qwen2_5_VLForConditionalGeneration(
 
     ```
     """
+
+    vision_facts = replace(PATCH_GRID_FACTS, other_modalities=(_VIDEO,))

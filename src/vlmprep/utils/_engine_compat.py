@@ -41,6 +41,7 @@ ENGINE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
         "init_continuous_batching": ("generation_config", "continuous_batching_config", "workload_hints"),
         "generate_batch": ("inputs", "generation_config", "continuous_batching_config"),
     },
+    "transformers.generation.continuous_batching.cache:PagedAttentionCache": {"evict_cached_blocks": ()},
     "transformers.cli.serving.utils:CBGenerateManager": {
         "generate_streaming": ("model", "processor", "inputs", "gen_config", "request_id", "response_parser"),
         "generate_non_streaming": ("model", "processor", "inputs", "gen_config", "request_id"),
@@ -77,6 +78,13 @@ ENGINE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "model_runner",
         "inputs_and_outputs",
         "max_batch_tokens",
+        "cache",
+    ),
+    "transformers.generation.continuous_batching.cache:PagedAttentionCache": ("cache_allocators",),
+    "transformers.generation.continuous_batching.cache_allocators.cache_allocator:CacheAllocator": ("ledger",),
+    "transformers.generation.continuous_batching.cache_allocators.cache_allocator:BlockLedger": (
+        "hash_to_block",
+        "block_to_hash",
     ),
     "transformers.generation.continuous_batching.scheduler:Scheduler": (
         "cache",

@@ -1,0 +1,65 @@
+"""What of a model's modules changes its `forward` without changing a tensor: train mode anywhere, and PEFT adapter
+state. The cache identity (`vlmprep.cache.identity`) reads both."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+
+from torch import nn
+
+__all__ = ["adapter_state", "any_module_training", "is_adapter_layer"]
+
+
+def any_module_training(model: nn.Module) -> bool:
+    """Whether any module of `model` is in training mode, not only the top one.
+
+    `model.language_model.train()` or `model.vision_tower.train()` leaves `model.training` False while dropout runs
+    in that part: features and KV computed then depend on the call's dropout and are never stored or reused.
+
+    Args:
+        model (`nn.Module`): the model.
+
+    Returns:
+        `bool`
+    """
+    return any(module.training for module in model.modules())
+
+
+@functools.cache
+def is_adapter_layer(module_class: type) -> bool:
+    """Whether modules of this class are PEFT tuner layers (`peft.tuners.tuners_utils.BaseTunerLayer`: LoRA, IA3,
+    LoKr, ...), told by the attributes that keep their adapter state (peft need not be installed).
+
+    Args:
+        module_class (`type`): a module's class.
+
+    Returns:
+        `bool`
+    """
+    return all(hasattr(module_class, name) for name in ("_disable_adapters", "_active_adapter", "merged_adapters"))
+
+
+def adapter_state(module: nn.Module) -> tuple:
+    """What of a PEFT tuner layer changes its forward without changing a tensor: disabled or not, the active adapters,
+    the merged ones, and each adapter's scale (`set_scale`, `scale_layer`).
+
+    A layer with forward pre-hooks is in a call with per-row adapters (`adapter_names=`, `alora_offsets=`, which PEFT
+    applies through hooks for that call only): no key can say which row saw which adapter, so such a state never
+    equals another and nothing made in that call is served.
+
+    Args:
+        module (`nn.Module`): a tuner layer (`is_adapter_layer`).
+
+    Returns:
+        `tuple`: equal for two calls exactly when the layer's adapter state is the same.
+    """
+    if module._forward_pre_hooks:
+        return ("per-call adapter hooks", uuid.uuid4().hex)
+    scaling = getattr(module, "scaling", None)
+    return (
+        bool(module._disable_adapters),
+        repr(module._active_adapter),
+        tuple(module.merged_adapters),
+        tuple(sorted(scaling.items())) if isinstance(scaling, dict) else repr(scaling),
+    )
