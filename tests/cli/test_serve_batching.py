@@ -27,7 +27,7 @@ import transformers
 from PIL import Image
 from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
 
-from vlmprep.serving_checkpoint import build_llava_checkpoint
+from vlmprep.testing.checkpoints import build_llava_checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_NEW_TOKENS = 6
@@ -192,7 +192,7 @@ def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_
     from transformers.cli.serving.utils import Modality
 
     import vlmprep
-    from vlmprep.serving_batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
+    from vlmprep.serving.batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
     from vlmprep.testing import tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
 
     llava = vlmprep.LlavaForConditionalGeneration(tiny_llava_config())
@@ -220,7 +220,7 @@ def test_image_urls_are_read_by_the_handler_and_an_unreadable_one_is_a_400(tmp_p
     from fastapi import HTTPException
     from transformers.cli.serving.utils import Modality
 
-    from vlmprep.serving_batching import VisionPrepChatCompletionHandler
+    from vlmprep.serving.chat import VisionPrepChatCompletionHandler
 
     (image,) = _random_images(1)
     image.save(tmp_path / "image.png")
@@ -242,7 +242,7 @@ def test_only_a_value_error_of_the_processor_reading_the_request_is_a_400(monkey
     from fastapi import HTTPException
     from transformers.cli.serving.chat_completion import ChatCompletionHandler
 
-    from vlmprep.serving_batching import VisionPrepChatCompletionHandler
+    from vlmprep.serving.chat import VisionPrepChatCompletionHandler
 
     # A ValueError raised from a function of that name: the processor reading the request, or a server-side fault
     # (the model's loading) that must stay a server error, not be blamed on the client.
@@ -266,7 +266,7 @@ def test_only_a_value_error_of_the_processor_reading_the_request_is_a_400(monkey
 
 @needs_serving
 def test_image_batching_is_refused_at_start_when_a_server_hook_is_missing(monkeypatch):
-    from vlmprep.serving_batching import VisionPrepServe
+    from vlmprep.serving.server import VisionPrepServe
     from vlmprep.utils import _engine_compat
 
     problem = "transformers.cli.serving.utils:GenerationState.use_continuous_batching is missing"

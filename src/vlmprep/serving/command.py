@@ -36,7 +36,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .utils.logging import get_logger
+from ..utils.logging import get_logger
 
 __all__ = [
     "SERVE_STATS_ENV",
@@ -140,7 +140,7 @@ def serve(argv: Sequence[str] = ()) -> int:
         raise ImportError(
             f"`{PROG}` runs transformers' server, which needs {', '.join(missing)}: run `{SERVING_INSTALL_COMMAND}`."
         )
-    from .registration import registered, unregister
+    from ..registration import registered, unregister
 
     registered_before = registered()
     started = []
@@ -169,8 +169,8 @@ def _transformers_serve_command(started: list):
     import typer
     from transformers.cli.serve import Serve
 
-    from .registration import register
-    from .serving_batching import VisionPrepServe
+    from ..registration import register
+    from .server import VisionPrepServe
 
     def start_in_thread(**kwargs) -> None:
         register()  # only now: `--help` or refused arguments leave transformers' auto classes as they were
@@ -243,7 +243,7 @@ def served_model_stats(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
         `dict[str, dict]`: model name -> `{"class": "module.Name", "drop_in": bool, "encoder_cache": dict | None}`
         (`encoder_cache` holds `EncoderCacheStats` fields; `None` for a transformers class or a disabled cache).
     """
-    from .generation import VisionPrepGenerationMixin
+    from ..generation import VisionPrepGenerationMixin
 
     stats = {}
     for name, model in models.items():
@@ -282,7 +282,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
