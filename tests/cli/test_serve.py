@@ -82,7 +82,8 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
         SERVE_STATS_ENV: str(stats_path),
         "OMP_NUM_THREADS": "1",
     }
-    command = [sys.executable, "-m", "vlmprep.serving", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--device", "cpu"]
     log = tmp_path / "server.log"
     with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
         server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
