@@ -143,6 +143,9 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             config.max_new_tokens = min(config.max_new_tokens or limit, limit)
         if (config.num_beams or 1) * (config.num_return_sequences or 1) > 8:
             raise bad_request("at most 8 beams and returned sequences in all")
+        vocab_size = model.config.get_text_config().vocab_size
+        if any(not 0 <= token < vocab_size for tokens in (config.sequence_bias or {}) for token in tokens):
+            raise bad_request(f"`logit_bias` names a token id outside the vocabulary (0 to {vocab_size - 1})")
         return config
 
     async def _start_engine(self, gen_manager, model, gen_config) -> None:
