@@ -225,3 +225,32 @@ def test_image_batching_is_refused_at_start_when_a_server_hook_is_missing(monkey
     monkeypatch.setattr(_engine_compat, "missing_engine_hooks", lambda include_server=True: [problem])
     with pytest.raises(RuntimeError, match="use_continuous_batching is missing"):
         check_engine_hooks()
+
+
+@needs_serving
+def test_a_sequential_generation_stops_when_cancelled():
+    import asyncio
+
+    import vlmprep
+    from vlmprep.serving.batching import VisionPrepGenerateManager
+    from vlmprep.testing import tiny_llava_config
+
+    model = vlmprep.LlavaForConditionalGeneration(tiny_llava_config()).eval()
+    config = transformers.GenerationConfig(max_new_tokens=20_000, do_sample=False, eos_token_id=None)
+
+    class Decoder:
+        def decode(self, ids, skip_special_tokens=True):
+            return ""
+
+    async def generate_then_cancel():
+        manager = VisionPrepGenerateManager()
+        inputs = {"input_ids": torch.tensor([[1, 5, 6, 7]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+        work = asyncio.ensure_future(manager.generate_non_streaming(model, Decoder(), inputs, config, "request-1"))
+        await asyncio.sleep(0.5)
+        manager.cancel("request-1")
+        manager.cancel("unknown")  # ignored
+        return await asyncio.wait_for(work, timeout=30)
+
+    started = time.monotonic()
+    _, _, generated = asyncio.run(generate_then_cancel())
+    assert 0 < len(generated) < 20_000 and time.monotonic() - started < 30
