@@ -4,4 +4,5 @@ import sys
 
 from .command import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (tools that walk the package do) starts nothing
+    sys.exit(main())
