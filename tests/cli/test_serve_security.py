@@ -251,6 +251,8 @@ MALFORMED = {
     "bad temperature": {**chat([]), "temperature": "hot"},
     "unknown field": {**chat([]), "x" * 5000: 1},
     "other model": {**chat([]), "model": "/etc"},
+    "template kwarg that is an argument": {**chat([]), "chat_template_kwargs": {"tokenize": False}},
+    "template kwarg the template lacks": {**chat([]), "chat_template_kwargs": {"max_pixels": 10**12}},
     "tool call arguments not JSON": {
         "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]
     },
@@ -401,3 +403,33 @@ def test_load_good_and_hostile_requests_at_once(served, tmp_path):
     assert health and max(health) < HEALTH_LIMIT_S, health
     assert _server_rss_bytes(served.process.pid) < MAX_SERVER_RSS_BYTES
     served.assert_still_serving()
+
+
+@needs_serving
+@pytest.mark.parametrize(
+    ("pinned", "requested", "refused"),
+    [
+        (None, "org/name", False),
+        (None, "org/name@v1", False),
+        (None, "/etc", True),
+        (None, "../../etc/x", True),
+        (None, "tests/cli", True),  # an existing relative directory
+        ("/models/a", "/models/a", False),
+        ("/models/a", "/models/b", True),
+    ],
+)
+def test_a_request_never_names_a_local_model_path(pinned, requested, refused):
+    from fastapi import HTTPException
+
+    from vlmprep.serving.chat import VisionPrepChatCompletionHandler
+
+    class Models:
+        force_model = pinned
+
+    handler = VisionPrepChatCompletionHandler(model_manager=Models(), generation_state=None)
+    if not refused:
+        handler._check_model_name({"model": requested})
+        return
+    with pytest.raises(HTTPException) as raised:
+        handler._check_model_name({"model": requested})
+    assert raised.value.status_code == 400

@@ -22,7 +22,7 @@ from transformers.cli.serving.chat_completion import ChatCompletionHandler
 from transformers.cli.serving.utils import BaseHandler, Modality
 
 from ..utils.logging import get_logger
-from .errors import bad_request, shorten
+from .errors import bad_request, client_error, shorten
 from .media import MediaRefused, load_request_image
 from .policy import DEFAULT_LIMITS, ServingPolicy
 from .request_checks import check_chat_request, check_template_kwargs, request_image_urls
@@ -61,7 +61,12 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         """
         check_chat_request(body, self.policy, self._valid_params_class.__mutable_keys__)
         self._check_model_name(body)
-        model_id, model, processor = self._resolve_model(body)
+        try:
+            model_id, model, processor = self._resolve_model(body)
+        except OSError as error:  # the Hub's "no such repository" among them; a pinned model is loaded at start
+            if self.model_manager.force_model is not None:
+                raise
+            raise client_error(404, f"the model {shorten(body.get('model'), 80)!r} could not be loaded") from error
         modality = self.model_manager.get_model_modality(model, processor=processor)
         use_cb = self.generation_state.use_continuous_batching(model, modality)
         logger.warning("[Request received] Model: %s, CB: %s", model_id, use_cb)
