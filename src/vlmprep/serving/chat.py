@@ -7,7 +7,8 @@ order, with upstream's own pieces (`_resolve_model`, `get_processor_inputs_from_
 `_streaming`, `_non_streaming`), and adds:
 
 1. `check_chat_request` before anything else (every client error a 4xx, bounded images and new tokens);
-2. image URLs read under the server's `ServingPolicy` (`vlmprep.serving.media`), in a worker thread;
+2. the model (when a request names one to load) and image URLs (under the server's `ServingPolicy`,
+   `vlmprep.serving.media`) read in worker threads;
 3. the chat template rendered in a worker thread, with only `chat_template_kwargs` the model's template reads;
 4. the prompt refused when it is longer than the model's positions;
 5. a non-streaming generation stopped when its client disconnects (upstream stops streaming ones only).
@@ -62,7 +63,8 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         check_chat_request(body, self.policy, self._valid_params_class.__mutable_keys__)
         self._check_model_name(body)
         try:
-            model_id, model, processor = self._resolve_model(body)
+            # Loading a model named by the request takes a while: off the event loop (the model manager locks)
+            model_id, model, processor = await asyncio.to_thread(self._resolve_model, body)
         except OSError as error:  # the Hub's "no such repository" among them; a pinned model is loaded at start
             if self.model_manager.force_model is not None:
                 raise
