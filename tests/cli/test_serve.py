@@ -149,7 +149,15 @@ def test_serve_without_the_serving_extra_says_what_to_install(monkeypatch):
 
 
 @needs_serving
-@pytest.mark.parametrize(("argv", "exit_code", "shown"), [(["--help"], 0, "--port"), (["--bogus"], 2, "--bogus")])
+@pytest.mark.parametrize(
+    ("argv", "exit_code", "shown"),
+    [
+        (["--help"], 0, "--api-key"),
+        (["--bogus"], 2, "--bogus"),
+        (["--max-media-bytes", "0"], 2, "must be positive"),
+        (["--allowed-local-media-path", "/no/such/dir"], 2, "no directory"),
+    ],
+)
 def test_serve_help_and_refused_arguments_are_transformers_serve_s(argv, exit_code, shown, capsys):
     registered_before = registered()
     assert serve(argv) == exit_code

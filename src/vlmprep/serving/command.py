@@ -175,7 +175,10 @@ def _transformers_serve_command(started: list):
     from .server import VisionPrepServe
 
     def start_in_thread(**kwargs) -> None:
-        policy = policy_from_options(kwargs)  # checked before anything loads: a bad limit is a usage error
+        try:
+            policy = policy_from_options(kwargs)  # checked before anything loads: a bad limit is a usage error
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
         register()  # only now: `--help` or refused arguments leave transformers' auto classes as they were
         # `non_blocking` (a hidden option of transformers' command) runs uvicorn in a thread: this process then
         # stops it cleanly and reads its models' stats before they are freed.

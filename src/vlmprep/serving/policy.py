@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 from typing import Annotated
 
 __all__ = ["API_KEY_ENV", "DEFAULT_LIMITS", "ServingPolicy", "policy_from_options", "policy_parameters"]
@@ -59,6 +60,9 @@ class ServingPolicy:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
         if self.max_images_per_request < 0 or self.max_tokens_limit < 1:
             raise ValueError("--max-images-per-request must be >= 0 and --max-tokens-limit >= 1")
+        for directory in self.allowed_local_media_path:
+            if not os.path.isdir(directory):
+                raise ValueError(f"--allowed-local-media-path {directory!r} is no directory")
 
 
 DEFAULT_LIMITS = ServingPolicy()
