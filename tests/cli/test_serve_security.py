@@ -9,6 +9,7 @@ server on 127.0.0.1 started here; nothing leaves the machine.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
 import json
 import os
@@ -110,19 +111,15 @@ class Served:
         assert json.loads(text)["choices"][0]["message"]["content"] == self.expected(image)
 
 
-@pytest.fixture(scope="module", params=["continuous-batching", "sequential"])
-def served(request, tmp_path_factory):
-    if needs_serving.args[0]:
-        pytest.skip(needs_serving.kwargs["reason"])
-    work = tmp_path_factory.mktemp("serve-security")
+@contextlib.contextmanager
+def _server(work: Path, extra_args: list[str]):
+    """A `vlmprep serve` process on a tiny LLaVA, with the plain transformers model beside it for the references."""
     checkpoint = build_llava_checkpoint(work / "checkpoint")
     port = free_loopback_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     env["OMP_NUM_THREADS"] = "1"
     command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--device", "cpu"]
-    command += ["--continuous-batching"] if request.param == "continuous-batching" else []
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
-    command += ["--allowed-media-domains", "localhost"]  # allowed, but it resolves to a loopback address
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info", *extra_args]
     log = work / "server.log"
     with open(log, "w") as log_file:
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
@@ -139,6 +136,16 @@ def served(request, tmp_path_factory):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module", params=["continuous-batching", "sequential"])
+def served(request, tmp_path_factory):
+    if needs_serving.args[0]:
+        pytest.skip(needs_serving.kwargs["reason"])
+    mode = ["--continuous-batching"] if request.param == "continuous-batching" else []
+    # localhost is an allowed domain here, but it resolves to a loopback address: refused by default
+    with _server(tmp_path_factory.mktemp("serve-security"), [*mode, "--allowed-media-domains", "localhost"]) as served:
+        yield served
 
 
 class _CountingHandler(http.server.BaseHTTPRequestHandler):
@@ -433,3 +440,47 @@ def test_a_request_never_names_a_local_model_path(pinned, requested, refused):
     with pytest.raises(HTTPException) as raised:
         handler._check_model_name({"model": requested})
     assert raised.value.status_code == 400
+
+
+class _HangingHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        time.sleep(6)  # never answers within the server's fetch timeout
+
+    def log_message(self, *args):
+        pass
+
+
+@needs_serving
+def test_slow_fetches_and_templates_run_off_the_event_loop(tmp_path):
+    """With internal fetches and request templates allowed: a URL that never answers ends at the fetch timeout, a slow
+    template renders in a worker thread; `/health` answers within 1 s all the while."""
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HangingHandler)
+    listener.daemon_threads = True
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    flags = ["--allowed-media-domains", "localhost", "--allow-private-media-addresses", "--media-fetch-timeout", "2"]
+    flags += ["--allow-request-chat-template"]
+    slow_template = "{% for i in range(1500) %}{% for j in range(1500) %}{% endfor %}{% endfor %}{{ bos_token }}red"
+    try:
+        with _server(tmp_path, flags) as served:
+            results = {}
+            payloads = {
+                "hanging fetch": chat([f"http://localhost:{listener.server_address[1]}/never"]),
+                "slow template": chat([], chat_template_kwargs={"chat_template": slow_template}),
+            }
+            threads = [
+                threading.Thread(target=lambda k=k, p=p: results.setdefault(k, served.post("/v1/chat/completions", p)))
+                for k, p in payloads.items()
+            ]
+            for thread in threads:
+                thread.start()
+            health = []
+            while any(thread.is_alive() for thread in threads):
+                health.append(served.health_seconds())
+                time.sleep(0.1)
+            assert len(health) > 3 and max(health) < HEALTH_LIMIT_S, health
+            _assert_client_error(*results["hanging fetch"][:2], match="took over 2 s")
+            assert results["slow template"][0] == 200, results["slow template"]
+            served.assert_still_serving()
+    finally:
+        listener.shutdown()
+        listener.server_close()
