@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import http.server
 import io
-import struct
 import threading
 import time
-import zlib
 
 import numpy as np
 import pytest
 from PIL import Image
+from serve_client import huge_png_header
 
 from vlmprep.serving.media import MediaRefused, load_request_image
 from vlmprep.serving.policy import ServingPolicy
-
-pytest.importorskip("fastapi")
 
 
 def _png(size: int = 8) -> bytes:
@@ -28,21 +25,6 @@ def _png(size: int = 8) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-def huge_png_header(width: int = 12000, height: int = 12000) -> bytes:
-    """A few hundred bytes declaring `width` x `height` RGB pixels (a decompression bomb's header)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\0" * 1000))
-        + chunk(b"IEND", b"")
-    )
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

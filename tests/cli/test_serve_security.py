@@ -29,8 +29,14 @@ import pytest
 import torch
 import transformers
 from PIL import Image
-from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
-from test_serve_media import huge_png_header
+from serve_client import (
+    data_url,
+    free_loopback_port,
+    huge_png_header,
+    needs_serving,
+    time_left,
+    wait_until_healthy,
+)
 
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
