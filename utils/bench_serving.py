@@ -1,7 +1,7 @@
 """N concurrent image chats: `vlmprep serve --continuous-batching` vs `transformers serve --continuous-batching`.
 
 Both servers serve the same checkpoint, started one after the other on a loopback port with the same options. Two
-model sizes, each a random-weight LLaVA on the tiny vision tower and tokenizer of `vlmprep.serving_checkpoint`:
+model sizes, each a random-weight LLaVA on the tiny vision tower and tokenizer of `vlmprep.testing.checkpoints`:
 `tiny` (that checkpoint as it is: decoder hidden size 32, 2 layers, where a step costs almost nothing and the servers'
 Python dominates) and `small` (decoder hidden size 512, 4 layers, where the decoder's forward costs more). For each N
 (1, 4, 8, 16 by default), `--repeat` times, N streamed chats, one new image each, are sent at once from threads; the
@@ -160,16 +160,16 @@ def _run_round(port: int, concurrency: int, first_seed: int, max_tokens: int) ->
 
 
 def build_checkpoint(directory: Path, size: str) -> Path:
-    """The benchmark's checkpoint of one size: `vlmprep.serving_checkpoint`'s LLaVA, its decoder resized for `small`."""
-    from vlmprep.serving_checkpoint import build_llava_checkpoint
+    """The benchmark's checkpoint of one size: `vlmprep.testing.checkpoints`'s LLaVA, its decoder resized for `small`."""
+    from vlmprep.testing.checkpoints import build_llava_checkpoint
 
     tiny = build_llava_checkpoint(directory / "tiny")
     if not DECODER_SIZES[size]:
         return tiny
     import transformers
 
-    from vlmprep.cli.demo_checkpoint import write_chat_checkpoint
     from vlmprep.testing import tiny_llava_config
+    from vlmprep.testing.checkpoints import write_chat_checkpoint
 
     config = tiny_llava_config()
     config.text_config.update(DECODER_SIZES[size])

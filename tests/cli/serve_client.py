@@ -1,14 +1,17 @@
-"""What the serve tests share: a free loopback port, image data URLs, deadlines, and waiting for a healthy server."""
+"""What the serve tests share: a free loopback port, image data URLs, a decompression bomb's header, deadlines, and
+waiting for a healthy server."""
 
 from __future__ import annotations
 
 import base64
 import io
 import socket
+import struct
 import subprocess
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,21 @@ def data_url(image) -> str:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def huge_png_header(width: int = 12000, height: int = 12000) -> bytes:
+    """A few hundred bytes declaring `width` x `height` RGB pixels (a decompression bomb's header)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 1000))
+        + chunk(b"IEND", b"")
+    )
 
 
 def time_left(deadline: float) -> float:

@@ -82,7 +82,8 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
         SERVE_STATS_ENV: str(stats_path),
         "OMP_NUM_THREADS": "1",
     }
-    command = [sys.executable, "-m", "vlmprep.serving", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--device", "cpu"]
     log = tmp_path / "server.log"
     with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
         server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
@@ -148,7 +149,15 @@ def test_serve_without_the_serving_extra_says_what_to_install(monkeypatch):
 
 
 @needs_serving
-@pytest.mark.parametrize(("argv", "exit_code", "shown"), [(["--help"], 0, "--port"), (["--bogus"], 2, "--bogus")])
+@pytest.mark.parametrize(
+    ("argv", "exit_code", "shown"),
+    [
+        (["--help"], 0, "--api-key"),
+        (["--bogus"], 2, "--bogus"),
+        (["--max-media-bytes", "0"], 2, "must be positive"),
+        (["--allowed-local-media-path", "/no/such/dir"], 2, "no directory"),
+    ],
+)
 def test_serve_help_and_refused_arguments_are_transformers_serve_s(argv, exit_code, shown, capsys):
     registered_before = registered()
     assert serve(argv) == exit_code

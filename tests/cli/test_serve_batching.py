@@ -27,7 +27,7 @@ import transformers
 from PIL import Image
 from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
 
-from vlmprep.serving_checkpoint import build_llava_checkpoint
+from vlmprep.testing.checkpoints import build_llava_checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_NEW_TOKENS = 6
@@ -130,6 +130,7 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     command = [
         *(sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--continuous-batching"),
         *("--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"),
+        *("--allowed-local-media-path", str(tmp_path / "images")),  # the file URLs' directory, and no other
     ]
     log = tmp_path / "server.log"
     with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
@@ -179,7 +180,7 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     bad_positions = set(bad)
     bad_results = [results[position] for position in sorted(bad_positions)]
     assert [status for status, _ in bad_results] == [400, 400], bad_results
-    assert "could not be read" in bad_results[0][1] and "image" in bad_results[1][1].lower(), bad_results
+    assert "image 1 of the request" in bad_results[0][1] and "image" in bad_results[1][1].lower(), bad_results
     answers = [results[number] for number in range(len(payloads)) if number not in bad_positions]
     assert [status for status, _ in answers] == [200] * NUM_CHATS, answers
     assert [text for _, text in answers] == expected
@@ -192,7 +193,7 @@ def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_
     from transformers.cli.serving.utils import Modality
 
     import vlmprep
-    from vlmprep.serving_batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
+    from vlmprep.serving.batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
     from vlmprep.testing import tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
 
     llava = vlmprep.LlavaForConditionalGeneration(tiny_llava_config())
@@ -216,60 +217,40 @@ def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_
 
 
 @needs_serving
-def test_image_urls_are_read_by_the_handler_and_an_unreadable_one_is_a_400(tmp_path):
-    from fastapi import HTTPException
-    from transformers.cli.serving.utils import Modality
-
-    from vlmprep.serving_batching import VisionPrepChatCompletionHandler
-
-    (image,) = _random_images(1)
-    image.save(tmp_path / "image.png")
-    urls = [data_url(image), (tmp_path / "image.png").as_uri(), str(tmp_path / "image.png")]
-    messages = [{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": url}} for url in urls)]}]
-    (message,) = VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
-    assert all(np.array_equal(np.asarray(item["image"]), np.asarray(image)) for item in message["content"])
-    messages[0]["content"][1]["image_url"]["url"] = (tmp_path / "missing.png").as_uri()
-    with pytest.raises(HTTPException, match="Image 2 of the request could not be read") as raised:
-        VisionPrepChatCompletionHandler.get_processor_inputs_from_messages(messages, Modality.VLM)
-    assert raised.value.status_code == 400
-
-
-@needs_serving
-@pytest.mark.parametrize("where, status", [("apply_chat_template", 400), ("load_model_and_processor", None)])
-def test_only_a_value_error_of_the_processor_reading_the_request_is_a_400(monkeypatch, where, status):
-    import asyncio
-
-    from fastapi import HTTPException
-    from transformers.cli.serving.chat_completion import ChatCompletionHandler
-
-    from vlmprep.serving_batching import VisionPrepChatCompletionHandler
-
-    # A ValueError raised from a function of that name: the processor reading the request, or a server-side fault
-    # (the model's loading) that must stay a server error, not be blamed on the client.
-    namespace: dict = {}
-    exec(f"def {where}():\n    raise ValueError('fails in {where}')", namespace)
-
-    async def upstream_handle_request(self, body, request_id):
-        namespace[where]()
-
-    monkeypatch.setattr(ChatCompletionHandler, "handle_request", upstream_handle_request)
-    handler = VisionPrepChatCompletionHandler(model_manager=None, generation_state=None)
-    call = handler.handle_request({"messages": []}, "request-0")
-    if status is None:
-        with pytest.raises(ValueError, match=f"fails in {where}"):
-            asyncio.run(call)
-    else:
-        with pytest.raises(HTTPException, match=f"fails in {where}") as raised:
-            asyncio.run(call)
-        assert raised.value.status_code == status
-
-
-@needs_serving
 def test_image_batching_is_refused_at_start_when_a_server_hook_is_missing(monkeypatch):
-    from vlmprep.serving_batching import VisionPrepServe
+    from vlmprep.serving.server import check_engine_hooks
     from vlmprep.utils import _engine_compat
 
     problem = "transformers.cli.serving.utils:GenerationState.use_continuous_batching is missing"
     monkeypatch.setattr(_engine_compat, "missing_engine_hooks", lambda include_server=True: [problem])
     with pytest.raises(RuntimeError, match="use_continuous_batching is missing"):
-        VisionPrepServe._use_image_batching(object())  # raises before it reads the server's state
+        check_engine_hooks()
+
+
+@needs_serving
+def test_a_sequential_generation_stops_when_cancelled():
+    import asyncio
+
+    import vlmprep
+    from vlmprep.serving.batching import VisionPrepGenerateManager
+    from vlmprep.testing import tiny_llava_config
+
+    model = vlmprep.LlavaForConditionalGeneration(tiny_llava_config()).eval()
+    config = transformers.GenerationConfig(max_new_tokens=20_000, do_sample=False, eos_token_id=None)
+
+    class Decoder:
+        def decode(self, ids, skip_special_tokens=True):
+            return ""
+
+    async def generate_then_cancel():
+        manager = VisionPrepGenerateManager()
+        inputs = {"input_ids": torch.tensor([[1, 5, 6, 7]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+        work = asyncio.ensure_future(manager.generate_non_streaming(model, Decoder(), inputs, config, "request-1"))
+        await asyncio.sleep(0.5)
+        manager.cancel("request-1")
+        manager.cancel("unknown")  # ignored
+        return await asyncio.wait_for(work, timeout=30)
+
+    started = time.monotonic()
+    _, _, generated = asyncio.run(generate_then_cancel())
+    assert 0 < len(generated) < 20_000 and time.monotonic() - started < 30

@@ -43,7 +43,11 @@ ENGINE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "transformers.generation.continuous_batching.cache:PagedAttentionCache": {"evict_cached_blocks": ()},
     "transformers.cli.serving.utils:CBGenerateManager": {
+        "init_cb": ("model", "gen_config"),
         "generate_streaming": ("model", "processor", "inputs", "gen_config", "request_id", "response_parser"),
+        "generate_non_streaming": ("model", "processor", "inputs", "gen_config", "request_id"),
+    },
+    "transformers.cli.serving.utils:GenerateManager": {
         "generate_non_streaming": ("model", "processor", "inputs", "gen_config", "request_id"),
     },
     "transformers.cli.serving.utils:GenerationState": {
@@ -53,6 +57,19 @@ ENGINE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     "transformers.cli.serving.chat_completion:ChatCompletionHandler": {
         "get_processor_inputs_from_messages": ("messages", "modality"),
         "handle_request": ("body", "request_id"),
+        "_resolve_model": ("body",),
+        "_build_generation_config": ("body", "model_generation_config", "use_cb"),
+        "_streaming": ("request_id", "model", "processor", "model_id", "inputs", "gen_config", "gen_manager", "tools"),
+        "_non_streaming": (
+            "request_id",
+            "model",
+            "processor",
+            "model_id",
+            "inputs",
+            "gen_config",
+            "gen_manager",
+            "tools",
+        ),
     },
     "transformers.cli.serve:Serve": {"start_server": ()},
 }

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .utils.logging import get_logger
+from ..utils.logging import get_logger
 
 __all__ = [
     "SERVE_STATS_ENV",
@@ -140,7 +140,7 @@ def serve(argv: Sequence[str] = ()) -> int:
         raise ImportError(
             f"`{PROG}` runs transformers' server, which needs {', '.join(missing)}: run `{SERVING_INSTALL_COMMAND}`."
         )
-    from .registration import registered, unregister
+    from ..registration import registered, unregister
 
     registered_before = registered()
     started = []
@@ -164,23 +164,29 @@ def serve(argv: Sequence[str] = ()) -> int:
 
 
 def _transformers_serve_command(started: list):
-    """transformers' `serve` command (what `transformers serve` runs) as a click command of its own, which starts the
-    server in a thread and appends transformers' `Serve` object to `started` instead of blocking."""
+    """transformers' `serve` command (what `transformers serve` runs), with the media-policy and limit flags of
+    `ServingPolicy`, as a click command of its own, which starts the server in a thread and appends the
+    `VisionPrepServe` object to `started` instead of blocking."""
     import typer
     from transformers.cli.serve import Serve
 
-    from .registration import register
-    from .serving_batching import VisionPrepServe
+    from ..registration import register
+    from .policy import policy_from_options, policy_parameters
+    from .server import VisionPrepServe
 
     def start_in_thread(**kwargs) -> None:
+        try:
+            policy = policy_from_options(kwargs)  # checked before anything loads: a bad limit is a usage error
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
         register()  # only now: `--help` or refused arguments leave transformers' auto classes as they were
         # `non_blocking` (a hidden option of transformers' command) runs uvicorn in a thread: this process then
         # stops it cleanly and reads its models' stats before they are freed.
-        # `VisionPrepServe` is `Serve`, whose continuous batching also takes the drop-ins' image chats.
-        started.append(VisionPrepServe(**{**kwargs, "non_blocking": True}))
+        started.append(VisionPrepServe(policy=policy, **{**kwargs, "non_blocking": True}))
 
-    # typer builds the options from the signature and help text: exactly those of `transformers serve`.
-    start_in_thread.__signature__ = inspect.signature(Serve)
+    # typer builds the options from the signature and help text: those of `transformers serve`, and the policy's.
+    upstream = inspect.signature(Serve)
+    start_in_thread.__signature__ = upstream.replace(parameters=[*upstream.parameters.values(), *policy_parameters()])
     start_in_thread.__doc__ = Serve.__doc__
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)  # errors are the caller's to show
     app.command(name="serve")(start_in_thread)
@@ -243,7 +249,7 @@ def served_model_stats(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
         `dict[str, dict]`: model name -> `{"class": "module.Name", "drop_in": bool, "encoder_cache": dict | None}`
         (`encoder_cache` holds `EncoderCacheStats` fields; `None` for a transformers class or a disabled cache).
     """
-    from .generation import VisionPrepGenerationMixin
+    from ..generation import VisionPrepGenerationMixin
 
     stats = {}
     for name, model in models.items():
@@ -282,7 +288,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

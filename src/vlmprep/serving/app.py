@@ -1,0 +1,175 @@
+"""The HTTP app of `vlmprep serve`: transformers' handlers behind a guard that bounds, authenticates and names requests.
+
+Upstream's `build_server` serves every handler it has, `/load_model` and `/reset` to anyone, takes the client's
+`X-Request-ID` as the request's id inside the engine (two requests sharing one crash it), and answers a body that is
+no JSON object with FastAPI's 422, which quotes the whole input back. `build_app` serves:
+
+- `/health`, `/v1/models` and `/v1/chat/completions` (vlmprep's chat handler);
+- `/load_model` and `/reset` only with `--api-key`, when every endpoint needs `Authorization: Bearer <key>`;
+- transformers' other endpoints (`/v1/completions`, `/v1/responses`, `/v1/systemone`, `/v1/audio/transcriptions`)
+  not at all: they read media and fields without the checks above.
+
+Every request gets the server's own id (`X-Request-ID` in the answer), a body over `--max-request-bytes` is a 413,
+and every error a short JSON message.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations (`Request`, `dict`) at runtime.
+
+import hmac
+import json
+import uuid
+from typing import Any
+
+from .errors import MAX_ECHO_CHARS, shorten
+from .policy import ServingPolicy
+
+__all__ = ["build_app"]
+
+
+def build_app(
+    model_manager: Any, chat_handler: Any, generation_state: Any, policy: ServingPolicy, enable_cors: bool = False
+):
+    """The FastAPI app of `vlmprep serve` (see the module docstring).
+
+    Args:
+        model_manager (`ModelManager`): transformers' model manager.
+        chat_handler (`VisionPrepChatCompletionHandler`): answers `/v1/chat/completions`.
+        generation_state (`GenerationState`): for `/health` (503 when the engine died).
+        policy (`ServingPolicy`): the limits and the API key.
+        enable_cors (`bool`, *optional*, defaults to `False`): permissive CORS, as upstream's flag.
+
+    Returns:
+        `fastapi.FastAPI`
+    """
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.middleware.cors import CORSMiddleware
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.exceptions import HTTPException as AnyHTTPException  # FastAPI's, and the router's 404 and 405
+    from transformers.cli.serving.utils import CBWorkerDeadError, split_model_id
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        model_manager.shutdown()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.exception_handler(AnyHTTPException)
+    async def _client_error(_request: Request, error: AnyHTTPException):
+        return JSONResponse({"error": shorten(error.detail, 3 * MAX_ECHO_CHARS)}, status_code=error.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_request: Request, _error: RequestValidationError):
+        return JSONResponse({"error": "the request body must be a JSON object"}, status_code=400)
+
+    @app.exception_handler(CBWorkerDeadError)
+    async def _engine_dead(_request: Request, _error: CBWorkerDeadError):
+        return JSONResponse({"error": "the generation engine stopped; the server must be restarted"}, status_code=503)
+
+    if enable_cors:
+        app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request, body: dict):
+        return await chat_handler.handle_request(body, request.state.request_id, request=request)
+
+    @app.get("/v1/models")
+    def list_models():
+        return JSONResponse({"object": "list", "data": model_manager.list_models()})
+
+    @app.get("/health")
+    def health():
+        if not generation_state.is_cb_alive():
+            return JSONResponse({"status": "unhealthy", "reason": "cb_worker_dead"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    if policy.api_key:
+
+        @app.post("/load_model")
+        async def load_model(body: dict):
+            model = body.get("model")
+            if not isinstance(model, str) or not model:
+                raise HTTPException(status_code=400, detail="`model` must be a non-empty string")
+            model, gguf_file = split_model_id(model)
+            model_id = model_manager.process_model_name(model)
+            stream = model_manager.load_model_streaming(model_id, gguf_file=gguf_file)
+            return StreamingResponse(stream, media_type="text/event-stream")
+
+        @app.post("/reset")
+        def reset():
+            model_manager.shutdown()
+            return JSONResponse({"status": "ok"})
+
+    return RequestGuard(app, policy)
+
+
+class RequestGuard:
+    """ASGI middleware: the API key, the body-size limit and the server's own request id, before any route runs.
+
+    The body is read here (up to `--max-request-bytes`) and handed on whole; the client's later messages (its
+    disconnect) still reach the route, so a non-streaming request can notice its client leaving.
+
+    Args:
+        app (`ASGI app`): the app to guard.
+        policy (`ServingPolicy`): `max_request_bytes` and `api_key`.
+    """
+
+    def __init__(self, app: Any, policy: ServingPolicy):
+        self.app = app
+        self.policy = policy
+        self._expected_authorization = f"Bearer {policy.api_key}".encode() if policy.api_key else None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self._expected_authorization is not None:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected_authorization):
+                return await _answer(send, 401, "a valid `Authorization: Bearer <api key>` header is required")
+        body, status = await _read_body(receive, self.policy.max_request_bytes)
+        if status is not None:
+            limit = self.policy.max_request_bytes
+            return await _answer(send, status, f"the request body is over --max-request-bytes ({limit})")
+        request_id = uuid.uuid4().hex  # never the client's X-Request-ID: the engine keys its requests by it
+        scope.setdefault("state", {})["request_id"] = request_id
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                message = {**message, "headers": [*headers, (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        await self.app(scope, replay, send_with_id)
+
+
+async def _read_body(receive, limit: int) -> tuple[bytes, int | None]:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"", 499
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"", 413
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks), None
+
+
+async def _answer(send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
