@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PatchGridLayout
 
 
 class Qwen2_5_VLForConditionalGeneration(
-    PatchGridLayout, VisionPrepGenerationMixin, transformers.Qwen2_5_VLForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Qwen2_5_VLForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen2_5_VLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
