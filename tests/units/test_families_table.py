@@ -12,9 +12,9 @@ import pytest
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from family_registry import Scenario
-from vlmprep.generation import VisionPrepGenerationMixin
 from vlmprep.models import DROP_IN_CLASSES, registry
-from vlmprep.models.registry import NOT_ADAPTED_REASONS
+from vlmprep.models.base import VisionPrepMixin
+from vlmprep.models.registry import ALIAS, FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "utils" / "families_table.py"
@@ -42,6 +42,10 @@ def _table_rows(document: str) -> dict[str, str]:
     return rows
 
 
+def _escape_pipes(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def test_table_lists_every_image_text_to_text_model_type(rendered):
     document, errors, _ = rendered
     assert errors == []
@@ -61,9 +65,7 @@ def test_every_model_type_has_a_drop_in_or_a_reason():
 
 def test_registry_module_defines_no_drop_in_class():
     assert not [
-        value
-        for value in vars(registry).values()
-        if isinstance(value, type) and issubclass(value, VisionPrepGenerationMixin)
+        value for value in vars(registry).values() if isinstance(value, type) and issubclass(value, VisionPrepMixin)
     ]
 
 
@@ -71,11 +73,16 @@ def test_drop_ins_and_not_adapted_families_are_marked(rendered):
     document, _, _ = rendered
     rows = _table_rows(document)
     for model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
-        if model_type in DROP_IN_CLASSES:
+        spec = FAMILY_SPECS[model_type]
+        assert f"| {spec.status} |" in rows[model_type]
+        if spec.status == ALIAS:
+            assert f"{DROP_IN_CLASSES[model_type].__qualname__}` (alias of `{spec.alias_of}`)" in rows[model_type]
+        elif model_type in DROP_IN_CLASSES:
             assert DROP_IN_CLASSES[model_type].__qualname__ in rows[model_type]
             assert f"### `{model_type}`" in document
         else:
             assert "transformers class (not adapted)" in rows[model_type]
+            assert _escape_pipes(spec.reason) in rows[model_type]
 
 
 def test_declared_scenarios_are_run_by_their_test_files(families_table):
