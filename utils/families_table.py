@@ -4,7 +4,7 @@ For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table st
 the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: its status, the vlmprep drop-in class it loads and
 its layout, or what stands in the way of one today, and whether `vlmprep.loading.text_only` loads its text decoder
 alone. From the tests it reads only what they
-alone know, as data of `tests/family_registry.py`: the conformance scenarios they declare (`SCENARIOS`) and the ones
+alone know, as data of `tests/support/registry.py`: the conformance scenarios they declare (`SCENARIOS`) and the ones
 each drop-in's case skips, with their reasons (`FAMILY_CASES`).
 
 Usage:
@@ -33,27 +33,27 @@ DOC_PATH = REPO_ROOT / "docs" / "families.md"
 NOT_ADAPTED = "transformers class (not adapted)"
 
 
-def _family_registry() -> types.ModuleType:
-    """`tests/family_registry.py`, imported by path the way pytest's rootdir import does it."""
+def _test_registry() -> types.ModuleType:
+    """`tests/support/registry.py`, imported as the tests import it (`tests/` on `sys.path`, as its conftest puts it)."""
     if str(TESTS_DIR) not in sys.path:
         sys.path.insert(0, str(TESTS_DIR))
-    import family_registry
+    from support import registry
 
-    return family_registry
+    return registry
 
 
 def load_family_cases() -> dict:
-    """`FAMILY_CASES` of `tests/family_registry.py`: model type -> the conformance suite's `FamilyCase`."""
-    return dict(_family_registry().FAMILY_CASES)
+    """`FAMILY_CASES` of `tests/support/registry.py`: model type -> the conformance suite's `FamilyCase`."""
+    return dict(_test_registry().FAMILY_CASES)
 
 
 def load_scenarios() -> list:
-    """The conformance scenarios `tests/family_registry.py` declares (`SCENARIOS`), sorted by name.
+    """The conformance scenarios `tests/support/registry.py` declares (`SCENARIOS`), sorted by name.
 
     Returns:
         `list[Scenario]`: each with its name, test file and the families it is limited to (`None`: all).
     """
-    return sorted(_family_registry().SCENARIOS.values(), key=lambda scenario: scenario.name)
+    return sorted(_test_registry().SCENARIOS.values(), key=lambda scenario: scenario.name)
 
 
 def _escape(text: str) -> str:
@@ -82,7 +82,7 @@ def build_table(
         drop_ins (`dict[str, type]`): model type -> vlmprep drop-in class.
         reasons (`dict[str, str]`): model type -> why it has no drop-in.
         cases (`dict`): model type -> `FamilyCase` of the conformance suite.
-        scenarios (`list`): the conformance scenarios (`Scenario`s of `tests/family_registry.py`).
+        scenarios (`list`): the conformance scenarios (`Scenario`s of `tests/support/registry.py`).
         text_only (`set[str]`): model types whose text decoder loads alone.
         layouts (`dict[str, str]`, *optional*): model type -> the drop-in's layout (a key of `LAYOUTS`).
         statuses (`dict[str, str]`, *optional*): model type -> its status in the registry (`STATUSES`).
@@ -182,7 +182,10 @@ def build_table(
         lines += [f"### `{model_type}`", ""]
         case = cases.get(model_type)
         if case is None:
-            lines += ["No `FamilyCase` is registered in `tests/families/`: the conformance suite does not run it.", ""]
+            lines += [
+                "No `FamilyCase` is registered in `tests/support/families/`: the conformance suite does not run it.",
+                "",
+            ]
             continue
         ran = [s.name for s in scenarios if applies(s, model_type) and s.name not in case.skip]
         skipped = [(s.name, case.skip[s.name]) for s in scenarios if applies(s, model_type) and s.name in case.skip]

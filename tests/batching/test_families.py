@@ -7,8 +7,8 @@ import pytest
 import torch
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 
-from family_registry import FAMILY_CASES
-from helpers import VIDEO
+from support.references import VIDEO
+from support.registry import FAMILY_CASES
 from vlmprep.testing import IMAGE
 
 MAX_NEW_TOKENS = 5

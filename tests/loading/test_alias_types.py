@@ -11,8 +11,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 import vlmprep
-from family_registry import FAMILY_CASES
-from helpers import assert_same_steps, generate_logits
+from support.references import assert_same_steps, generate_logits
+from support.registry import FAMILY_CASES
 from vlmprep.models.registry import ALIAS, FAMILY_SPECS
 from vlmprep.testing import IMAGE, tiny_config, tiny_model
 

@@ -13,8 +13,8 @@ import torch
 from transformers import DynamicCache
 
 from conftest import ALL_FAMILIES, model_pair
-from family_registry import QWEN_FAMILIES, SCENARIOS, skip_marks
-from helpers import SYSTEM, USER, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
+from support.references import SYSTEM, USER, Prompt, assert_close, cache_of, generate_logits, reference_next_logits
+from support.registry import QWEN_FAMILIES, SCENARIOS, skip_marks
 from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]

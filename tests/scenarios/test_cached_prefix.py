@@ -11,8 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
-from family_registry import families_for
-from helpers import (
+from support.references import (
     SYSTEM,
     USER,
     Prompt,
@@ -23,6 +22,7 @@ from helpers import (
     reference_next_logits,
     truncated_cache,
 )
+from support.registry import families_for
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 

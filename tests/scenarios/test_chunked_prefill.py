@@ -15,8 +15,7 @@ from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
-from family_registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, families_for
-from helpers import (
+from support.references import (
     SYSTEM,
     USER,
     Prompt,
@@ -26,6 +25,7 @@ from helpers import (
     generate_batch_matching_upstream,
     generate_logits,
 )
+from support.registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, families_for
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, tiny_gemma3_config
 
 TWO_IMAGE_SEGMENTS = [[2, 10, 11, 12], IMAGE, [13, 14, 15], IMAGE, [16, 17]]

@@ -1,6 +1,6 @@
 """Differential test: random conversations through the drop-in, every call checked against plain transformers.
 
-Hypothesis draws conversations (`differential_strategies.conversations`): batches of prompts with 0-3 images (adjacent
+Hypothesis draws conversations (`support.differential_strategies.conversations`): batches of prompts with 0-3 images (adjacent
 or with text between), left padding, chunk sizes, cache salts, the prefix store on or off, a caller's cache filled by
 transformers over a prefix, continuations of the answers (with or without the returned cache), and weight changes
 between calls. Each `generate` of the drop-in is compared with the transformers class holding the same weights:
@@ -28,9 +28,9 @@ from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
-from differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
-from family_registry import families_for
-from helpers import Prompt, assert_close, collate
+from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
+from support.references import Prompt, assert_close, collate
+from support.registry import families_for
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
 SLOW_EXAMPLES = 60

@@ -12,8 +12,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
-from family_registry import GLM_FAMILIES, QWEN_FAMILIES, families_for
-from helpers import (
+from support.references import (
     SYSTEM,
     USER,
     Prompt,
@@ -23,6 +22,7 @@ from helpers import (
     generate_logits,
     reference_next_logits,
 )
+from support.registry import GLM_FAMILIES, QWEN_FAMILIES, families_for
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 
 GENERATION_MODES = {

@@ -15,7 +15,7 @@ from transformers import CompileConfig, GenerationMixin
 
 import vlmprep
 from conftest import model_pair
-from helpers import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
+from support.references import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
 from vlmprep.testing import IMAGE, VisionRunCounter, tiny_gemma3_config
 from vlmprep.utils._compat import method_problems
 

@@ -11,7 +11,7 @@ import types
 import pytest
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-from family_registry import Scenario
+from support.registry import Scenario
 from vlmprep.models import DROP_IN_CLASSES, registry
 from vlmprep.models.base import VisionPrepMixin
 from vlmprep.models.registry import ALIAS, FAMILY_SPECS, NOT_ADAPTED_REASONS

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from concurrency import run_in_threads
+from support.concurrency import run_in_threads
 from vlmprep.cache.prefix_cache import PrefixCache, key_material_array
 
 ROOT = PrefixCache.root_key(("model", "salt"))

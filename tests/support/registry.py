@@ -1,61 +1,21 @@
-"""The conformance suite's family registry: each family states how its processor builds prompts.
+"""The conformance suite's family registry: every family's case, the family groups and the conformance scenarios.
 
-A family is registered by a `tests/families/cases_*.py` module calling `register(FamilyCase(...))`; every
-scenario test is parameterized over `FAMILY_CASES`, so a new family runs the whole suite by adding one case.
+A family is registered by a `support/families/cases_*.py` module calling `register(FamilyCase(...))`
+(`support.cases`); importing this module imports every one of them. Every scenario test is parameterized over
+`FAMILY_CASES`, so a new family runs the whole suite by adding one case.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import importlib
+import pkgutil
+from dataclasses import dataclass
 
-import torch
-import transformers
-from transformers import PreTrainedConfig, PreTrainedModel
+from support import families
+from support.cases import FAMILY_CASES, FamilyCase, register
 
-from vlmprep.models.registry import FAMILY_SPECS
-from vlmprep.testing import tiny_config
+__all__ = ["FAMILY_CASES", "SCENARIOS", "FamilyCase", "Scenario", "families_for", "register", "skip_marks"]
 
-
-@dataclass
-class FamilyCase:
-    """How the conformance suite builds one family's prompts; its tiny config and reference class come from the
-    registry (`vlmprep.models.registry.FAMILY_SPECS`).
-
-    Args:
-        name: the model type (a key of vlmprep's drop-in registry).
-        build_inputs: `(config, segments, image_seeds) -> dict` with `input_ids`, the per-token inputs and the
-            pixel inputs the family's processor would return; segments are lists of text ids or `IMAGE`.
-        per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
-        pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
-        skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
-        collate: `(prompts, pad_token_id) -> dict`, for families whose batches are not left-pad + concatenate.
-        answer_token_types: per-token input -> its value at generated (text) tokens, where it is not 0: what the
-            family's `generate` appends, so an uncached forward of a prompt and its answer is the reference of each
-            step (PaliGemma's suffix tokens are 1, causal; its prompt is one bidirectional prefix of 0s).
-    """
-
-    name: str
-    build_inputs: Callable[[PreTrainedConfig, list, list[int]], dict[str, torch.Tensor]]
-    per_token_keys: tuple[str, ...] = ("token_type_ids",)
-    pixel_keys: tuple[str, ...] = ("pixel_values",)
-    skip: dict[str, str] = field(default_factory=dict)
-    collate: Callable | None = None
-    answer_token_types: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def upstream_class(self) -> type[PreTrainedModel]:
-        """The transformers class the drop-in replaces (the drop-in has its name)."""
-        return getattr(transformers, FAMILY_SPECS[self.name].class_name)
-
-    def make_config(self) -> PreTrainedConfig:
-        """A fresh tiny config: the builder the registry names for this model type (`vlmprep.testing.tiny_config`)."""
-        return tiny_config(self.name)
-
-
-FAMILY_CASES: dict[str, FamilyCase] = {}
 
 # Families by what their prompts hold, for the checks only they run. The Qwen-VL families keep multimodal rope deltas
 # on the model upstream and tell videos from images by `mm_token_type_ids`; GLM's video frames are image placeholders,
@@ -67,19 +27,13 @@ LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video"]
 IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES]  # an image and a video in one prompt
 
 
-def register(case: FamilyCase) -> FamilyCase:
-    FAMILY_CASES[case.name] = case
-    return case
+def _import_case_modules() -> None:
+    # Each module of `support.families` registers its cases (`support.cases.register`) when imported.
+    for module in sorted(pkgutil.iter_modules(families.__path__), key=lambda module: module.name):
+        importlib.import_module(f"{families.__name__}.{module.name}")
 
 
-def _load_case_modules() -> None:
-    for path in sorted((pathlib.Path(__file__).parent / "families").glob("cases_*.py")):
-        spec = importlib.util.spec_from_file_location(f"family_cases_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-
-
-_load_case_modules()
+_import_case_modules()
 
 
 @dataclass(frozen=True)
