@@ -4,7 +4,7 @@ For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table st
 the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: its status, the vlmprep drop-in class it loads and
 its layout, or what stands in the way of one today, and whether `vlmprep.loading.text_only` loads its text decoder
 alone. From the tests it reads only what they
-alone know, as data of `tests/support/registry.py`: the conformance scenarios they declare (`SCENARIOS`) and the ones
+alone know, from `tests/support/registry.py`: the conformance scenarios the test files declare (`@scenario`) and the ones
 each drop-in's case skips, with their reasons (`FAMILY_CASES`).
 
 Usage:
@@ -48,12 +48,12 @@ def load_family_cases() -> dict:
 
 
 def load_scenarios() -> list:
-    """The conformance scenarios `tests/support/registry.py` declares (`SCENARIOS`), sorted by name.
+    """The conformance scenarios the test files declare (`@scenario` in `tests/scenarios/`), sorted by name.
 
     Returns:
         `list[Scenario]`: each with its name, test file and the families it is limited to (`None`: all).
     """
-    return sorted(_test_registry().SCENARIOS.values(), key=lambda scenario: scenario.name)
+    return sorted(_test_registry().load_scenarios().values(), key=lambda scenario: scenario.name)
 
 
 def _escape(text: str) -> str:

@@ -30,7 +30,7 @@ import vlmprep
 from conftest import model_pair
 from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
 from support.references import Prompt, assert_close, collate
-from support.registry import families_for
+from support.registry import scenario
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
 SLOW_EXAMPLES = 60
@@ -197,12 +197,12 @@ def check_conversations(family: str, max_examples: int) -> None:
     check()
 
 
-@pytest.mark.parametrize("family", families_for("differential"))
+@scenario
 def test_differential(family):
     check_conversations(family, CI_EXAMPLES)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", families_for("differential"))
+@scenario(name="differential")
 def test_differential_long(family):
     check_conversations(family, SLOW_EXAMPLES)

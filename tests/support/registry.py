@@ -8,13 +8,29 @@ A family is registered by a `support/families/cases_*.py` module calling `regist
 from __future__ import annotations
 
 import importlib
+import inspect
+import pathlib
 import pkgutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import pytest
 
 from support import families
 from support.cases import FAMILY_CASES, FamilyCase, register
 
-__all__ = ["FAMILY_CASES", "SCENARIOS", "FamilyCase", "Scenario", "families_for", "register", "skip_marks"]
+__all__ = [
+    "FAMILY_CASES",
+    "SCENARIOS",
+    "FamilyCase",
+    "Scenario",
+    "declare_scenario",
+    "load_scenarios",
+    "register",
+    "scenario",
+    "skip_marks",
+]
 
 
 # Families by what their prompts hold, for the checks only they run. The Qwen-VL families keep multimodal rope deltas
@@ -46,74 +62,70 @@ class Scenario:
     families: tuple[str, ...] | None = None
 
 
-def _declare(test_file: str, *names: str) -> list[Scenario]:
-    return [Scenario(name, f"tests/scenarios/{test_file}") for name in names]
+# The conformance scenarios, filled as the scenario test files are imported: `@scenario` registers a test (and
+# parametrizes it over the families), `declare_scenario` a scenario a test runs otherwise (the bad-input cases).
+# `load_scenarios` imports every file, for `utils/families_table.py`, which writes them into docs/families.md.
+SCENARIOS: dict[str, Scenario] = {}
+SCENARIOS_DIR = pathlib.Path(__file__).resolve().parents[1] / "scenarios"
 
 
-# The conformance scenarios, by test file: each family runs each one unless its case skips it with a reason.
-# `utils/families_table.py` writes them into docs/families.md; `families_for` refuses a name not declared here.
-SCENARIOS: dict[str, Scenario] = {
-    scenario.name: scenario
-    for scenario in (
-        *_declare(
-            "test_bad_input.py",  # one per case of its `BAD_INPUTS`
-            "bad_input_attention_mask_mismatch",
-            "bad_input_cache_from_other_head_shape",
-            "bad_input_cache_from_other_layer_count",
-            "bad_input_cache_longer_than_prompt",
-            "bad_input_placeholders_without_pixels",
-            "bad_input_token_type_ids_mismatch",
-            "bad_input_too_few_images",
-            "bad_input_too_many_images",
-            "bad_input_wrong_channels",
-            "bad_input_wrong_resolution",
-            "bad_input_wrong_run_length",
-        ),
-        *_declare(
-            "test_cached_prefix.py",
-            "cache_cropped_inside_image",
-            "cache_from_prompt_truncated_inside_image",
-            "cached_text_prefix_then_image_turn",
-            "image_already_in_cache_is_not_encoded",
-            "new_image_next_to_cached_image_encodes_only_the_new_one",
-        ),
-        *_declare(
-            "test_chunked_prefill.py",
-            "cached_prefix_of_every_length_with_chunks",
-            "chunked_batch_matches_unchunked_batch",
-            "every_chunk_size_is_exact",
-        ),
-        *_declare("test_differential.py", "differential"),
-        *_declare(
-            "test_generate.py",
-            "generate_matches_transformers",
-            "interleaved_requests_share_no_state",
-            "left_padded_batch_matches_solo_runs",
-            "save_pretrained_loads_in_transformers",
-        ),
-    )
-}
+def declare_scenario(name: str, source: str, families: tuple[str, ...] | None = None) -> Scenario:
+    """Add a conformance scenario; declaring the same one again (another test of it) changes nothing.
+
+    Args:
+        name (`str`): the scenario's name, the key a `FamilyCase.skip` uses.
+        source (`str`): the test file that runs it, relative to the repository (`tests/scenarios/test_generate.py`).
+        families (`tuple[str, ...]`, *optional*): the families it is limited to; every registered family by default.
+
+    Returns:
+        `Scenario`
+    """
+    declared_scenario = Scenario(name, source, families)
+    known = SCENARIOS.setdefault(name, declared_scenario)
+    if known != declared_scenario:
+        raise ValueError(f"Scenario {name!r} is declared twice, differently: {known} and {declared_scenario}.")
+    return declared_scenario
 
 
-def declared(scenario: str) -> Scenario:
-    """The declared conformance scenario of that name; a name not in `SCENARIOS` is refused."""
-    if scenario not in SCENARIOS:
-        raise ValueError(f"{scenario!r} is no declared conformance scenario: add it to SCENARIOS in {__file__}")
-    return SCENARIOS[scenario]
+def scenario(test: Callable | None = None, *, name: str | None = None, families: tuple[str, ...] | None = None):
+    """Register a test as a conformance scenario and parametrize its `family` argument over the families that run it
+    (the others marked skip with their case's reason).
+
+    Use it bare (`@scenario`: the scenario is named after the test, without `test_`) or with a `name` (several tests
+    of one scenario) or `families` (a scenario only some families run).
+    """
+
+    def register_and_parametrize(function: Callable) -> Callable:
+        scenario_name = name or function.__name__.removeprefix("test_")
+        path = pathlib.Path(inspect.getfile(function)).resolve()
+        declare_scenario(scenario_name, str(path.relative_to(SCENARIOS_DIR.parents[1])), families)
+        return pytest.mark.parametrize("family", _families_for(scenario_name))(function)
+
+    return register_and_parametrize(test) if test is not None else register_and_parametrize
 
 
-def skip_marks(family: str, scenario: str) -> list:
-    """`[pytest.mark.skip(reason)]` when the family's case skips the declared `scenario`, else `[]`."""
-    import pytest
+def load_scenarios() -> dict[str, Scenario]:
+    """Every conformance scenario: imports each `tests/scenarios/test_*.py` as pytest does (by its file name, with
+    its folder on `sys.path`), so a module pytest has imported already is not run again.
 
-    reason = FAMILY_CASES[family].skip.get(declared(scenario).name)
+    Returns:
+        `dict[str, Scenario]`: `SCENARIOS`, complete.
+    """
+    if str(SCENARIOS_DIR) not in sys.path:
+        sys.path.insert(0, str(SCENARIOS_DIR))
+    for path in sorted(SCENARIOS_DIR.glob("test_*.py")):
+        importlib.import_module(path.stem)
+    return SCENARIOS
+
+
+def skip_marks(family: str, name: str) -> list:
+    """`[pytest.mark.skip(reason)]` when the family's case skips the declared scenario `name`, else `[]`."""
+    reason = FAMILY_CASES[family].skip.get(SCENARIOS[name].name)
     return [pytest.mark.skip(reason=reason)] if reason else []
 
 
-def families_for(scenario: str) -> list:
-    """`pytest.param`s of the families that run the declared `scenario`, the others marked skip with their reason."""
-    import pytest
-
-    limited = declared(scenario).families
+def _families_for(name: str) -> list:
+    """`pytest.param`s of the families that run the declared scenario `name`, the others marked skip with a reason."""
+    limited = SCENARIOS[name].families
     families = limited if limited is not None else sorted(FAMILY_CASES)
-    return [pytest.param(name, id=name, marks=skip_marks(name, scenario)) for name in families]
+    return [pytest.param(family, id=family, marks=skip_marks(family, name)) for family in families]
