@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vlmprep
-from family_registry import FAMILY_CASES
+from support.registry import FAMILY_CASES
 from vlmprep.testing import tiny_model
 
 # Tiny models: one thread avoids the scheduling overhead that dominates their matmuls on a shared 2-core machine.

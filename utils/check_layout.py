@@ -1,8 +1,11 @@
-"""Check the shape of the source tree: small modules, a thin mixin, no import cycles between modules.
+"""Check the shape of the source tree: small modules, a thin mixin, documented long functions, no import cycles.
 
 - no module of `src/vlmprep` is over 400 lines;
 - `generation/mixin.py` (the upstream overrides only, each delegating) is under 250 lines;
-- no cycle among the modules' top-level imports (imports inside functions are how a module breaks one, on purpose).
+- no function or method over 60 lines lacks a docstring (a long function says what it does);
+- no cycle among the modules' imports, counting imports inside functions and under `TYPE_CHECKING`: an import
+  inside a function is still an import, so it cannot hide a cycle (imports point down: models -> batching ->
+  generation -> cache).
 
 Family files importing each other are checked by `utils/check_exports.py`.
 
@@ -19,6 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "vlmprep"
 MAX_LINES = 400
 MAX_MIXIN_LINES = 250
+MAX_UNDOCUMENTED_FUNCTION_LINES = 60
 
 
 def module_paths() -> dict[str, pathlib.Path]:
@@ -31,10 +35,11 @@ def module_paths() -> dict[str, pathlib.Path]:
     return modules
 
 
-def top_level_imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+def imports_of(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+    """The package modules `name` imports anywhere: at top level, inside functions and under `TYPE_CHECKING`."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     imported = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
@@ -48,6 +53,18 @@ def top_level_imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.
             continue
         imported.update(candidate for candidate in candidates if candidate in modules and candidate != name)
     return imported
+
+
+def undocumented_long_functions(path: pathlib.Path) -> list[str]:
+    """`path:line name (N lines)` for each function or method over the limit without a docstring."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_UNDOCUMENTED_FUNCTION_LINES and ast.get_docstring(node) is None:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -99,14 +116,23 @@ def main() -> int:
             f"{mixin.relative_to(ROOT)} has {mixin_lines} lines (at most {MAX_MIXIN_LINES}): it holds the upstream "
             "overrides only; move the work they delegate to into its own module"
         )
-    graph = {name: top_level_imports(name, path, modules) for name, path in modules.items()}
+    problems += [
+        f"{function} has no docstring: a function over {MAX_UNDOCUMENTED_FUNCTION_LINES} lines says what it does"
+        for path in modules.values()
+        for function in undocumented_long_functions(path)
+    ]
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     for cycle in import_cycles(graph):
-        problems.append(f"import cycle among {', '.join(cycle)}: import one side inside the function that needs it")
+        problems.append(
+            f"import cycle among {', '.join(cycle)} (imports inside functions count): make the imports point down, "
+            "moving what both sides need to the lower module"
+        )
     for problem in problems:
         print(f"check-layout: {problem}")
     if not problems:
         print(
-            f"check-layout: {len(modules)} modules, none over {MAX_LINES} lines, mixin {mixin_lines} lines, no cycle."
+            f"check-layout: {len(modules)} modules, none over {MAX_LINES} lines, mixin {mixin_lines} lines, long "
+            "functions documented, no import cycle."
         )
     return 1 if problems else 0
 

@@ -1,7 +1,8 @@
 """Check that every private transformers method vlmprep overrides or calls exists with the parameters it expects:
 the generation hooks of the mixin, and the continuous-batching engine and server classes that `vlmprep.batching` and
-`vlmprep serve` extend (methods, parameters and the private attributes they read). Exit 1 naming the installed
-transformers version when not.
+`vlmprep serve` extend (methods, parameters and the private attributes they read); and that the upstream lines vlmprep
+copies (the static cache sizing `_new_cache` repeats) are unchanged. Exit 1 naming the installed transformers version
+when not.
 
 Usage: python utils/check_upstream_hooks.py
 """
@@ -10,12 +11,17 @@ import sys
 
 import transformers
 
-from vlmprep.utils._compat import REQUIRED_GENERATION_HOOKS, missing_generation_hooks
+from vlmprep.utils._compat import (
+    COPIED_UPSTREAM_SOURCE,
+    REQUIRED_GENERATION_HOOKS,
+    changed_copied_sources,
+    missing_generation_hooks,
+)
 from vlmprep.utils._engine_compat import ENGINE_ATTRIBUTES, ENGINE_METHODS, missing_engine_hooks
 
 
 def main() -> int:
-    problems = missing_generation_hooks() + missing_engine_hooks()
+    problems = missing_generation_hooks() + changed_copied_sources() + missing_engine_hooks()
     if problems:
         print(f"transformers {transformers.__version__}: hooks missing or changed:")
         for problem in problems:
@@ -25,6 +31,7 @@ def main() -> int:
     attributes = sum(len(names) for names in ENGINE_ATTRIBUTES.values())
     print(
         f"transformers {transformers.__version__}: all {len(REQUIRED_GENERATION_HOOKS)} generation hooks present; "
+        f"copied upstream code unchanged in {len(COPIED_UPSTREAM_SOURCE)} methods; "
         f"engine and server: {methods} methods, {attributes} attributes present."
     )
     return 0

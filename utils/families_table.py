@@ -1,9 +1,10 @@
 """Write `docs/families.md`: every image-text-to-text model type of transformers and what vlmprep does with it.
 
 For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table states the transformers class and what
-the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: the vlmprep drop-in class and its layout, or why there
-is none, and whether `vlmprep.loading.text_only` loads its text decoder alone. From the tests it reads only what they
-alone know, as data of `tests/family_registry.py`: the conformance scenarios they declare (`SCENARIOS`) and the ones
+the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: its status, the vlmprep drop-in class it loads and
+its layout, or what stands in the way of one today, and whether `vlmprep.loading.text_only` loads its text decoder
+alone. From the tests it reads only what they
+alone know, from `tests/support/registry.py`: the conformance scenarios the test files declare (`@scenario`) and the ones
 each drop-in's case skips, with their reasons (`FAMILY_CASES`).
 
 Usage:
@@ -32,27 +33,27 @@ DOC_PATH = REPO_ROOT / "docs" / "families.md"
 NOT_ADAPTED = "transformers class (not adapted)"
 
 
-def _family_registry() -> types.ModuleType:
-    """`tests/family_registry.py`, imported by path the way pytest's rootdir import does it."""
+def _test_registry() -> types.ModuleType:
+    """`tests/support/registry.py`, imported as the tests import it (`tests/` on `sys.path`, as its conftest puts it)."""
     if str(TESTS_DIR) not in sys.path:
         sys.path.insert(0, str(TESTS_DIR))
-    import family_registry
+    from support import registry
 
-    return family_registry
+    return registry
 
 
 def load_family_cases() -> dict:
-    """`FAMILY_CASES` of `tests/family_registry.py`: model type -> the conformance suite's `FamilyCase`."""
-    return dict(_family_registry().FAMILY_CASES)
+    """`FAMILY_CASES` of `tests/support/registry.py`: model type -> the conformance suite's `FamilyCase`."""
+    return dict(_test_registry().FAMILY_CASES)
 
 
 def load_scenarios() -> list:
-    """The conformance scenarios `tests/family_registry.py` declares (`SCENARIOS`), sorted by name.
+    """The conformance scenarios the test files declare (`@scenario` in `tests/scenarios/`), sorted by name.
 
     Returns:
         `list[Scenario]`: each with its name, test file and the families it is limited to (`None`: all).
     """
-    return sorted(_family_registry().SCENARIOS.values(), key=lambda scenario: scenario.name)
+    return sorted(_test_registry().load_scenarios().values(), key=lambda scenario: scenario.name)
 
 
 def _escape(text: str) -> str:
@@ -71,6 +72,8 @@ def build_table(
     scenarios: list,
     text_only: set[str],
     layouts: dict[str, str] | None = None,
+    statuses: dict[str, str] | None = None,
+    aliases: dict[str, str] | None = None,
 ) -> tuple[str, list[str], list[str]]:
     """The markdown of `docs/families.md`, with the problems that make it wrong and the warnings that do not.
 
@@ -79,15 +82,17 @@ def build_table(
         drop_ins (`dict[str, type]`): model type -> vlmprep drop-in class.
         reasons (`dict[str, str]`): model type -> why it has no drop-in.
         cases (`dict`): model type -> `FamilyCase` of the conformance suite.
-        scenarios (`list`): the conformance scenarios (`Scenario`s of `tests/family_registry.py`).
+        scenarios (`list`): the conformance scenarios (`Scenario`s of `tests/support/registry.py`).
         text_only (`set[str]`): model types whose text decoder loads alone.
         layouts (`dict[str, str]`, *optional*): model type -> the drop-in's layout (a key of `LAYOUTS`).
+        statuses (`dict[str, str]`, *optional*): model type -> its status in the registry (`STATUSES`).
+        aliases (`dict[str, str]`, *optional*): alias model type -> the model type whose drop-in it loads.
 
     Returns:
         `tuple[str, list[str], list[str]]`: the document, errors (the table cannot be right), warnings.
     """
     errors, warnings = [], []
-    layouts = layouts or {}
+    layouts, statuses, aliases = layouts or {}, statuses or {}, aliases or {}
     missing = sorted(set(mapping) - set(drop_ins) - set(reasons))
     if missing:
         errors.append(
@@ -103,7 +108,7 @@ def build_table(
     unknown = sorted(set(reasons) - set(mapping))
     if unknown:
         warnings.append("NOT_ADAPTED_REASONS names model types outside the mapping: " + ", ".join(unknown))
-    orphans = sorted(set(cases) - set(drop_ins))
+    orphans = sorted(set(cases) - (set(drop_ins) - set(aliases)))
     if orphans:
         warnings.append("FamilyCase registered for model types without a drop-in class: " + ", ".join(orphans))
     known_scenarios = {scenario.name for scenario in scenarios}
@@ -122,7 +127,10 @@ def build_table(
         f"Every model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` in transformers {transformers.__version__} "
         "and what vlmprep does with it. A model type with a drop-in class loads as that class through "
         "`vlmprep.AutoModelForImageTextToText`; any other loads as transformers' own class (with a warning), so "
-        "its images are encoded as transformers does. *Conformance* counts the scenarios of `tests/scenarios/` "
+        "its images are encoded as transformers does. *Status* is the registry's: a drop-in, an alias (another "
+        "type's class under its own config type, loading that type's drop-in), a candidate (placeholder-based, "
+        "not written yet), not placeholder-based, or blocked upstream; the last column says what stands in the way "
+        "today. *Conformance* counts the scenarios of `tests/scenarios/` "
         "the drop-in runs (see [Conformance scenarios per drop-in](#conformance-scenarios-per-drop-in)); "
         "*text-only* says whether `vlmprep.loading.text_only` loads the text decoder alone, without reading "
         "vision weights. *Layout* is how a drop-in's pixel inputs split into items and placeholders (see "
@@ -131,15 +139,22 @@ def build_table(
     ]
     adapted = sorted(set(mapping) & set(drop_ins))
     lines += [
-        f"{len(adapted)} of {len(mapping)} model types have a drop-in class; "
+        f"{len(adapted)} of {len(mapping)} model types load a drop-in class ({len(set(adapted) & set(aliases))} of "
+        "them as aliases); "
         f"{len(set(mapping) & text_only)} load text-only.",
         "",
-        "| model type | transformers class | vlmprep | layout | conformance | text-only | why not adapted |",
-        "|---|---|---|---|---|---|---|",
+        "| model type | transformers class | status | vlmprep | layout | conformance | text-only | what stands in the way |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for model_type in sorted(mapping):
         text = "yes" if model_type in text_only else "—"
-        if model_type in drop_ins:
+        status = statuses.get(model_type, "drop-in" if model_type in drop_ins else "—")
+        if model_type in aliases:
+            base = aliases[model_type]
+            conformance = f"as `{base}`"
+            loads, reason = f"{_class_path(drop_ins[model_type])} (alias of `{base}`)", ""
+            layout = f"`{layouts[base]}`" if base in layouts else "—"
+        elif model_type in drop_ins:
             case = cases.get(model_type)
             if case is None:
                 conformance = "no FamilyCase registered"
@@ -147,13 +162,15 @@ def build_table(
                 ran = [s for s in scenarios if applies(s, model_type) and s.name not in case.skip]
                 skipped = [s for s in scenarios if applies(s, model_type) and s.name in case.skip]
                 conformance = f"{len(ran)} run, {len(skipped)} skipped"
-            status, reason = _class_path(drop_ins[model_type]), ""
+            loads, reason = _class_path(drop_ins[model_type]), ""
             layout = f"`{layouts[model_type]}`" if model_type in layouts else "—"
         else:
-            conformance, status, layout = "—", NOT_ADAPTED, "—"
+            conformance, loads, layout = "—", NOT_ADAPTED, "—"
             reason = _escape(reasons.get(model_type, "**missing reason**"))
-        row = f"| `{model_type}` | `{mapping[model_type]}` | {status} | {layout} | {conformance} | {text} | {reason} |"
-        lines.append(row)
+        lines.append(
+            f"| `{model_type}` | `{mapping[model_type]}` | {status} | {loads} | {layout} | {conformance} | {text} "
+            f"| {reason} |"
+        )
 
     outside = sorted(set(drop_ins) - set(mapping))
     if outside:
@@ -161,11 +178,14 @@ def build_table(
         lines += [f"- `{model_type}`: {_class_path(drop_ins[model_type])}" for model_type in outside]
 
     lines += ["", "## Conformance scenarios per drop-in", ""]
-    for model_type in sorted(drop_ins):
+    for model_type in sorted(set(drop_ins) - set(aliases)):
         lines += [f"### `{model_type}`", ""]
         case = cases.get(model_type)
         if case is None:
-            lines += ["No `FamilyCase` is registered in `tests/families/`: the conformance suite does not run it.", ""]
+            lines += [
+                "No `FamilyCase` is registered in `tests/support/families/`: the conformance suite does not run it.",
+                "",
+            ]
             continue
         ran = [s.name for s in scenarios if applies(s, model_type) and s.name not in case.skip]
         skipped = [(s.name, case.skip[s.name]) for s in scenarios if applies(s, model_type) and s.name in case.skip]
@@ -205,6 +225,8 @@ def render() -> tuple[str, list[str], list[str]]:
         scenarios=load_scenarios(),
         text_only={model_type for model_type, spec in FAMILY_SPECS.items() if spec.text_only is not None},
         layouts={model_type: spec.layout for model_type, spec in FAMILY_SPECS.items() if spec.layout is not None},
+        statuses={model_type: spec.status for model_type, spec in FAMILY_SPECS.items()},
+        aliases={model_type: spec.alias_of for model_type, spec in FAMILY_SPECS.items() if spec.alias_of is not None},
     )
 
 

@@ -28,6 +28,7 @@ _LAZY_EXPORTS: dict[str, str] = {
     "PrefixCacheStats": ".cache.prefix_cache",
     "VisionFacts": ".generation",
     "VisionPrepGenerationMixin": ".generation",
+    "VisionPrepMixin": ".models.base",
     "register": ".registration",
     "unregister": ".registration",
     **{name: f".models.{module}" for name, module in DROP_IN_MODULES.items()},
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from .models.aria import AriaForConditionalGeneration
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration
+    from .models.base import VisionPrepMixin
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration

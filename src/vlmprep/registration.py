@@ -53,7 +53,9 @@ def register() -> dict[str, list[str]]:
     `pipeline("image-text-to-text", model=path)` and `transformers serve` (in this process) build vlmprep's class,
     with its encoder cache, wherever they built the transformers class before. A drop-in is registered only in the
     auto classes that already map its model type to the transformers class it subclasses, so no auto class starts
-    loading a model it did not load before. Calling it again changes nothing.
+    loading a model it did not load before. Alias types (`shieldgemma2`, another type's class under its own config)
+    are left to transformers' class: its `register` takes a class only under that class's own config class. Calling
+    it again changes nothing.
 
     Returns:
         `dict[str, list[str]]`: for each auto class, the model types now loading a drop-in.
@@ -79,6 +81,10 @@ def register() -> dict[str, list[str]]:
         for class_name, auto_class, mapping in _available_auto_classes():
             for model_type, drop_in in DROP_IN_CLASSES.items():
                 config_class = drop_in.config_class
+                if config_class.model_type != model_type:
+                    # An alias type (`shieldgemma2`): transformers' `register` takes a class only under its own
+                    # `config_class`, so the auto classes keep loading transformers' class for it
+                    continue
                 current = mapping.get(config_class, None)
                 if current is None or not (current is drop_in or issubclass(drop_in, current)):
                     continue  # this auto class does not load the model the drop-in replaces

@@ -9,7 +9,7 @@ import pytest
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 from test_families import family_requests
 
-from family_registry import FAMILY_CASES
+from support.registry import FAMILY_CASES
 
 # Families the engine cannot run exactly, and the words of the error that says why (for text requests too).
 REFUSED = {

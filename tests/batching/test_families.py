@@ -8,8 +8,8 @@ import torch
 from cb_models import TokensFed, assert_matches_reference, cb_pair, engine_config, greedy, wait_for
 from cb_references import reference_logprobs, reference_tokens
 
-from family_registry import FAMILY_CASES
-from helpers import VIDEO
+from support.references import VIDEO
+from support.registry import FAMILY_CASES
 from vlmprep.testing import IMAGE
 
 MAX_NEW_TOKENS = 5

@@ -27,7 +27,7 @@ from test_families import MAX_NEW_TOKENS, family_requests, generate_batch
 from transformers.generation.continuous_batching.requests import RequestStatus
 
 import vlmprep
-from family_registry import FAMILY_CASES
+from support.registry import FAMILY_CASES
 from vlmprep.batching import check_batching_support
 from vlmprep.batching.blocks import BlockAwareScheduling, block_admission_error
 from vlmprep.testing import IMAGE, tiny_gemma3_config, tiny_model

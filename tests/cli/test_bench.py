@@ -8,7 +8,7 @@ import os
 import pytest
 from PIL import Image
 
-from helpers import gemma3_image_effect
+from support.references import gemma3_image_effect
 from vlmprep.bench import bench_model_config, format_bench_table, run_bench
 from vlmprep.bench.text_only import build_checkpoint
 

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import vlmprep.cli
-from helpers import gemma3_image_effect
+from support.references import gemma3_image_effect
 from vlmprep.cli import main
 from vlmprep.cli.bench import format_summary
 from vlmprep.cli.demo_chat import DEMO_TURNS

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from transformers import CONFIG_MAPPING, AutoModelForImageTextToText, LlamaConfig, PreTrainedConfig, PreTrainedModel
 from transformers.utils import is_accelerate_available
 
-from family_registry import QWEN_FAMILIES
+from support.registry import QWEN_FAMILIES
 from vlmprep.loading import text_only
 from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, load_text_decoder
 from vlmprep.testing import TINY_CONFIG_BUILDERS, tiny_config, tiny_text_config, tiny_vision_config

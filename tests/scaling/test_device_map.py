@@ -18,7 +18,7 @@ import torch
 from transformers.utils import is_accelerate_available
 
 import vlmprep
-from family_registry import FAMILY_CASES
+from support.registry import FAMILY_CASES
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 ATOL = 1e-5

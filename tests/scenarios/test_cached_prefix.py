@@ -11,8 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
-from family_registry import families_for
-from helpers import (
+from support.references import (
     SYSTEM,
     USER,
     Prompt,
@@ -23,6 +22,7 @@ from helpers import (
     reference_next_logits,
     truncated_cache,
 )
+from support.registry import scenario
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 
@@ -37,7 +37,7 @@ def recorded_cache_of(model, inputs: dict) -> DynamicCache:
         return model(**inputs, cache=cache, use_cache=True).cache
 
 
-@pytest.mark.parametrize("family", families_for("cached_text_prefix_then_image_turn"))
+@scenario
 def test_cached_text_prefix_then_image_turn(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, USER, IMAGE, [31, 32]])
@@ -70,7 +70,7 @@ def test_paligemma_prefix_cache_is_rolled_back_to_block_start():
 # -- Image already in the cache: a chat app re-sending the conversation --------------------------------------------
 
 
-@pytest.mark.parametrize("family", families_for("image_already_in_cache_is_not_encoded"))
+@scenario
 def test_image_already_in_cache_is_not_encoded(family):
     upstream, ours = model_pair(family)
     turn_1 = [SYSTEM, IMAGE, USER]
@@ -86,7 +86,7 @@ def test_image_already_in_cache_is_not_encoded(family):
     assert_same_steps(logits, expected_logits)
 
 
-@pytest.mark.parametrize("family", families_for("new_image_next_to_cached_image_encodes_only_the_new_one"))
+@scenario
 def test_new_image_next_to_cached_image_encodes_only_the_new_one(family):
     upstream, ours = model_pair(family)
     runs = generate_new_image_turn(upstream, ours, [SYSTEM, IMAGE, USER], [7, 8], recorded_cache_of, VisionRunCounter)
@@ -101,7 +101,7 @@ def _mid_image(prompt: Prompt, placeholder_id: int) -> int:
     return int(positions[len(positions) // 2])
 
 
-@pytest.mark.parametrize("family", families_for("cache_cropped_inside_image"))
+@scenario
 def test_cache_cropped_inside_image(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
@@ -115,7 +115,7 @@ def test_cache_cropped_inside_image(family):
     assert_same_steps(logits, expected_logits)
 
 
-@pytest.mark.parametrize("family", families_for("cache_from_prompt_truncated_inside_image"))
+@scenario
 def test_cache_from_prompt_truncated_inside_image(family):
     """A cache computed over a prompt cut mid-image never saw the rest of the image: only a roll-back is exact."""
     upstream, ours = model_pair(family)

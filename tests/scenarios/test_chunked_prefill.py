@@ -15,8 +15,7 @@ from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
-from family_registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, families_for
-from helpers import (
+from support.references import (
     SYSTEM,
     USER,
     Prompt,
@@ -26,6 +25,7 @@ from helpers import (
     generate_batch_matching_upstream,
     generate_logits,
 )
+from support.registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, scenario
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, tiny_gemma3_config
 
 TWO_IMAGE_SEGMENTS = [[2, 10, 11, 12], IMAGE, [13, 14, 15], IMAGE, [16, 17]]
@@ -44,7 +44,7 @@ def _assert_same(actual, expected) -> None:
         assert_close(step_actual, step_expected)
 
 
-@pytest.mark.parametrize("family", families_for("every_chunk_size_is_exact"))
+@scenario
 def test_every_chunk_size_is_exact(family):
     upstream, ours = model_pair(family)
     saved_cache, ours.encoder_cache = ours.encoder_cache, None  # count real encoder runs
@@ -84,7 +84,7 @@ def _cropped_cache(upstream, prompt: Prompt, length: int) -> DynamicCache:
     return cache
 
 
-@pytest.mark.parametrize("family", families_for("cached_prefix_of_every_length_with_chunks"))
+@scenario
 def test_cached_prefix_of_every_length_with_chunks(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
@@ -98,7 +98,7 @@ def test_cached_prefix_of_every_length_with_chunks(family):
             _assert_same(actual, expected)
 
 
-@pytest.mark.parametrize("family", families_for("chunked_batch_matches_unchunked_batch"))
+@scenario
 def test_chunked_batch_matches_unchunked_batch(family):
     """A left-padded batch, chunked or not: each row equals transformers on that row's prompt alone (uncached)."""
     upstream, ours = model_pair(family)

@@ -1,6 +1,6 @@
 """Differential test: random conversations through the drop-in, every call checked against plain transformers.
 
-Hypothesis draws conversations (`differential_strategies.conversations`): batches of prompts with 0-3 images (adjacent
+Hypothesis draws conversations (`support.differential_strategies.conversations`): batches of prompts with 0-3 images (adjacent
 or with text between), left padding, chunk sizes, cache salts, the prefix store on or off, a caller's cache filled by
 transformers over a prefix, continuations of the answers (with or without the returned cache), hidden states and
 attentions returned, assisted decoding (prompt lookup, the drop-in or transformers as assistant), and weight changes
@@ -31,9 +31,9 @@ from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
-from differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
-from family_registry import families_for
-from helpers import ATOL, Prompt, assert_close, collate, eager_attention
+from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
+from support.references import ATOL, Prompt, assert_close, collate, eager_attention
+from support.registry import scenario
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
 SLOW_EXAMPLES = 60
@@ -237,12 +237,12 @@ def check_conversations(family: str, max_examples: int) -> None:
     check()
 
 
-@pytest.mark.parametrize("family", families_for("differential"))
+@scenario
 def test_differential(family):
     check_conversations(family, CI_EXAMPLES)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", families_for("differential"))
+@scenario(name="differential")
 def test_differential_long(family):
     check_conversations(family, SLOW_EXAMPLES)

@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from concurrency import run_in_threads
 from conftest import FOUNDATION_FAMILIES, model_pair
-from helpers import USER, Prompt, assert_close, assert_same_steps, encoder_runs, generate_logits, reference_next_logits
+from support.concurrency import run_in_threads
+from support.references import (
+    USER,
+    Prompt,
+    assert_close,
+    assert_same_steps,
+    encoder_runs,
+    generate_logits,
+    reference_next_logits,
+)
 from vlmprep import EncoderCache
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 

@@ -1,6 +1,6 @@
 """Plain `generate`: the same tokens and logits as transformers, one vision run per call, no state on the model.
 
-Every family runs the conformance scenarios (`families_for`); the Qwen-like families add videos next to images and
+Every family runs the conformance scenarios (`@scenario`); the Qwen-like families add videos next to images and
 M-RoPE positions that upstream keeps on the model between calls; the GLM families, whose upstream beams repeat
 features image by image, are checked greedy and sampling against transformers and beams against uncached forwards.
 """
@@ -12,8 +12,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
-from family_registry import GLM_FAMILIES, QWEN_FAMILIES, families_for
-from helpers import (
+from support.references import (
     SYSTEM,
     USER,
     Prompt,
@@ -23,6 +22,7 @@ from helpers import (
     generate_logits,
     reference_next_logits,
 )
+from support.registry import GLM_FAMILIES, QWEN_FAMILIES, scenario
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 
 GENERATION_MODES = {
@@ -34,7 +34,7 @@ GENERATION_MODES = {
 
 
 @pytest.mark.parametrize("mode", list(GENERATION_MODES))
-@pytest.mark.parametrize("family", families_for("generate_matches_transformers"))
+@scenario
 def test_generate_matches_transformers(family, mode):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]])
@@ -49,7 +49,7 @@ def test_generate_matches_transformers(family, mode):
     assert runs.calls == 1 and runs.images == 2
 
 
-@pytest.mark.parametrize("family", families_for("left_padded_batch_matches_solo_runs"))
+@scenario
 def test_left_padded_batch_matches_solo_runs(family):
     """Each row of the batch equals transformers on that row's prompt alone (uncached forwards), one vision run."""
     upstream, ours = model_pair(family)
@@ -60,7 +60,7 @@ def test_left_padded_batch_matches_solo_runs(family):
     assert runs.calls == 1 and runs.images == 3
 
 
-@pytest.mark.parametrize("family", families_for("interleaved_requests_share_no_state"))
+@scenario
 def test_interleaved_requests_share_no_state(family):
     """A turn 1, B turn 1, then A turn 2 from A's cache: positions and features come from A's prompt and cache."""
     upstream, ours = model_pair(family)
@@ -77,7 +77,7 @@ def test_interleaved_requests_share_no_state(family):
     assert_same_steps(logits, expected_logits)
 
 
-@pytest.mark.parametrize("family", families_for("save_pretrained_loads_in_transformers"))
+@scenario
 def test_save_pretrained_loads_in_transformers(family, tmp_path):
     """A drop-in's checkpoint is a transformers checkpoint: no missing or unexpected keys, same logits."""
     upstream, ours = model_pair(family)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import ALL_FAMILIES, model_pair
-from family_registry import FAMILY_CASES
-from helpers import NO_SPECIAL_TOKENS, Prompt, assert_steps_match_upstream, generate_logits
+from support.references import NO_SPECIAL_TOKENS, Prompt, assert_steps_match_upstream, generate_logits
+from support.registry import FAMILY_CASES
 from vlmprep.testing import IMAGE, VIDEO
 
 SYSTEM = [2, 10, 11, 12, 13]

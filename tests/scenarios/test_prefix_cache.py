@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import FOUNDATION_FAMILIES, model_pair
-from helpers import (
+from support.references import (
     NO_SPECIAL_TOKENS,
     USER,
     Prompt,
@@ -454,7 +454,7 @@ def test_a_skipped_prefix_cache_says_why_once(kwargs, reason, capsys):
 def test_prefix_cache_is_skipped_for_decoders_with_running_state_layers(capsys):
     # LFM2-VL's conv layers keep a running state, not per-token KV: no prefix can be stored or restored, and saying
     # so beats storing nothing silently on every call.
-    from family_registry import FAMILY_CASES
+    from support.registry import FAMILY_CASES
 
     upstream, ours = model_pair("lfm2_vl")
     inputs = FAMILY_CASES["lfm2_vl"].build_inputs(ours.config, [[3, 4, 5], IMAGE, [6, 7]], [1])

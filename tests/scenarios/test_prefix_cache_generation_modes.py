@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import model_pair
-from helpers import (
+from support.references import (
     NO_SPECIAL_TOKENS,
     Prompt,
     assert_close,

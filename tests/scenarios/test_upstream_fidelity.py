@@ -11,11 +11,11 @@ import tempfile
 import pytest
 import torch
 import transformers
-from transformers import CompileConfig
+from transformers import CompileConfig, GenerationMixin
 
 import vlmprep
 from conftest import model_pair
-from helpers import (
+from support.references import (
     NO_SPECIAL_TOKENS,
     SYSTEM,
     USER,
@@ -26,6 +26,7 @@ from helpers import (
     generate_logits,
 )
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_gemma3_config
+from vlmprep.utils._compat import method_problems
 
 
 def _image_sensitive(model: torch.nn.Module) -> torch.nn.Module:
@@ -156,6 +157,20 @@ def test_paligemma_assisted_decoding_drafts_are_suffix_tokens(assistant):
 
 
 # -- 3. Compiled decoding with a static cache -----------------------------------------------------------------------
+
+
+# Upstream hooks only these tests patch (vlmprep's code neither overrides nor calls them, so `import vlmprep` does not
+# check them): method -> the parameters the stand-ins below accept.
+TEST_PATCHED_GENERATION_HOOKS = {
+    "_valid_auto_compile_criteria": ("model_kwargs", "generation_config"),
+    "get_compiled_call": ("compile_config",),
+}
+
+
+@pytest.mark.parametrize("hook", sorted(TEST_PATCHED_GENERATION_HOOKS))
+def test_upstream_still_has_the_hooks_these_tests_patch(hook):
+    method = getattr(GenerationMixin, hook, None) or getattr(transformers.PreTrainedModel, hook, None)
+    assert method_problems(f"GenerationMixin.{hook}", method, TEST_PATCHED_GENERATION_HOOKS[hook]) == []
 
 
 class _RecordingCompiledCall:

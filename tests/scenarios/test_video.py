@@ -1,6 +1,6 @@
 """Videos next to images: each video encoded once, exact against transformers, also from a cache ending in a video.
 
-LLaVA-OneVision and LLaVA-NeXT-Video give a video one placeholder run (tests/families/cases_llava_video.py); the
+LLaVA-OneVision and LLaVA-NeXT-Video give a video one placeholder run (tests/support/families/cases_llava_video.py); the
 Qwen-like families one run per frame, told apart from images by `mm_token_type_ids`; GLM-4V, GLM-4.5V and GLM-4.6V
 find image and video placeholders by one token id, so (as upstream) one forward holds only one of them.
 """
@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from conftest import model_pair
-from family_registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, LLAVA_VIDEO_FAMILIES, QWEN_FAMILIES
-from helpers import (
+from support.references import (
     SYSTEM,
     USER,
     Prompt,
@@ -23,6 +22,7 @@ from helpers import (
     generate_logits,
     generate_new_image_turn,
 )
+from support.registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, LLAVA_VIDEO_FAMILIES, QWEN_FAMILIES
 from vlmprep.testing import IMAGE, VIDEO
 
 

@@ -15,8 +15,8 @@ import torch
 import torch.utils.benchmark
 
 import vlmprep
-from family_registry import FAMILY_CASES
-from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from support.references import Prompt, assert_close, generate_logits, reference_next_logits
+from support.registry import FAMILY_CASES
 from vlmprep import EncoderCache, PrefixCache
 from vlmprep.cache.identity import (
     WeightsEpochs,

@@ -4,7 +4,7 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from concurrency import run_in_threads
+from support.concurrency import run_in_threads
 from vlmprep.cache.encoder_cache import EncoderCache, EncoderCacheStats
 
 

@@ -12,11 +12,11 @@ import sys
 import pytest
 
 import vlmprep
-from vlmprep.generation import VisionPrepGenerationMixin
 from vlmprep.models import DROP_IN_CLASSES
+from vlmprep.models.base import VisionPrepMixin
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DROP_IN_NAMES = sorted(cls.__name__ for cls in DROP_IN_CLASSES.values())
+DROP_IN_NAMES = sorted({cls.__name__ for cls in DROP_IN_CLASSES.values()})  # alias types share their base's class
 
 
 def test_every_drop_in_is_discovered():
@@ -35,7 +35,7 @@ def test_drop_in_importable_by_transformers_name(name):
     exec(f"from vlmprep import {name}", namespace)
     drop_in = namespace[name]
     assert drop_in in DROP_IN_CLASSES.values()
-    assert issubclass(drop_in, VisionPrepGenerationMixin)
+    assert issubclass(drop_in, VisionPrepMixin)
     # same name as the transformers class it subclasses: the import line is the only change
     assert any(base.__module__.startswith("transformers.") and base.__name__ == name for base in drop_in.__mro__)
     assert name in vlmprep.__all__ and name in dir(vlmprep)
@@ -64,8 +64,13 @@ def test_import_vlmprep_imports_no_model_module():
     )
     before, after = (json.loads(line) for line in result.stdout.splitlines())
     assert before == ["vlmprep", "vlmprep.models", "vlmprep.utils", "vlmprep.utils._compat"]
-    # the first use imports that family and the layout it picks, not the registry or any other family
-    assert after == ["vlmprep.models.layouts", "vlmprep.models.layouts.patch_grid", "vlmprep.models.qwen2_vl"]
+    # the first use imports that family, the drop-ins' base and the layout it picks, not the registry or any other family
+    assert after == [
+        "vlmprep.models.base",
+        "vlmprep.models.layouts",
+        "vlmprep.models.layouts.patch_grid",
+        "vlmprep.models.qwen2_vl",
+    ]
 
 
 def _load_check_exports():

@@ -11,10 +11,10 @@ import types
 import pytest
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-from family_registry import Scenario
-from vlmprep.generation import VisionPrepGenerationMixin
+from support.registry import FAMILY_CASES, Scenario
 from vlmprep.models import DROP_IN_CLASSES, registry
-from vlmprep.models.registry import NOT_ADAPTED_REASONS
+from vlmprep.models.base import VisionPrepMixin
+from vlmprep.models.registry import ALIAS, FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "utils" / "families_table.py"
@@ -42,6 +42,10 @@ def _table_rows(document: str) -> dict[str, str]:
     return rows
 
 
+def _escape_pipes(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def test_table_lists_every_image_text_to_text_model_type(rendered):
     document, errors, _ = rendered
     assert errors == []
@@ -61,9 +65,7 @@ def test_every_model_type_has_a_drop_in_or_a_reason():
 
 def test_registry_module_defines_no_drop_in_class():
     assert not [
-        value
-        for value in vars(registry).values()
-        if isinstance(value, type) and issubclass(value, VisionPrepGenerationMixin)
+        value for value in vars(registry).values() if isinstance(value, type) and issubclass(value, VisionPrepMixin)
     ]
 
 
@@ -71,23 +73,26 @@ def test_drop_ins_and_not_adapted_families_are_marked(rendered):
     document, _, _ = rendered
     rows = _table_rows(document)
     for model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
-        if model_type in DROP_IN_CLASSES:
+        spec = FAMILY_SPECS[model_type]
+        assert f"| {spec.status} |" in rows[model_type]
+        if spec.status == ALIAS:
+            assert f"{DROP_IN_CLASSES[model_type].__qualname__}` (alias of `{spec.alias_of}`)" in rows[model_type]
+        elif model_type in DROP_IN_CLASSES:
             assert DROP_IN_CLASSES[model_type].__qualname__ in rows[model_type]
             assert f"### `{model_type}`" in document
         else:
             assert "transformers class (not adapted)" in rows[model_type]
+            assert _escape_pipes(spec.reason) in rows[model_type]
 
 
-def test_declared_scenarios_are_run_by_their_test_files(families_table):
+def test_scenarios_come_from_their_test_files_and_every_skip_names_one(families_table):
     scenarios = families_table.load_scenarios()
     names = {scenario.name for scenario in scenarios}
     assert {"generate_matches_transformers", "every_chunk_size_is_exact", "bad_input_too_many_images"} <= names
     for scenario in scenarios:
-        source = (ROOT / scenario.source).read_text()
-        # A scenario is a `families_for("<name>")` parameterization, or a bad-input case `_case_<case>`.
-        assert f'families_for("{scenario.name}")' in source or (
-            f"def _case_{scenario.name.removeprefix('bad_input_')}(" in source
-        ), f"{scenario.name} is declared but {scenario.source} does not run it"
+        assert (ROOT / scenario.source).is_file(), scenario
+    for family, case in FAMILY_CASES.items():
+        assert set(case.skip) <= names, f"{family} skips scenarios no test declares: {set(case.skip) - names}"
 
 
 def test_skip_reasons_appear_with_their_scenario(families_table):

@@ -18,7 +18,7 @@ import transformers
 from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from conftest import model_pair
-from family_registry import FAMILY_CASES
+from support.registry import FAMILY_CASES
 from vlmprep import LlavaForConditionalGeneration
 from vlmprep.generation import hooks
 from vlmprep.testing import IMAGE, VisionRunCounter, build_prompt, random_pixels, tiny_llava_config, tiny_model

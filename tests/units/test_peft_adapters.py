@@ -15,7 +15,7 @@ import pytest
 import torch
 from test_cache_identity import fresh_pair
 
-from helpers import Prompt, assert_close, generate_logits, reference_next_logits
+from support.references import Prompt, assert_close, generate_logits, reference_next_logits
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 

@@ -12,8 +12,15 @@ import pytest
 import torch
 
 from conftest import model_pair
-from family_registry import FAMILY_CASES
-from helpers import Prompt, assert_close, assert_same_steps, collate, generate_logits, strong_image_gemma3_pair
+from support.references import (
+    Prompt,
+    assert_close,
+    assert_same_steps,
+    collate,
+    generate_logits,
+    strong_image_gemma3_pair,
+)
+from support.registry import FAMILY_CASES
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers
 from transformers.models.auto import modeling_auto
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 import vlmprep
 from vlmprep.cli.demo_checkpoint import demo_images, ensure_demo_checkpoint
@@ -34,8 +35,8 @@ def _mapped_classes() -> dict[tuple[str, str], type]:
         mapping = getattr(modeling_auto, mapping_name, None)
         if mapping is None:
             continue
-        for model_type, drop_in in DROP_IN_CLASSES.items():
-            mapped[class_name, model_type] = mapping.get(drop_in.config_class, None)
+        for model_type in DROP_IN_CLASSES:
+            mapped[class_name, model_type] = mapping.get(CONFIG_MAPPING[model_type], None)
     return mapped
 
 
@@ -48,8 +49,13 @@ def test_register_maps_every_drop_in_and_unregister_restores():
     try:
         registered_types = vlmprep.register()
         assert vlmprep.register() == registered_types  # a second call changes nothing
-        assert sorted(registered_types["AutoModelForImageTextToText"]) == sorted(DROP_IN_CLASSES)
-        assert sorted(registered_types["AutoModelForMultimodalLM"]) == sorted(DROP_IN_CLASSES)
+        # An alias type (`shieldgemma2`) stays transformers' class there: `register` takes a class under its own
+        # config class only (`vlmprep.AutoModelForImageTextToText` loads its drop-in)
+        own_types = sorted(
+            model_type for model_type, cls in DROP_IN_CLASSES.items() if cls.config_class.model_type == model_type
+        )
+        assert sorted(registered_types["AutoModelForImageTextToText"]) == own_types
+        assert sorted(registered_types["AutoModelForMultimodalLM"]) == own_types
         for (class_name, model_type), upstream in _mapped_classes().items():
             if model_type in registered_types.get(class_name, []):
                 assert upstream is DROP_IN_CLASSES[model_type], (class_name, model_type)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig
@@ -19,11 +19,9 @@ from transformers.generation.continuous_batching.continuous_api import Continuou
 from ..generation.hooks import select_items
 from ..generation.plan import check_items_match_spans, find_item_spans
 from ..utils.logging import get_logger
+from .manager import ImageBatchingManager
 from .prompt import ImagePrompt, build_image_prompt, request_input_keys, token_list
 from .support import check_batching_support
-
-if TYPE_CHECKING:
-    from .manager import ImageBatchingManager
 
 logger = get_logger(__name__)
 # What a drop-in's own `generate` may forward to `generate_batch` besides the engine's kwargs.
@@ -31,7 +29,7 @@ _VLMPREP_KWARGS = ("cache_salt", "vlmprep_prefix_request")
 
 
 class ContinuousBatchingMixin:
-    """Continuous batching with images: part of every drop-in (through `VisionPrepGenerationMixin`).
+    """Continuous batching with images: part of every drop-in (through `vlmprep.models.base.VisionPrepMixin`).
 
     Example:
 
@@ -69,9 +67,6 @@ class ContinuousBatchingMixin:
         Returns:
             `ImageBatchingManager`
         """
-        # Imported here: the drop-ins' base imports this mixin, and the engine's modules import the drop-ins' encoder
-        from .manager import ImageBatchingManager
-
         check_batching_support(self, with_items=False)  # requests with images are checked as they come
         cached = getattr(self, "_cached_continuous_batching_manager", None)
         if isinstance(cached, ImageBatchingManager):

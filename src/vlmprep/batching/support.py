@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import transformers
 
+from ..generation.mixin import VisionPrepGenerationMixin
 from ..utils._compat import MAX_TRANSFORMERS_EXCLUSIVE, MIN_TRANSFORMERS
 from ..utils._engine_compat import engine_hook_problems
 
@@ -32,8 +33,6 @@ def check_batching_support(model, with_items: bool = True) -> None:
         `ValueError`: the family needs attention or positions the engine does not build (see the message), or the
             installed transformers' engine lacks a method or attribute vlmprep extends (`utils/_engine_compat.py`).
     """
-    from ..generation.mixin import VisionPrepGenerationMixin  # the drop-ins' base, which lists the batching mixin
-
     if not isinstance(model, VisionPrepGenerationMixin):
         raise TypeError(
             f"Continuous batching with images needs a vlmprep drop-in model, got {type(model).__name__}. Load the "

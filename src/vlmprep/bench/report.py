@@ -41,17 +41,31 @@ def summary_rows(workloads: dict) -> list[dict]:
         `kind` (`"time"`, `"work"` or `None`: how the plot shows the ratio) and `tokens_identical` (first row of each
         workload only).
     """
-    rows = []
-    chat = workloads["multi_turn_chat"]
+    return [
+        *_chat_rows(workloads["multi_turn_chat"]),
+        *_question_rows(workloads["questions_one_image"]),
+        *_shared_prompt_rows(workloads["shared_system_prompt"]),
+        *_decode_rows(workloads["decode_speed"]),
+        *_chunked_prefill_rows(workloads["chunked_prefill"]),
+        *_text_only_rows(workloads["text_only_load"]),
+    ]
+
+
+def _chat_rows(chat: dict) -> list[dict]:
+    """The rows of `multi_turn_chat`: one chat of several turns."""
     name = f"1 chat, {chat['turns']} turns"
-    rows += [
+    return [
         _row(name, "images encoded", chat["vlmprep_images_encoded"], chat["transformers_images_encoded"], kind="work",
              identical=chat["tokens_identical"]),
         _row(name, "tokens prefilled", chat["vlmprep_tokens_prefilled"], chat["transformers_tokens_prefilled"],
              kind="work"),
         _row(name, "wall time (s)", chat["vlmprep_time_s"], chat["transformers_time_s"], chat["time_ratio"], "time"),
     ]  # fmt: skip
-    questions = workloads["questions_one_image"]
+
+
+def _question_rows(questions: dict) -> list[dict]:
+    """The rows of `questions_one_image`: several questions about one image, and the cost of hashing it."""
+    rows = []
     name = f"2 {questions['questions']} questions, 1 image"
     rows += [
         _row(name, "vision runs", questions["vlmprep_vision_runs"], questions["transformers_vision_runs"],
@@ -66,28 +80,38 @@ def summary_rows(workloads: dict) -> list[dict]:
         rows.append(
             _row(name, f"hash {side}px (ms) vs 1 vision run", hashing[key], hashing["vision_forward_ms"], ratio)
         )
-    shared = workloads["shared_system_prompt"]
+    return rows
+
+
+def _shared_prompt_rows(shared: dict) -> list[dict]:
+    """The rows of `shared_system_prompt`: one system prompt shared by requests with different images."""
     name = f"3 shared system prompt, {shared['requests']} images"
-    rows += [
+    return [
         _row(name, "tokens reused", shared["vlmprep_tokens_reused"], 0, identical=shared["tokens_identical"]),
         _row(name, "tokens prefilled", shared["vlmprep_tokens_prefilled"], shared["transformers_tokens_prefilled"],
              kind="work"),
         _row(name, "wall time (s)", shared["vlmprep_time_s"], shared["transformers_time_s"], shared["time_ratio"],
              "time"),
     ]  # fmt: skip
-    decode = workloads["decode_speed"]
+
+
+def _decode_rows(decode: dict) -> list[dict]:
+    """The rows of `decode_speed`: decoding speed."""
     name = f"4 decode {decode['new_tokens']} tokens"
-    rows += [
+    return [
         _row(name, "tokens/s", decode["vlmprep_tokens_per_s"], decode["transformers_tokens_per_s"],
              identical=decode["tokens_identical"]),
         _row(name, "ms per token", decode["vlmprep_ms_per_token"], decode["transformers_ms_per_token"],
              decode["time_per_token_ratio"], "time"),
     ]  # fmt: skip
-    chunked = workloads["chunked_prefill"]
+
+
+def _chunked_prefill_rows(chunked: dict) -> list[dict]:
+    """The rows of `chunked_prefill`: chunked vs unchunked prefill."""
     name = f"5 prefill {chunked['prompt_tokens']} tokens"
     peak, seconds, diffs = chunked["peak_mib"], chunked["time_s"], chunked["logits_max_abs_diff"]
     size = chunked["chunk_size"]
-    rows += [
+    return [
         _row(name, "peak MiB, unchunked", peak["vlmprep_unchunked"], peak["transformers_unchunked"], kind="work",
              identical=chunked["tokens_identical"]),
         _row(name, f"peak MiB, chunks of {size}", peak["vlmprep_chunked"], peak["transformers_chunked"], kind="work"),
@@ -98,7 +122,11 @@ def summary_rows(workloads: dict) -> list[dict]:
         _row(name, "logits diff, chunked vs not", diffs["vlmprep_chunked_vs_unchunked"],
              diffs["transformers_chunked_vs_unchunked"]),
     ]  # fmt: skip
-    text_only = workloads["text_only_load"]
+
+
+def _text_only_rows(text_only: dict) -> list[dict]:
+    """The rows of `text_only_load`: loading the text decoder alone."""
+    rows = []
     name = "6 text-only load"
     # A load takes ~0.2 s: one load per side (quick runs) is within the noise, so only medians of several are plotted.
     repeats = text_only["repeats"]

@@ -159,29 +159,7 @@ def run_bench(
     hf_bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # transformers' save/load bars would break the line of ours
     try:
-        with tempfile.TemporaryDirectory(prefix="vlmprep-bench-") as workdir:
-            bar.describe("building the bench model")
-            config = bench_model_config(tiny=mode == "tiny")
-            checkpoint = build_checkpoint(os.path.join(workdir, "gemma3-bench"), config)
-            runner = BenchRunner(checkpoint["path"], settings, bar.tick)
-            runner.warm_up()
-            workloads = {
-                "multi_turn_chat": runner.multi_turn_chat(),
-                "questions_one_image": runner.questions_one_image(),
-                "shared_system_prompt": runner.shared_system_prompt(),
-                "decode_speed": runner.decode_speed(),
-                "chunked_prefill": runner.chunked_prefill(),
-            }
-            model = _model_summary(checkpoint, runner)
-            del runner  # the text-only loads run in subprocesses; free this process's two models first
-            text_only = run_text_only_benchmark(
-                workdir,
-                quick=settings.text_only_quick,
-                checkpoint=checkpoint,
-                dtypes=settings.text_only_dtypes,
-                on_load=lambda: bar.tick("text-only load"),
-            )
-            workloads["text_only_load"] = _text_only_summary(text_only)
+        model, workloads = _run_workloads(mode, settings, bar)
     finally:
         bar.close()
         torch.set_num_threads(previous_threads)
@@ -207,3 +185,31 @@ def run_bench(
         json.dump(summary, f, indent=2)
     write_bench_plot(summary, png_path)
     return summary
+
+
+def _run_workloads(mode: str, settings, bar: _Progress) -> tuple[dict, dict]:
+    """Build the bench checkpoint in a temporary directory and run every workload on it: (model sizes, workloads)."""
+    with tempfile.TemporaryDirectory(prefix="vlmprep-bench-") as workdir:
+        bar.describe("building the bench model")
+        config = bench_model_config(tiny=mode == "tiny")
+        checkpoint = build_checkpoint(os.path.join(workdir, "gemma3-bench"), config)
+        runner = BenchRunner(checkpoint["path"], settings, bar.tick)
+        runner.warm_up()
+        workloads = {
+            "multi_turn_chat": runner.multi_turn_chat(),
+            "questions_one_image": runner.questions_one_image(),
+            "shared_system_prompt": runner.shared_system_prompt(),
+            "decode_speed": runner.decode_speed(),
+            "chunked_prefill": runner.chunked_prefill(),
+        }
+        model = _model_summary(checkpoint, runner)
+        del runner  # the text-only loads run in subprocesses; free this process's two models first
+        text_only = run_text_only_benchmark(
+            workdir,
+            quick=settings.text_only_quick,
+            checkpoint=checkpoint,
+            dtypes=settings.text_only_dtypes,
+            on_load=lambda: bar.tick("text-only load"),
+        )
+        workloads["text_only_load"] = _text_only_summary(text_only)
+    return model, workloads

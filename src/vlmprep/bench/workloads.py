@@ -243,6 +243,12 @@ class BenchRunner:
     # -- 5. chunked vs unchunked prefill ---------------------------------------------------------------------------
 
     def chunked_prefill(self) -> dict:
+        """Chunked vs unchunked prefill of a long, text-heavy prompt, for vlmprep and for transformers.
+
+        Returns:
+            `dict`: times, peak activation memory, images encoded and prefill forwards of each of the four runs, and
+            how far the chunked logits are from the unchunked ones (transformers' chunking included).
+        """
         settings = self.settings
         # Text-heavy, so that prefill (not the vision encoder) holds the peak memory, as in long real prompts.
         segments = [self.text(settings.long_text_tokens)]

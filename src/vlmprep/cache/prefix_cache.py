@@ -2,7 +2,7 @@
 
 Each stored row (a prompt and its answer) is a path from a root to a node; each edge holds a run of tokens and, for
 every decoder layer, the KV of exactly those tokens (`radix_tree`). Edges split where stored rows diverge, so a lookup
-returns the longest shared prefix to the token. A token's key is its key material (`token_key_material`: its id, its
+returns the longest shared prefix to the token. A token's key is its key material (`key_material_array`: its id, its
 token types, its position ids) plus the content hashes of the images whose placeholders cover it (`prefix_keys`); the
 root names the model identity, the cache salt and the key-material layout. Two prompts whose placeholder ids are
 identical but whose images, token types or positions differ therefore share nothing from the first differing token
@@ -20,14 +20,9 @@ import numpy as np
 import torch
 
 from .prefix_keys import (
-    ImagesBetween,
-    RowKeys,
     interval_digest,
     key_material_array,
     key_material_layout,
-    key_material_tensor,
-    token_key_material,
-    token_keys_array,
 )
 from .radix_tree import BlockKV, Interval, RadixTree
 
@@ -37,8 +32,6 @@ __all__ = [
     "PrefixMatch",
     "key_material_array",
     "key_material_layout",
-    "key_material_tensor",
-    "token_key_material",
 ]
 
 
@@ -195,39 +188,19 @@ class PrefixCache:
 
     interval_digest = staticmethod(interval_digest)
 
-    @staticmethod
-    def token_keys(tokens: RowKeys, images_between: ImagesBetween) -> torch.Tensor:
-        """`prefix_keys.token_keys_array` (each token's key material and image digest) as a `torch.LongTensor`.
-
-        Args:
-            tokens (`Sequence[int | tuple[int, ...]]`, `torch.Tensor` or `np.ndarray`): ids or key material.
-            images_between (`Callable[[int, int], Sequence[str]]`): image hashes overlapping `[start, end)`.
-
-        Returns:
-            `torch.LongTensor` of shape `(seq_len, fields + 4)`.
-        """
-        return torch.from_numpy(token_keys_array(tokens, images_between))
-
     # -- lookup and insert -----------------------------------------------------------------------------------------
 
-    def match(self, root: bytes, tokens: RowKeys, images_between: ImagesBetween) -> PrefixMatch:
-        """The longest stored prefix of `tokens`, to the token.
+    def match_keys(self, root: bytes, keys: np.ndarray) -> PrefixMatch:
+        """The longest stored prefix of a row, to the token.
 
         Args:
             root (`bytes`): `root_key(namespace)`.
-            tokens (`Sequence[int | tuple[int, ...]]`, `torch.Tensor` or `np.ndarray`):
-                the row's prompt without padding: token ids, or each token's key material (`token_key_material`,
-                `key_material_array`).
-            images_between (`Callable[[int, int], Sequence[str]]`):
-                content hashes of the images whose placeholders overlap positions `[start, end)`, in order.
+            keys (`np.ndarray` of int64, shape `(seq_len, fields + 4)`): the row's token keys, without padding:
+                `key_material_array(input_ids, per_token, images_between)`.
 
         Returns:
             `PrefixMatch`
         """
-        return self.match_keys(root, token_keys_array(tokens, images_between))
-
-    def match_keys(self, root: bytes, keys: np.ndarray) -> PrefixMatch:
-        """`match` of token keys built already (`token_keys_array`, or `key_material_array` with `images_between`)."""
         match = PrefixMatch()
         with self._lock:
             self._lookups += 1
@@ -245,11 +218,10 @@ class PrefixCache:
             self._tokens_reused += reused
             self._tokens_prefilled += prefilled
 
-    def insert(
+    def insert_keys(
         self,
         root: bytes,
-        tokens: RowKeys,
-        images_between: ImagesBetween,
+        keys: np.ndarray,
         kv_between: Callable[[int, int], BlockKV],
         intervals: Sequence[Interval] = (),
     ) -> int:
@@ -260,9 +232,8 @@ class PrefixCache:
 
         Args:
             root (`bytes`): `root_key(namespace)`.
-            tokens (`Sequence[int | tuple[int, ...]]`, `torch.Tensor` or `np.ndarray`):
-                the row's tokens whose KV is known (prompt and generated), without padding, as for `match`.
-            images_between (`Callable[[int, int], Sequence[str]]`): as for `match`.
+            keys (`np.ndarray` of int64, shape `(seq_len, fields + 4)`): the token keys of the row's tokens whose KV
+                is known (prompt and generated), without padding, as for `match_keys`.
             kv_between (`Callable[[int, int], BlockKV]`):
                 KV of positions `[start, end)`, per layer, `(heads, end - start, head_dim)` (copied here).
             intervals (`Sequence[tuple[int, int, bytes]]`): the row's bidirectional blocks (see `interval_digest`).
@@ -270,16 +241,6 @@ class PrefixCache:
         Returns:
             `int`: tokens newly stored.
         """
-        return self.insert_keys(root, token_keys_array(tokens, images_between), kv_between, intervals)
-
-    def insert_keys(
-        self,
-        root: bytes,
-        keys: np.ndarray,
-        kv_between: Callable[[int, int], BlockKV],
-        intervals: Sequence[Interval] = (),
-    ) -> int:
-        """`insert` of token keys built already (`token_keys_array`, or `key_material_array` with `images_between`)."""
         with self._lock:
             return self._tree.insert(root, keys, kv_between, intervals)
 

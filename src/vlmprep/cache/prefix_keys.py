@@ -15,14 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-__all__ = [
-    "key_material_array",
-    "key_material_layout",
-    "key_material_tensor",
-    "interval_digest",
-    "token_key_material",
-    "token_keys_array",
-]
+__all__ = ["interval_digest", "key_material_array", "key_material_layout"]
 
 # One token's key material: its id alone, or its id followed by its per-token inputs.
 TokenKey = int | tuple[int, ...]
@@ -34,48 +27,39 @@ ImagesBetween = Callable[[int, int], Sequence[str]]
 IMAGE_COLUMNS = 4
 
 
-def token_key_material(input_ids: torch.Tensor, per_token: dict[str, torch.Tensor]) -> list[tuple[int, ...]]:
-    """The key material of each token of one row: its id, then the values of its per-token inputs.
+def key_material_array(
+    input_ids: torch.Tensor | np.ndarray, per_token: dict, images_between: ImagesBetween | None = None
+) -> np.ndarray:
+    """Each token's key material (its id, then the values of its per-token inputs), and with `images_between` its
+    whole key: followed by the content hash of the images whose placeholders cover it (zeros where none does).
 
     A token's KV depends on every token up to it through these values (token types set the attention mask, position
     ids the rotary embedding), so they are part of its key. Inputs are taken in sorted name order; the caller puts the
-    names (`key_material_layout`) in the root key, so two layouts never share a path.
+    names (`key_material_layout`) in the root key, so two layouts never share a path. The keys with images are what
+    `PrefixCache.match_keys` and `PrefixCache.insert_keys` take.
 
     Args:
-        input_ids (`torch.Tensor` of shape `(seq_len,)`): the row's tokens.
-        per_token (`dict[str, torch.Tensor]`):
+        input_ids (`torch.Tensor` or `np.ndarray` of shape `(seq_len,)`): the row's tokens.
+        per_token (`dict[str, torch.Tensor | np.ndarray]`):
             per-token inputs of the row, each of shape `(..., seq_len)` (e.g. `(seq_len,)` token types, `(3, seq_len)`
             M-RoPE positions).
+        images_between (`Callable[[int, int], Sequence[str]]`, *optional*):
+            content hashes of the images whose placeholders overlap positions `[start, end)`, in order; when given,
+            the 4 image columns are added.
 
     Returns:
-        `list[tuple[int, ...]]`: one tuple per token.
+        `np.ndarray` of int64, shape `(seq_len, 1 + fields of the inputs)`, plus 4 columns with `images_between`.
 
     Example:
 
     ```python
     >>> import torch
-    >>> token_key_material(torch.tensor([5, 6]), {"token_type_ids": torch.tensor([1, 0])})
-    [(5, 1), (6, 0)]
+    >>> key_material_array(torch.tensor([5, 6]), {"token_type_ids": torch.tensor([1, 0])}).tolist()
+    [[5, 1], [6, 0]]
+    >>> key_material_array(torch.tensor([5, 6]), {}, images_between=lambda start, end: []).tolist()
+    [[5, 0, 0, 0, 0], [6, 0, 0, 0, 0]]
 
     ```
-    """
-    return [tuple(token) for token in key_material_array(input_ids, per_token).tolist()]
-
-
-def key_material_array(
-    input_ids: torch.Tensor | np.ndarray, per_token: dict, images_between: ImagesBetween | None = None
-) -> np.ndarray:
-    """`token_key_material` as an int64 numpy array of shape `(seq_len, fields)` (what the store compares).
-
-    Args:
-        input_ids (`torch.Tensor` or `np.ndarray` of shape `(seq_len,)`): the row's tokens.
-        per_token (`dict[str, torch.Tensor | np.ndarray]`): the row's per-token inputs, each `(..., seq_len)`.
-        images_between (`Callable[[int, int], Sequence[str]]`, *optional*):
-            when given, the whole token keys are built in one array: the material followed by the image columns of
-            `token_keys_array` (equal to `token_keys_array(key_material_array(input_ids, per_token), images_between)`).
-
-    Returns:
-        `np.ndarray` of shape `(seq_len, 1 + fields of the inputs)`, plus 4 columns with `images_between`.
     """
     ids = _as_array(input_ids)
     length = ids.shape[-1]
@@ -93,35 +77,9 @@ def key_material_array(
     return material
 
 
-def key_material_tensor(input_ids: torch.Tensor, per_token: dict[str, torch.Tensor]) -> torch.Tensor:
-    """`key_material_array` as a CPU `torch.LongTensor` of shape `(seq_len, fields)`."""
-    return torch.from_numpy(key_material_array(input_ids, per_token))
-
-
 def key_material_layout(per_token: dict) -> tuple[str, ...]:
-    """Names and row counts of the per-token inputs `token_key_material` reads, for the root key."""
+    """Names and row counts of the per-token inputs `key_material_array` reads, for the root key."""
     return tuple(f"{name}:{math.prod(per_token[name].shape[:-1])}" for name in sorted(per_token))
-
-
-def token_keys_array(tokens: RowKeys, images_between: ImagesBetween) -> np.ndarray:
-    """Each token's key: its key material, followed by the content hash of the images covering it (zeros if none).
-
-    Args:
-        tokens (`Sequence[int | tuple[int, ...]]`, `torch.Tensor` or `np.ndarray`):
-            token ids, or each token's key material (`token_key_material`, `key_material_array`).
-        images_between (`Callable[[int, int], Sequence[str]]`):
-            content hashes of the images whose placeholders overlap positions `[start, end)`, in order.
-
-    Returns:
-        `np.ndarray` of int64, shape `(seq_len, fields + 4)`: one row per token.
-    """
-    material = tokens if isinstance(tokens, np.ndarray) else _as_array(tokens, sequence=True)
-    length = len(material)
-    material = material.reshape(length, -1 if length else 1)
-    keys = np.empty((length, material.shape[1] + IMAGE_COLUMNS), dtype=np.int64)
-    keys[:, : material.shape[1]] = material
-    _fill_image_columns(keys, images_between)
-    return keys
 
 
 def _fill_image_columns(keys: np.ndarray, images_between: ImagesBetween) -> None:

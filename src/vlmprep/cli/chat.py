@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 import traceback
@@ -53,8 +54,7 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
     model.prefix_cache = PrefixCache()
     interactive = stdin.isatty()
     print(f"vlmprep chat with {args.model} ({model.config.model_type}); {CHAT_HELP}", file=stdout)
-    messages: list[dict] = []
-    pending_images: list = []
+    chat = _Conversation()
     while True:
         if interactive:
             print("> ", end="", file=stdout, flush=True)
@@ -66,52 +66,68 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
             continue
         if line in ("/quit", "/exit"):
             break
-        if line == "/reset":
-            messages, pending_images = [], []
-            print("(new conversation)", file=stdout)
-            continue
-        if line == "/image" or line.startswith("/image "):
-            path = line[len("/image") :].strip()
-            try:
-                if not path:
-                    raise CLIError("usage: /image FILE")
-                pending_images.append(loading.load_image(path))
-            except CLIError as error:  # the chat goes on, with the images attached before
-                print(f"{PROG}: error: {error}{_still_attached(pending_images)}", file=sys.stderr)
-                continue
-            print(f"(image {path} attached to your next message)", file=stdout)
-            continue
         if line.startswith("/"):
-            print(f"{PROG}: error: unknown command {line.split()[0]}; {CHAT_HELP}", file=sys.stderr)
-            continue
+            _run_command(line, chat, stdout)
+        else:
+            _answer_turn(line, chat, model, processor, args, stdout)
+    return 0
 
-        start = time.perf_counter()
+
+@dataclasses.dataclass
+class _Conversation:
+    """What the chat holds between turns: the messages so far and the images attached to the next one."""
+
+    messages: list[dict] = dataclasses.field(default_factory=list)
+    pending_images: list = dataclasses.field(default_factory=list)
+
+
+def _run_command(line: str, chat: _Conversation, stdout: IO[str]) -> None:
+    """`/reset` or `/image FILE`; any other command is an error the chat goes on after."""
+    if line == "/reset":
+        chat.messages, chat.pending_images = [], []
+        print("(new conversation)", file=stdout)
+    elif line == "/image" or line.startswith("/image "):
+        path = line[len("/image") :].strip()
         try:
-            message = conversation.user_message(line, pending_images)
-            text, stats = conversation.answer(
-                model, processor, [*messages, message], args.max_new_tokens, stream=stdout
-            )
-        except BrokenPipeError:  # the reader of stdout left: there is no one to chat with
-            raise
-        except Exception as error:  # a bad prompt, a generate error: drop the message, keep the chat and its images
-            if getattr(args, "debug", False):
-                traceback.print_exc()
-            print(
-                f"{PROG}: error: {one_line(error)} (message dropped{_still_attached(pending_images)})",
-                file=sys.stderr,
-                flush=True,
-            )
-            continue
-        messages.append(message)
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": text}]})
-        pending_images = []
+            if not path:
+                raise CLIError("usage: /image FILE")
+            chat.pending_images.append(loading.load_image(path))
+        except CLIError as error:  # the chat goes on, with the images attached before
+            print(f"{PROG}: error: {error}{_still_attached(chat.pending_images)}", file=sys.stderr)
+            return
+        print(f"(image {path} attached to your next message)", file=stdout)
+    else:
+        print(f"{PROG}: error: unknown command {line.split()[0]}; {CHAT_HELP}", file=sys.stderr)
+
+
+def _answer_turn(line: str, chat: _Conversation, model, processor, args: argparse.Namespace, stdout: IO[str]) -> None:
+    """Answer one user message with the whole conversation re-sent, streaming the answer and then its stats."""
+    start = time.perf_counter()
+    try:
+        message = conversation.user_message(line, chat.pending_images)
+        text, stats = conversation.answer(
+            model, processor, [*chat.messages, message], args.max_new_tokens, stream=stdout
+        )
+    except BrokenPipeError:  # the reader of stdout left: there is no one to chat with
+        raise
+    except Exception as error:  # a bad prompt, a generate error: drop the message, keep the chat and its images
+        if getattr(args, "debug", False):
+            traceback.print_exc()
         print(
-            f"[images encoded: {stats['images_encoded']}, tokens reused: {stats['tokens_reused']} of "
-            f"{stats['prompt_tokens']}, {time.perf_counter() - start:.2f} s]",
-            file=stdout,
+            f"{PROG}: error: {one_line(error)} (message dropped{_still_attached(chat.pending_images)})",
+            file=sys.stderr,
             flush=True,
         )
-    return 0
+        return
+    chat.messages.append(message)
+    chat.messages.append({"role": "assistant", "content": [{"type": "text", "text": text}]})
+    chat.pending_images = []
+    print(
+        f"[images encoded: {stats['images_encoded']}, tokens reused: {stats['tokens_reused']} of "
+        f"{stats['prompt_tokens']}, {time.perf_counter() - start:.2f} s]",
+        file=stdout,
+        flush=True,
+    )
 
 
 def _still_attached(images: list) -> str:

@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from transformers import GenerationMixin
 
-from ..batching.mixin import ContinuousBatchingMixin
 from ..cache.identity import any_module_training, check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..utils.logging import get_logger
@@ -48,12 +47,12 @@ PER_TOKEN_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 logger = get_logger(__name__)
 
 
-class VisionPrepGenerationMixin(ContinuousBatchingMixin, ModelCachesMixin, FamilyHooks):
+class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
     """Generation mixin for VLMs: the vision encoder runs once, in input preparation, for the images prefill needs.
 
-    A drop-in class lists this mixin before the transformers class and states its `vision_facts`; the family hooks
-    it may override are those of `FamilyHooks`. Continuous batching (`generate_batch`, `init_continuous_batching`,
-    paged `generate`) takes requests with images through `ContinuousBatchingMixin`.
+    It knows nothing of continuous batching: the drop-ins derive from `vlmprep.models.base.VisionPrepMixin`, which adds
+    `ContinuousBatchingMixin` (`generate_batch`, `init_continuous_batching`, paged `generate`) to it. A drop-in states
+    its `vision_facts`; the family hooks it may override are those of `FamilyHooks`.
 
     Example:
 

@@ -21,17 +21,17 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, StaticSlidingWindowLayer
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
-from transformers.utils import logging
 
 from ..cache.identity import any_module_training, cache_identity, salt_namespace
 from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_array, key_material_layout
+from ..utils.logging import get_logger
 from .assisted import is_assisted
 from .spans import resolve_resume_point
 
 if TYPE_CHECKING:
     from .plan import PromptPlan
 
-logger = logging.get_logger("vlmprep")
+logger = get_logger(__name__)
 
 # Per-token inputs besides the ids that change a token's KV (the mask of bidirectional families, multimodal rope).
 PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids", "position_ids")

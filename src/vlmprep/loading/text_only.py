@@ -236,24 +236,8 @@ def load_text_decoder(pretrained_model_name_or_path: str | os.PathLike, *model_a
     variant = kwargs.pop("variant", None)
     trust_remote_code = kwargs.pop("trust_remote_code", None)
     output_loading_info = kwargs.pop("output_loading_info", False)
-    if kwargs.pop("use_safetensors", None) is False:
-        raise ValueError(
-            "Text-only loading reads safetensors checkpoints only; `use_safetensors=False` is not supported."
-        )
-    if kwargs.get("gguf_file") is not None:
-        raise ValueError("Text-only loading does not support `gguf_file`.")
-
-    if not isinstance(config, PreTrainedConfig):
-        config = AutoConfig.from_pretrained(
-            config if config is not None else pretrained_model_name_or_path,
-            trust_remote_code=trust_remote_code,
-            **hub_kwargs,
-        )
-    family = TEXT_ONLY_FAMILIES.get(config.model_type)
-    if family is None:
-        raise ValueError(
-            f"Model type {config.model_type!r} is not covered by text-only loading; covered: {sorted(TEXT_ONLY_FAMILIES)}."
-        )
+    _check_weights_format(kwargs)
+    config, family = _text_only_config(pretrained_model_name_or_path, config, trust_remote_code, hub_kwargs)
     decoder_config = text_decoder_config(config)
     decoder_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(decoder_config)]
 
@@ -274,17 +258,44 @@ def load_text_decoder(pretrained_model_name_or_path: str | os.PathLike, *model_a
     _raise_on_key_mismatch(loading_info, checkpoint_names, pretrained_model_name_or_path)
 
     model.name_or_path = model.config.name_or_path = str(pretrained_model_name_or_path)
+    if not user_generation_config:
+        _load_generation_config(model, pretrained_model_name_or_path, trust_remote_code, hub_kwargs)
+    return (model, loading_info) if output_loading_info else model
+
+
+def _check_weights_format(kwargs: dict) -> None:
+    """Refuse the loading options of weights other than safetensors, the only format read here."""
+    if kwargs.pop("use_safetensors", None) is False:
+        raise ValueError(
+            "Text-only loading reads safetensors checkpoints only; `use_safetensors=False` is not supported."
+        )
+    if kwargs.get("gguf_file") is not None:
+        raise ValueError("Text-only loading does not support `gguf_file`.")
+
+
+def _text_only_config(path, config, trust_remote_code, hub_kwargs: dict) -> tuple[PreTrainedConfig, TextOnlyFamily]:
+    """The multimodal config (the one given, or the checkpoint's) and its text-only rule; refuses a type without one."""
+    if not isinstance(config, PreTrainedConfig):
+        config = AutoConfig.from_pretrained(
+            config if config is not None else path, trust_remote_code=trust_remote_code, **hub_kwargs
+        )
+    family = TEXT_ONLY_FAMILIES.get(config.model_type)
+    if family is None:
+        raise ValueError(
+            f"Model type {config.model_type!r} is not covered by text-only loading; covered: {sorted(TEXT_ONLY_FAMILIES)}."
+        )
+    return config, family
+
+
+def _load_generation_config(model: PreTrainedModel, path, trust_remote_code, hub_kwargs: dict) -> None:
+    """Give the decoder the checkpoint's generation config, as `from_pretrained` of a path does, when it has one."""
     generation_config_file = cached_file(
-        pretrained_model_name_or_path,
-        "generation_config.json",
-        _raise_exceptions_for_missing_entries=False,
-        **hub_kwargs,
+        path, "generation_config.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs
     )
-    if generation_config_file is not None and not user_generation_config and model.can_generate():
+    if generation_config_file is not None and model.can_generate():
         model.generation_config = GenerationConfig.from_pretrained(
             os.path.dirname(generation_config_file), trust_remote_code=trust_remote_code
         )
-    return (model, loading_info) if output_loading_info else model
 
 
 class AutoModelForCausalLM:

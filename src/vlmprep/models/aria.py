@@ -17,11 +17,12 @@ from typing import Any
 import torch
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
 from ..generation.validation import check_pixel_shapes
+from .base import VisionPrepMixin
 
 
-class AriaForConditionalGeneration(VisionPrepGenerationMixin, transformers.AriaForConditionalGeneration):
+class AriaForConditionalGeneration(VisionPrepMixin, transformers.AriaForConditionalGeneration):
     """Drop-in `transformers.AriaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

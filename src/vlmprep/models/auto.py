@@ -112,4 +112,17 @@ class AutoModelForImageTextToText:
             return transformers.AutoModelForImageTextToText.from_pretrained(
                 pretrained_model_name_or_path, *args, code_revision=code_revision, **kwargs
             )
+        if config is None and not isinstance(picked_by, model_class.config_class):
+            # An alias type (`shieldgemma2` is `Gemma3ForConditionalGeneration`): the drop-in's own config class
+            # would misread this config, so, as transformers' auto class does, it is read once with the caller's
+            # overrides and passed on.
+            location = {name: kwargs.pop(name) for name in _CONFIG_LOCATION_KWARGS if name in kwargs}
+            config, kwargs = AutoConfig.from_pretrained(
+                pretrained_model_name_or_path,
+                return_unused_kwargs=True,
+                code_revision=code_revision,
+                **location,
+                **kwargs,
+            )
+            kwargs = {**location, **kwargs, "config": config}
         return model_class.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)

@@ -6,12 +6,12 @@ The processor writes an image as `<|START_OF_IMG|>`, then per tile a tile marker
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.tiles import PixelShuffledTilesLayout
 
 
 class AyaVisionForConditionalGeneration(
-    PixelShuffledTilesLayout, VisionPrepGenerationMixin, transformers.AyaVisionForConditionalGeneration
+    PixelShuffledTilesLayout, VisionPrepMixin, transformers.AyaVisionForConditionalGeneration
 ):
     """Drop-in `transformers.AyaVisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -6,12 +6,12 @@ The processor writes an image as `<|START_OF_IMG|>`, per tile its placeholders a
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.tiles import PixelShuffledTilesLayout
 
 
 class Cohere2VisionForConditionalGeneration(
-    PixelShuffledTilesLayout, VisionPrepGenerationMixin, transformers.Cohere2VisionForConditionalGeneration
+    PixelShuffledTilesLayout, VisionPrepMixin, transformers.Cohere2VisionForConditionalGeneration
 ):
     """Drop-in `transformers.Cohere2VisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 

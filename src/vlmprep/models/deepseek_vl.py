@@ -2,12 +2,13 @@
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 from .layouts.vision_patches import VisionPatchesLayout
 
 
 class DeepseekVLForConditionalGeneration(
-    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.DeepseekVLForConditionalGeneration
+    VisionPatchesLayout, VisionPrepMixin, transformers.DeepseekVLForConditionalGeneration
 ):
     """Drop-in `transformers.DeepseekVLForConditionalGeneration` whose vision tower runs once, in input preparation.
 

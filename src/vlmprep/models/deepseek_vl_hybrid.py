@@ -7,12 +7,13 @@ per image together and both go into its content hash.
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 from .layouts.vision_patches import VisionPatchesLayout
 
 
 class DeepseekVLHybridForConditionalGeneration(
-    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.DeepseekVLHybridForConditionalGeneration
+    VisionPatchesLayout, VisionPrepMixin, transformers.DeepseekVLHybridForConditionalGeneration
 ):
     """Drop-in `transformers.DeepseekVLHybridForConditionalGeneration` whose vision towers run once, in input preparation.
 

@@ -8,12 +8,12 @@ from the cache length on every forward), so no multimodal positions are needed.
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
 
 
 class Exaone4_5_ForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepGenerationMixin, transformers.Exaone4_5_ForConditionalGeneration
+    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Exaone4_5_ForConditionalGeneration
 ):
     """Drop-in `transformers.Exaone4_5_ForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -4,10 +4,11 @@ from typing import Any
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 
 
-class Gemma3ForConditionalGeneration(VisionPrepGenerationMixin, transformers.Gemma3ForConditionalGeneration):
+class Gemma3ForConditionalGeneration(VisionPrepMixin, transformers.Gemma3ForConditionalGeneration):
     """Drop-in `transformers.Gemma3ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
 
 
 class Glm46VForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Glm46VForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Glm46VForConditionalGeneration
 ):
     """Drop-in `transformers.Glm46VForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
 
 
 class Glm4vForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Glm4vForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Glm4vForConditionalGeneration
 ):
     """Drop-in `transformers.Glm4vForConditionalGeneration` whose vision tower runs once, in input preparation.
 

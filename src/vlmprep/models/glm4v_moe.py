@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
 
 
 class Glm4vMoeForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Glm4vMoeForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Glm4vMoeForConditionalGeneration
 ):
     """Drop-in `transformers.Glm4vMoeForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -7,7 +7,8 @@ import math
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 
 
 def convolved_tile_tokens(config: transformers.GotOcr2Config) -> int:
@@ -21,7 +22,7 @@ def convolved_tile_tokens(config: transformers.GotOcr2Config) -> int:
     return side * side
 
 
-class GotOcr2ForConditionalGeneration(VisionPrepGenerationMixin, transformers.GotOcr2ForConditionalGeneration):
+class GotOcr2ForConditionalGeneration(VisionPrepMixin, transformers.GotOcr2ForConditionalGeneration):
     """Drop-in `transformers.GotOcr2ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

@@ -7,12 +7,12 @@ the decoder's positions are plain 1D (upstream recomputes them on every forward)
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
 
 
 class HyperCLOVAXVisionV2ForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepGenerationMixin, transformers.HyperCLOVAXVisionV2ForConditionalGeneration
+    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.HyperCLOVAXVisionV2ForConditionalGeneration
 ):
     """Drop-in `transformers.HyperCLOVAXVisionV2ForConditionalGeneration`; its vision tower runs once, in input preparation.
 

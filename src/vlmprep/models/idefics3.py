@@ -10,12 +10,12 @@ order the model fills placeholders in; the mixin's "image" counts and messages c
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.sub_images import SubImagesLayout
 
 
 class Idefics3ForConditionalGeneration(
-    SubImagesLayout, VisionPrepGenerationMixin, transformers.Idefics3ForConditionalGeneration
+    SubImagesLayout, VisionPrepMixin, transformers.Idefics3ForConditionalGeneration
 ):
     """Drop-in `transformers.Idefics3ForConditionalGeneration` whose vision tower runs once, in input preparation.
 

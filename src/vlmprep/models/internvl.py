@@ -6,10 +6,11 @@ The processor writes an image as `<img>`, `image_seq_length` `<IMG_CONTEXT>` pla
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 
 
-class InternVLForConditionalGeneration(VisionPrepGenerationMixin, transformers.InternVLForConditionalGeneration):
+class InternVLForConditionalGeneration(VisionPrepMixin, transformers.InternVLForConditionalGeneration):
     """Drop-in `transformers.InternVLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

@@ -12,10 +12,11 @@ from typing import Any
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 
 
-class Lfm2VlForConditionalGeneration(VisionPrepGenerationMixin, transformers.Lfm2VlForConditionalGeneration):
+class Lfm2VlForConditionalGeneration(VisionPrepMixin, transformers.Lfm2VlForConditionalGeneration):
     """Drop-in `transformers.Lfm2VlForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

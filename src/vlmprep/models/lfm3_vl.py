@@ -7,12 +7,12 @@ come as one run per frame after the frame's timestamp, as Qwen3-VL's do. The dec
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout
 
 
 class Lfm3VlForConditionalGeneration(
-    PatchGridPerFrameTextPositionsLayout, VisionPrepGenerationMixin, transformers.Lfm3VlForConditionalGeneration
+    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.Lfm3VlForConditionalGeneration
 ):
     """Drop-in `transformers.Lfm3VlForConditionalGeneration` whose vision tower runs once, in input preparation.
 

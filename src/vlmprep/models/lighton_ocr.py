@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.pixtral import PixtralImagesLayout
 
 
 class LightOnOcrForConditionalGeneration(
-    PixtralImagesLayout, VisionPrepGenerationMixin, transformers.LightOnOcrForConditionalGeneration
+    PixtralImagesLayout, VisionPrepMixin, transformers.LightOnOcrForConditionalGeneration
 ):
     """Drop-in `transformers.LightOnOcrForConditionalGeneration` whose vision tower runs once, in input preparation.
 

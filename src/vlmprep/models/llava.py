@@ -2,13 +2,12 @@
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 from .layouts.vision_patches import VisionPatchesLayout
 
 
-class LlavaForConditionalGeneration(
-    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.LlavaForConditionalGeneration
-):
+class LlavaForConditionalGeneration(VisionPatchesLayout, VisionPrepMixin, transformers.LlavaForConditionalGeneration):
     """Drop-in `transformers.LlavaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.anyres import AnyresCropsLayout
 
 
 class LlavaNextForConditionalGeneration(
-    AnyresCropsLayout, VisionPrepGenerationMixin, transformers.LlavaNextForConditionalGeneration
+    AnyresCropsLayout, VisionPrepMixin, transformers.LlavaNextForConditionalGeneration
 ):
     """Drop-in `transformers.LlavaNextForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -4,13 +4,13 @@ from dataclasses import replace
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
 from ..generation.facts import ModalityFacts
+from .base import VisionPrepMixin
 from .layouts.anyres import AnyresCropsLayout
 
 
 class LlavaNextVideoForConditionalGeneration(
-    AnyresCropsLayout, VisionPrepGenerationMixin, transformers.LlavaNextVideoForConditionalGeneration
+    AnyresCropsLayout, VisionPrepMixin, transformers.LlavaNextVideoForConditionalGeneration
 ):
     """Drop-in `transformers.LlavaNextVideoForConditionalGeneration` whose vision tower runs once, in input preparation.
 

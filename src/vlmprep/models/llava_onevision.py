@@ -15,15 +15,14 @@ from typing import Any
 import torch
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
 from ..generation.hooks import select_items
+from .base import VisionPrepMixin
 from .layouts.anyres import dummy_crop_features, tokens_per_crop, trim_padding_crops
 
 
-class LlavaOnevisionForConditionalGeneration(
-    VisionPrepGenerationMixin, transformers.LlavaOnevisionForConditionalGeneration
-):
+class LlavaOnevisionForConditionalGeneration(VisionPrepMixin, transformers.LlavaOnevisionForConditionalGeneration):
     """Drop-in `transformers.LlavaOnevisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Images and videos are encoded once each, only when prefill needs them.

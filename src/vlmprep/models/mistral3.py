@@ -7,12 +7,12 @@ anywhere (the model is causal) and the rows after it are fed.
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.pixtral import PixtralRowsLayout
 
 
 class Mistral3ForConditionalGeneration(
-    PixtralRowsLayout, VisionPrepGenerationMixin, transformers.Mistral3ForConditionalGeneration
+    PixtralRowsLayout, VisionPrepMixin, transformers.Mistral3ForConditionalGeneration
 ):
     """Drop-in `transformers.Mistral3ForConditionalGeneration` whose vision tower runs once, in input preparation.
 

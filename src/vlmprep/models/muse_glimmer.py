@@ -9,12 +9,12 @@ The decoder's positions are plain 1D; only the vision config's names differ from
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
 
 
 class MuseGlimmerForConditionalGeneration(
-    PatchGridPerFrameTextPositionsLayout, VisionPrepGenerationMixin, transformers.MuseGlimmerForConditionalGeneration
+    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.MuseGlimmerForConditionalGeneration
 ):
     """Drop-in `transformers.MuseGlimmerForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -2,10 +2,11 @@
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 
 
-class PaliGemmaForConditionalGeneration(VisionPrepGenerationMixin, transformers.PaliGemmaForConditionalGeneration):
+class PaliGemmaForConditionalGeneration(VisionPrepMixin, transformers.PaliGemmaForConditionalGeneration):
     """Drop-in `transformers.PaliGemmaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

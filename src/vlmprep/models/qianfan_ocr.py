@@ -6,10 +6,11 @@ The processor writes an image as `<img>`, `image_seq_length` `<IMG_CONTEXT>` pla
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 
 
-class QianfanOCRForConditionalGeneration(VisionPrepGenerationMixin, transformers.QianfanOCRForConditionalGeneration):
+class QianfanOCRForConditionalGeneration(VisionPrepMixin, transformers.QianfanOCRForConditionalGeneration):
     """Drop-in `transformers.QianfanOCRForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

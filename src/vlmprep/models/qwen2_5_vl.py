@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 # Qwen2-VL's inputs; a video's `second_per_grid_ts` (seconds between its temporal patches) spaces its rope positions.
@@ -12,7 +12,7 @@ _VIDEO = replace(PATCH_GRID_FACTS.modality("video"), position_keys=("second_per_
 
 
 class Qwen2_5_VLForConditionalGeneration(
-    PatchGridLayout, VisionPrepGenerationMixin, transformers.Qwen2_5_VLForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Qwen2_5_VLForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen2_5_VLForConditionalGeneration` whose vision tower runs once, in input preparation.
 

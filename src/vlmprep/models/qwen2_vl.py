@@ -2,13 +2,11 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PatchGridLayout
 
 
-class Qwen2VLForConditionalGeneration(
-    PatchGridLayout, VisionPrepGenerationMixin, transformers.Qwen2VLForConditionalGeneration
-):
+class Qwen2VLForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.Qwen2VLForConditionalGeneration):
     """Drop-in `transformers.Qwen2VLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Images and videos are encoded once each, only when prefill needs them; positions come from the prompt alone, so

@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PatchGridPerFrameLayout
 
 
 class Qwen3VLForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Qwen3VLForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Qwen3VLForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen3VLForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -2,12 +2,12 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.patch_grid import PatchGridPerFrameLayout
 
 
 class Qwen3VLMoeForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepGenerationMixin, transformers.Qwen3VLMoeForConditionalGeneration
+    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Qwen3VLMoeForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen3VLMoeForConditionalGeneration` whose vision tower runs once, in input preparation.
 

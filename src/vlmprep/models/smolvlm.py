@@ -2,13 +2,11 @@
 
 import transformers
 
-from ..generation import VisionPrepGenerationMixin
+from .base import VisionPrepMixin
 from .layouts.sub_images import SubImagesLayout
 
 
-class SmolVLMForConditionalGeneration(
-    SubImagesLayout, VisionPrepGenerationMixin, transformers.SmolVLMForConditionalGeneration
-):
+class SmolVLMForConditionalGeneration(SubImagesLayout, VisionPrepMixin, transformers.SmolVLMForConditionalGeneration):
     """Drop-in `transformers.SmolVLMForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Each real sub-image of `pixel_values` `(batch_size, max_sub_images, C, H, W)` is one item (see

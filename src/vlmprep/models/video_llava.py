@@ -7,14 +7,15 @@ legacy name is a deprecated argument of `get_image_features`).
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 from .layouts.vision_patches import VisionPatchesLayout
 
 LEGACY_PIXEL_KEY = "pixel_values_images"
 
 
 class VideoLlavaForConditionalGeneration(
-    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.VideoLlavaForConditionalGeneration
+    VisionPatchesLayout, VisionPrepMixin, transformers.VideoLlavaForConditionalGeneration
 ):
     """Drop-in `transformers.VideoLlavaForConditionalGeneration` whose image tower runs once, in input preparation.
 

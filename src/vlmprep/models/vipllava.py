@@ -2,12 +2,13 @@
 
 import transformers
 
-from ..generation import VisionFacts, VisionPrepGenerationMixin
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
 from .layouts.vision_patches import VisionPatchesLayout
 
 
 class VipLlavaForConditionalGeneration(
-    VisionPatchesLayout, VisionPrepGenerationMixin, transformers.VipLlavaForConditionalGeneration
+    VisionPatchesLayout, VisionPrepMixin, transformers.VipLlavaForConditionalGeneration
 ):
     """Drop-in `transformers.VipLlavaForConditionalGeneration` whose vision tower runs once, in input preparation.
 

@@ -14,7 +14,10 @@ from packaging import version
 MIN_TRANSFORMERS = "5.24.0"
 MAX_TRANSFORMERS_EXCLUSIVE = "6.0.0"
 
-# Upstream method -> the parameters vlmprep's override calls it with (see generation/mixin.py).
+# Upstream method -> the parameters vlmprep's code passes or declares: the hooks `generation/mixin.py` overrides, the
+# upstream hook whose `is_first_iteration` decides that multimodal inputs reach only prefill's forwards, and the
+# static-cache constructor the prefix store calls (`generation/prefix.py`). Hooks that only the tests patch are checked
+# by the tests themselves (`tests/scenarios/test_upstream_fidelity.py`): `import vlmprep` does not depend on them.
 REQUIRED_GENERATION_HOOKS: dict[str, tuple[str, ...]] = {
     "_validate_model_kwargs": ("model_kwargs",),
     "_maybe_prepare_encoder_kwargs_for_generation": (
@@ -27,8 +30,29 @@ REQUIRED_GENERATION_HOOKS: dict[str, tuple[str, ...]] = {
     "_expand_inputs_for_generation": ("expand_size", "is_encoder_decoder", "input_ids"),
     "_prefill": ("input_ids", "generation_config", "model_kwargs", "is_first_iteration"),
     "prepare_inputs_for_generation": ("input_ids", "is_first_iteration"),
-    "_valid_auto_compile_criteria": ("model_kwargs", "generation_config"),
-    "get_compiled_call": ("compile_config",),
+    "_prepare_static_cache": (
+        "cache_implementation",
+        "batch_size",
+        "max_cache_len",
+        "prefill_chunk_size",
+        "model_kwargs",
+    ),
+}
+
+# Upstream code that vlmprep repeats rather than calls: `generation/prefix.py`'s `_new_cache` builds the static cache
+# `generate` would build (its steps 6 and 7) before `generate` runs. Upstream method -> the source lines the copy
+# follows; a release that changes one must be followed there. Checked by `utils/check_upstream_hooks.py`, not at
+# import (reading source is slow, and a copy that drifted sizes a cache wrongly rather than breaking every call).
+COPIED_UPSTREAM_SOURCE: dict[str, tuple[str, ...]] = {
+    "_prepare_generated_length": (
+        "generation_config.max_length = generation_config.max_new_tokens + input_ids_length",
+    ),
+    "generate": ("max_cache_length = generation_config.max_length - 1",),
+    "_prepare_cache_for_generation": (
+        "max_cache_length = max(max_cache_length, generation_config.max_cache_len)",
+        "max_cache_len=max_cache_length",
+        "prefill_chunk_size=generation_config.prefill_chunk_size",
+    ),
 }
 
 
@@ -38,13 +62,38 @@ def missing_generation_hooks() -> list[str]:
     Returns:
         `list[str]`
     """
-    from transformers import GenerationMixin, PreTrainedModel
-
     problems = []
     for name, parameters in REQUIRED_GENERATION_HOOKS.items():
-        method = getattr(GenerationMixin, name, None) or getattr(PreTrainedModel, name, None)
-        problems += method_problems(f"GenerationMixin.{name}", method, parameters)
+        problems += method_problems(f"GenerationMixin.{name}", _generation_method(name), parameters)
     return problems
+
+
+def changed_copied_sources() -> list[str]:
+    """Descriptions of the upstream lines in `COPIED_UPSTREAM_SOURCE` the installed transformers no longer has.
+
+    Returns:
+        `list[str]`: empty when every line vlmprep's copies follow is still upstream, unchanged.
+    """
+    problems = []
+    for name, lines in COPIED_UPSTREAM_SOURCE.items():
+        method = _generation_method(name)
+        if method is None:
+            problems.append(f"GenerationMixin.{name} is missing")
+            continue
+        # Whitespace-insensitive: a reformatted line is the same code
+        source = " ".join(inspect.getsource(method).split())
+        problems += [
+            f"GenerationMixin.{name} no longer has `{line}` (generation/prefix.py `_new_cache` copies it)"
+            for line in lines
+            if " ".join(line.split()) not in source
+        ]
+    return problems
+
+
+def _generation_method(name: str):
+    from transformers import GenerationMixin, PreTrainedModel
+
+    return getattr(GenerationMixin, name, None) or getattr(PreTrainedModel, name, None)
 
 
 def method_problems(qualified_name: str, method, parameters: tuple[str, ...]) -> list[str]:

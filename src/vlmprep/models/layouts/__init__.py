@@ -2,7 +2,7 @@
 
 A layout is how one family's pixel inputs split into *items* (an image, a tile, a crop, a video) and how many
 placeholder tokens each item fills. A family with a layout of its own states it in its file; a layout that several
-families share lives in a module here, as a class of family hooks listed before `VisionPrepGenerationMixin` (and,
+families share lives in a module here, as a class of family hooks listed before `VisionPrepMixin` (and,
 where it has one, the `VisionFacts` that go with it). Family files import layouts, the registry and the mixin, never
 each other.
 

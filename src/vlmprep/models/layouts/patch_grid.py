@@ -94,7 +94,7 @@ class PatchGridVisionNames:
 
 
 class PatchGridLayout(FamilyHooks):
-    """Family hooks of the patch-grid layout with M-RoPE positions (listed before `VisionPrepGenerationMixin`).
+    """Family hooks of the patch-grid layout with M-RoPE positions (listed before `VisionPrepMixin`).
 
     Positions are 3D M-RoPE: upstream computes them with `rope_deltas` stored on the model by an earlier call, which
     goes wrong as soon as another request runs in between, or when new images follow a cached part; here they are

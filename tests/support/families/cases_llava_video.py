@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from family_registry import FAMILY_CASES, register
+from support.cases import FAMILY_CASES, register
 from vlmprep.testing import IMAGE, TINY_VIDEO_TOKEN_ID, VIDEO
 
 VIDEO_FRAMES = 4  # one count for every video: the processor stacks videos into one `(videos, frames, ...)` tensor

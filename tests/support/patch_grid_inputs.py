@@ -1,4 +1,4 @@
-"""Shared pieces of the patch-grid family cases (`tests/families/cases_qwen.py`, `cases_text_positions.py`): prompts
+"""Shared pieces of the patch-grid family cases (`tests/support/families/cases_qwen.py`, `cases_text_positions.py`): prompts
 whose images and videos are flattened patches, `(total_patches, channels * temporal_patch * patch**2)`, with one
 `(t, h, w)` grid row per image or video, as the families' processors return them.
 

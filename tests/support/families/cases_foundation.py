@@ -2,7 +2,7 @@
 
 import torch
 
-from family_registry import FamilyCase, register
+from support.cases import FamilyCase, register
 from vlmprep.testing import build_prompt, random_pixels
 
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the LLaVA-like family cases (`tests/families/cases_llava_*.py`, `cases_fixed_size.py`): images
+"""Shared pieces of the LLaVA-like family cases (`tests/support/families/cases_llava_*.py`, `cases_fixed_size.py`): images
 drawn from a seed, and prompts and batches as the families' processors build them. Their tiny configs are the
 registry's (`vlmprep.testing.configs`).
 

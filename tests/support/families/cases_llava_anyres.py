@@ -17,8 +17,8 @@ import torch
 import transformers
 from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
-from family_registry import FamilyCase, register
-from llava_like_inputs import collate_padded_patches, pad_dim, pixels, prompt_ids, size_of
+from support.cases import FamilyCase, register
+from support.llava_like_inputs import collate_padded_patches, pad_dim, pixels, prompt_ids, size_of
 
 # Original (height, width) of the images (see `size_of`). Different aspect ratios pick different grid pinpoints and
 # unpad differently, so the images of one prompt have different placeholder counts.

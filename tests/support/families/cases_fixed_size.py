@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from family_registry import FamilyCase, register
-from llava_like_inputs import build_patch_run_inputs, prompt_ids, tile_pixels, tiles_of
+from support.cases import FamilyCase, register
+from support.llava_like_inputs import build_patch_run_inputs, prompt_ids, tile_pixels, tiles_of
 from vlmprep.testing import TINY_IMAGE_SIZE, random_pixels
 from vlmprep.testing.configs.fixed_size import ARIA_PATCH_TO_QUERY
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from family_registry import FamilyCase, register
-from llava_like_inputs import pad_dim, pixels, prompt_ids, size_of
+from support.cases import FamilyCase, register
+from support.llava_like_inputs import pad_dim, pixels, prompt_ids, size_of
 
 # -- Mistral3 (Pixtral vision) ----------------------------------------------------------------------------------------
 

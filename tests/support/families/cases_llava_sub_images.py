@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from family_registry import FamilyCase, register
-from llava_like_inputs import collate_padded_patches, prompt_ids, tile_pixels, tiles_of
+from support.cases import FamilyCase, register
+from support.llava_like_inputs import collate_padded_patches, prompt_ids, tile_pixels, tiles_of
 
 # -- Idefics3 and SmolVLM: sub-images in (batch, sub-images, C, H, W) -------------------------------------------------
 

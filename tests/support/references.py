@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache
 
 import vlmprep
-from family_registry import FAMILY_CASES
+from support.registry import FAMILY_CASES
 from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
 from vlmprep.testing import VIDEO as VIDEO  # re-exported: tests import the video marker from here too
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from family_registry import FamilyCase, register
-from llava_like_inputs import pixels, prompt_ids, size_of, tile_pixels, tiles_of
+from support.cases import FamilyCase, register
+from support.llava_like_inputs import pixels, prompt_ids, size_of, tile_pixels, tiles_of
 
 # Aya Vision and Cohere2 Vision: start, end, a tile's marker, the global view's marker; Cohere2's line break.
 AYA_START, AYA_END, AYA_TILE, AYA_GLOBAL = 112, 113, 114, 115

@@ -13,8 +13,8 @@ import functools
 
 import torch
 
-from family_registry import FamilyCase, register
-from patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
+from support.cases import FamilyCase, register
+from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
 from vlmprep.models.registry import FAMILY_SPECS
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
 from vlmprep.testing.configs.patch_grid import (

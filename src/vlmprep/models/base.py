@@ -1,0 +1,33 @@
+"""`VisionPrepMixin`: the class every drop-in derives from, generation and continuous batching together.
+
+The generation mixin knows nothing of batching, and batching imports generation, never the reverse: the two meet only
+here, where the drop-ins are built, so that imports point down (models -> batching -> generation -> cache).
+"""
+
+from __future__ import annotations
+
+from ..batching.mixin import ContinuousBatchingMixin
+from ..generation.mixin import VisionPrepGenerationMixin
+
+__all__ = ["VisionPrepMixin"]
+
+
+class VisionPrepMixin(VisionPrepGenerationMixin, ContinuousBatchingMixin):
+    """The base of every drop-in: `VisionPrepGenerationMixin` (`generate`) and `ContinuousBatchingMixin`
+    (`generate_batch`, `init_continuous_batching`) for a transformers VLM class listed after it.
+
+    A drop-in lists this class (after any layout's hooks) before the transformers class, and states its
+    `vision_facts`.
+
+    Example:
+
+    ```python
+    >>> import transformers
+    >>> from vlmprep import VisionFacts, VisionPrepMixin
+    >>> class MyGemma3(VisionPrepMixin, transformers.Gemma3ForConditionalGeneration):
+    ...     vision_facts = VisionFacts(bidirectional="image")
+    >>> hasattr(MyGemma3, "generate_batch")
+    True
+
+    ```
+    """

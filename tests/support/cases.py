@@ -1,0 +1,62 @@
+"""A family's case in the conformance suite: how its processor builds prompts (`FamilyCase`), and `register`.
+
+The case modules of `support.families` register their cases here; `support.registry` imports every one of them, so
+import `FAMILY_CASES` from `support.registry` (here it holds only the cases registered so far).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from vlmprep.models.registry import FAMILY_SPECS
+from vlmprep.testing import tiny_config
+
+
+@dataclass
+class FamilyCase:
+    """How the conformance suite builds one family's prompts; its tiny config and reference class come from the
+    registry (`vlmprep.models.registry.FAMILY_SPECS`).
+
+    Args:
+        name: the model type (a key of vlmprep's drop-in registry).
+        build_inputs: `(config, segments, image_seeds) -> dict` with `input_ids`, the per-token inputs and the
+            pixel inputs the family's processor would return; segments are lists of text ids or `IMAGE`.
+        per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
+        pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
+        skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
+        collate: `(prompts, pad_token_id) -> dict`, for families whose batches are not left-pad + concatenate.
+        answer_token_types: per-token input -> its value at generated (text) tokens, where it is not 0: what the
+            family's `generate` appends, so an uncached forward of a prompt and its answer is the reference of each
+            step (PaliGemma's suffix tokens are 1, causal; its prompt is one bidirectional prefix of 0s).
+    """
+
+    name: str
+    build_inputs: Callable[[PreTrainedConfig, list, list[int]], dict[str, torch.Tensor]]
+    per_token_keys: tuple[str, ...] = ("token_type_ids",)
+    pixel_keys: tuple[str, ...] = ("pixel_values",)
+    skip: dict[str, str] = field(default_factory=dict)
+    collate: Callable | None = None
+    answer_token_types: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def upstream_class(self) -> type[PreTrainedModel]:
+        """The transformers class the drop-in replaces (the drop-in has its name)."""
+        return getattr(transformers, FAMILY_SPECS[self.name].class_name)
+
+    def make_config(self) -> PreTrainedConfig:
+        """A fresh tiny config: the builder the registry names for this model type (`vlmprep.testing.tiny_config`)."""
+        return tiny_config(self.name)
+
+
+FAMILY_CASES: dict[str, FamilyCase] = {}
+
+
+def register(case: FamilyCase) -> FamilyCase:
+    """Add a family's case to the suite (a case module of `support.families` calls it once per family)."""
+    FAMILY_CASES[case.name] = case
+    return case
