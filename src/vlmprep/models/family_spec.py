@@ -1,0 +1,125 @@
+"""`FamilySpec`: what vlmprep states about one model type, and the statuses a model type can have.
+
+The table of specs, keyed by model type, is `vlmprep.models.registry.FAMILY_SPECS`; the statuses are explained there.
+Plain data: importing this module imports no model code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .layouts import LAYOUTS
+from .text_only_rules import TextOnlyFamily
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = [
+    "ALIAS",
+    "BLOCKED_UPSTREAM",
+    "CANDIDATE",
+    "DROP_IN",
+    "NOT_PLACEHOLDER_BASED",
+    "STATUSES",
+    "FamilySpec",
+    "alias",
+    "blocked_upstream",
+    "candidate",
+    "drop_in",
+    "not_placeholder_based",
+]
+
+DROP_IN = "drop-in"
+ALIAS = "alias"
+CANDIDATE = "candidate"
+NOT_PLACEHOLDER_BASED = "not placeholder-based"
+BLOCKED_UPSTREAM = "blocked upstream"
+STATUSES = (DROP_IN, ALIAS, CANDIDATE, NOT_PLACEHOLDER_BASED, BLOCKED_UPSTREAM)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What vlmprep states about one model type.
+
+    Args:
+        status (`str`): one of `STATUSES`.
+        drop_in (`str`, *optional*):
+            `"<module>.<class>"` of the drop-in in `vlmprep.models` (imported only by `drop_in_class`); only for a
+            drop-in.
+        layout (`str`, *optional*): the drop-in's layout, a key of `vlmprep.models.layouts.LAYOUTS`.
+        text_only (`TextOnlyFamily`, *optional*):
+            how `vlmprep.AutoModelForCausalLM` takes the text decoder out of a checkpoint; `None` when it does not.
+        alias_of (`str`, *optional*): for an alias, the model type whose drop-in it loads.
+        reason (`str`, *optional*): for a candidate, a type not placeholder-based or one blocked upstream, what
+            stands in the way of a drop-in today (one line).
+        tiny_config (`str`, *optional*):
+            the builder in `vlmprep.testing.configs` of the tiny test config (`"tiny_gemma3_config"`), which every
+            drop-in has (`vlmprep.testing.tiny_config(model_type)` calls it).
+    """
+
+    status: str
+    drop_in: str | None = None
+    layout: str | None = None
+    text_only: TextOnlyFamily | None = None
+    alias_of: str | None = None
+    reason: str | None = None
+    tiny_config: str | None = None
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"A FamilySpec's status is one of {STATUSES}, got {self.status!r}.")
+        is_drop_in = self.status == DROP_IN
+        if is_drop_in != (self.drop_in is not None) or is_drop_in != (self.tiny_config is not None):
+            raise ValueError("A drop-in (and only a drop-in) names its class and the builder of its tiny config.")
+        if is_drop_in != (self.layout is not None) or (self.layout is not None and self.layout not in LAYOUTS):
+            raise ValueError(f"A drop-in's layout is one of {sorted(LAYOUTS)}; any other status has none.")
+        if (self.status == ALIAS) != (self.alias_of is not None):
+            raise ValueError("An alias (and only an alias) names the model type whose drop-in it loads.")
+        if (self.status in (DROP_IN, ALIAS)) == (self.reason is not None):
+            raise ValueError("A type without a drop-in of its own or of another type says what stands in the way.")
+
+    @property
+    def module(self) -> str | None:
+        """The drop-in's module name inside `vlmprep.models` (`"gemma3"`), or `None`."""
+        return None if self.drop_in is None else self.drop_in.rsplit(".", 1)[0]
+
+    @property
+    def class_name(self) -> str | None:
+        """The drop-in's class name, the transformers class's (`"Gemma3ForConditionalGeneration"`), or `None`."""
+        return None if self.drop_in is None else self.drop_in.rsplit(".", 1)[1]
+
+    def drop_in_class(self) -> type[PreTrainedModel]:
+        """The drop-in class of this model type, imported on first use (an alias's is its model type's:
+        `vlmprep.models.registry.drop_in_class_of`)."""
+        if self.drop_in is None:
+            raise ValueError(f"This model type has no drop-in class ({self.status}): {self.reason}")
+        return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.class_name)
+
+
+def drop_in(drop_in: str, layout: str, text_only: TextOnlyFamily | None = None) -> FamilySpec:
+    """A drop-in's spec: `"<module>.<class>"`, its layout and text-only rule; its tiny config is named after the module."""
+    # A drop-in's tiny test config is built by `tiny_<module>_config` of `vlmprep.testing.configs`.
+    tiny_config = f"tiny_{drop_in.rsplit('.', 1)[0]}_config"
+    return FamilySpec(DROP_IN, drop_in=drop_in, layout=layout, text_only=text_only, tiny_config=tiny_config)
+
+
+def alias(model_type: str) -> FamilySpec:
+    """The spec of a config type built as `model_type`'s class under its own name."""
+    return FamilySpec(ALIAS, alias_of=model_type)
+
+
+def candidate(reason: str, text_only: TextOnlyFamily | None = None) -> FamilySpec:
+    """The spec of a placeholder-style type without a drop-in yet; `reason` says what it still needs."""
+    return FamilySpec(CANDIDATE, reason=reason, text_only=text_only)
+
+
+def not_placeholder_based(reason: str) -> FamilySpec:
+    """The spec of a type whose images do not reach `generate` through placeholder tokens."""
+    return FamilySpec(NOT_PLACEHOLDER_BASED, reason=reason)
+
+
+def blocked_upstream(reason: str) -> FamilySpec:
+    """The spec of a type that transformers itself keeps from being a drop-in today."""
+    return FamilySpec(BLOCKED_UPSTREAM, reason=reason)
