@@ -15,15 +15,15 @@ from typing import Any
 import torch
 
 from ..generation.encoding import ItemEncoder
-from .prompt import RequestImages
+from .prompt import RequestItems
 
 
-def encode_admitted(model, requests: list[RequestImages]) -> list[Exception | None]:
+def encode_admitted(model, requests: list[RequestItems]) -> list[Exception | None]:
     """Compute the features of every request's items, batched across requests whose inputs can be concatenated.
 
     Args:
         model (`VisionPrepGenerationMixin`): the drop-in model the engine runs.
-        requests (`list[RequestImages]`): the images of the requests admitted together; `features` is set on each.
+        requests (`list[RequestItems]`): the images of the requests admitted together; `features` is set on each.
 
     Returns:
         `list[Exception | None]`: per request, the error that makes it fail, or `None`.
@@ -44,7 +44,7 @@ def encode_admitted(model, requests: list[RequestImages]) -> list[Exception | No
     return errors
 
 
-def _error_of(model, images: RequestImages) -> Exception | None:
+def _error_of(model, images: RequestItems) -> Exception | None:
     try:
         _encode_together(model, [images])
     except Exception as error:  # noqa: BLE001 - reported on the request
@@ -71,7 +71,7 @@ def _concatenated(values: list[Any]) -> Any:
 
 
 @torch.no_grad()
-def _encode_together(model, requests: list[RequestImages]) -> None:
+def _encode_together(model, requests: list[RequestItems]) -> None:
     # The requests become the rows of one prompt: items renumbered after the previous rows' items, per modality too
     spans, hashes = [], {}
     first_item, first_of_modality = 0, Counter()

@@ -2,7 +2,7 @@
 
 The engine packs the scheduled slices of several requests into one row of `input_ids`, one after the other, and the
 model scatters `mm_encoder_outputs` into the placeholders of that row in order. So the rows are taken request by
-request, in batch order, and within a request in position order (`PreparedImages.rows_between`).
+request, in batch order, and within a request in position order (`PreparedItems.rows_between`).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor 
     """`(rows, 1, num_tokens)` position ids of a step holding a request with multimodal positions, else `None`.
 
     The engine feeds `position_offset + i`; a request whose prompt has multimodal rotary positions gets its own
-    (`RequestImages.position_ids`), every other request of the step its 1D positions on every row. Padding (up to
+    (`RequestItems.position_ids`), every other request of the step its 1D positions on every row. Padding (up to
     `num_tokens`) gets 0.
 
     Args:

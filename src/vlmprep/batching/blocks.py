@@ -17,7 +17,7 @@ An image block's KV is what `generate` computes only when every placeholder of t
 
 The scheduler is upstream's own class (FIFO or prefill-first, as configured) with the mixin on top. Upstream picks the
 class from a module-level table inside `_create_batch_processor` and gives the one instance to the batch processor
-and to its offloading manager; `ImageBatchingManager._create_batch_processor` hands both the block-aware one, built
+and to its offloading manager; `ItemBatchingManager._create_batch_processor` hands both the block-aware one, built
 with the same arguments before any request is scheduled (`install_block_aware_scheduler`).
 """
 
@@ -88,7 +88,7 @@ def block_admission_error(model, images, max_batch_tokens: int) -> ValueError | 
 
     Args:
         model: the drop-in model the engine runs (attention implementation already chosen by the engine).
-        images (`RequestImages`): the request's images.
+        images (`RequestItems`): the request's images.
         max_batch_tokens (`int`): the most tokens one step holds.
 
     Returns:
@@ -122,7 +122,7 @@ def holds_back_inside_a_block(images, prompt_length: int) -> bool:
     every cut inside the block moves back to its start, and the slice stays empty forever.
 
     Args:
-        images (`RequestImages`): the request's images.
+        images (`RequestItems`): the request's images.
         prompt_length (`int`): tokens in the request's prompt.
 
     Returns:

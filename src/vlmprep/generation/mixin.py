@@ -155,7 +155,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             for key, value in supplied.item_extras.items():
                 model_kwargs.setdefault(key, value)
         plan = plan_prompt(self, inputs_tensor, model_kwargs, generation_config, salt, request, supplied)
-        features, deepstack = plan.encoder.features(plan.needed_items(), plan.image_hashes, plan.supplied)
+        features, deepstack = plan.encoder.features(plan.needed_items(), plan.item_hashes, plan.supplied)
         prepared = PreparedItems(
             spans=plan.spans,
             features=features,

@@ -133,7 +133,7 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        spans, image_hashes, blocks, intervals = plan.spans, plan.image_hashes, plan.blocks, plan.intervals
+        spans, item_hashes, blocks, intervals = plan.spans, plan.item_hashes, plan.blocks, plan.intervals
         namespace = (*cache_identity(model, part="model"), salt_namespace(salt))
         batch_size, width = input_ids.shape
         attention_mask = model_kwargs.get("attention_mask")
@@ -157,12 +157,12 @@ class PrefixRequest:
         ends = []
         for row in range(batch_size):
             pad, exact = _leading_padding(masks[row] if masks is not None else None, width)
-            row_spans = [(s.start - pad, s.end - pad, image_hashes[s.item_index]) for s in spans if s.row == row]
+            row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = _Row(row, pad, row_spans, row_blocks, storable=exact)
             # Token keys (material and image columns) built in one array
             record.set_keys(
-                key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width), record.images_between)
+                key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width), record.items_between)
             )
             if exact and self.lookup:
                 record.match = self.store.match_keys(self.root, record.keys)
@@ -233,7 +233,7 @@ class PrefixRequest:
             row_keys = key_material_array(
                 tokens[record.row, record.pad : known],
                 _row_inputs(per_token, record.row, record.pad, known),
-                record.images_between,
+                record.items_between,
             )
 
             def kv_between(start: int, end: int, record=record) -> list:
@@ -290,13 +290,13 @@ class _Row:
         self.keys = keys
         self.intervals = self.intervals_with(keys)
 
-    def images_between(self, start: int, end: int) -> list[str]:
+    def items_between(self, start: int, end: int) -> list[str]:
         return [digest for lo, hi, digest in self.spans if lo < end and hi > start]
 
     def intervals_with(self, keys: np.ndarray) -> list[Interval]:
         """The row's bidirectional blocks with the digest of what each holds (see `PrefixCache.interval_digest`)."""
         return [
-            (start, end, PrefixCache.interval_digest(keys[start:end], self.images_between(start, end)))
+            (start, end, PrefixCache.interval_digest(keys[start:end], self.items_between(start, end)))
             for start, end in self.blocks
         ]
 
