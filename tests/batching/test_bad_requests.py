@@ -71,10 +71,10 @@ def test_admission_failure_is_isolated_in_one_batched_call():
     image = image_run(model)
     prompts = [build_item_prompt(model, [1, *image], {"pixel_values": pixels(seed)}) for seed in (1, 2, 3)]
     model.poisoned = pixels(2)[0]
-    errors = encode_admitted(model, [prompt.images for prompt in prompts])
+    errors = encode_admitted(model, [prompt.items for prompt in prompts])
     assert [error is None for error in errors] == [True, False, True]
     assert "cannot be encoded" in str(errors[1])
-    assert prompts[0].images.features is not None and prompts[2].images.features is not None
+    assert prompts[0].items.features is not None and prompts[2].items.features is not None
 
 
 def test_admission_failure_fails_that_request_and_the_engine_keeps_serving():

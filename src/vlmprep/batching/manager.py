@@ -113,7 +113,7 @@ class ItemBatchingManager(ContinuousBatchingManager):
             prompt = input_ids
         else:
             prompt = build_item_prompt(self.model, input_ids, request_inputs, cache_salt)
-        if prompt.images is None and prompt.error is None:
+        if prompt.items is None and prompt.error is None:
             return super().add_request(
                 list(prompt), request_id, max_new_tokens, streaming, record_timestamps, eos_token_id, **kwargs
             )
@@ -136,7 +136,7 @@ class ItemBatchingManager(ContinuousBatchingManager):
             eos_token_id=self.generation_config.eos_token_id if eos_token_id is None else eos_token_id,
             streaming=streaming,
             logit_processor_kwargs=kwargs,
-            images=prompt.images,
+            items=prompt.items,
         )
         if prompt.error is not None:
             # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
@@ -191,13 +191,13 @@ class ItemBatchingManager(ContinuousBatchingManager):
             return
         # Blocks the engine cannot run exactly (too long for a step, or attention without a mask) fail the request
         refused = [
-            block_admission_error(self.model, state.images, batch_processor.max_batch_tokens) for state in pending
+            block_admission_error(self.model, state.items, batch_processor.max_batch_tokens) for state in pending
         ]
         for state, error in zip(pending, refused, strict=True):
             if error is not None:
                 self._fail(state, error)
         pending = [state for state, error in zip(pending, refused, strict=True) if error is None]
-        errors = encode_admitted(self.model, [state.images for state in pending])
+        errors = encode_admitted(self.model, [state.items for state in pending])
         for state, error in zip(pending, errors, strict=True):
             if error is not None:
                 self._fail(state, error)
@@ -252,7 +252,7 @@ def _samples_apart(state: ItemRequestState) -> list[ItemRequestState]:
     id upstream would give its fork (as upstream does for forks the cache has no room for). Prefix sharing still
     lets them share the prompt's full pages.
     """
-    if state.num_children == 0 or not holds_back_inside_a_block(state.images, len(state.initial_tokens)):
+    if state.num_children == 0 or not holds_back_inside_a_block(state.items, len(state.initial_tokens)):
         return [state]
     samples = [state.fork(f"{state.request_id}__child#{index}") for index in range(state.num_children)]
     for sample in (*samples, state):

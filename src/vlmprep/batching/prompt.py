@@ -135,13 +135,13 @@ class ItemPrompt(list):
 
     Args:
         ids (`Sequence[int]`): the engine's token ids.
-        images (`RequestItems`, *optional*): the request's images; `None` for a text-only prompt.
+        items (`RequestItems`, *optional*): the request's items; `None` for a text-only prompt.
         error (`str`, *optional*): why the request cannot run.
     """
 
-    def __init__(self, ids: Sequence[int], images: RequestItems | None = None, error: str | None = None):
+    def __init__(self, ids: Sequence[int], items: RequestItems | None = None, error: str | None = None):
         super().__init__(ids)
-        self.images = images
+        self.items = items
         self.error = error
 
 
@@ -260,7 +260,7 @@ def build_item_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: st
         keyed[span.start : span.end] = placeholder_keys(key_hash, rows, slots[span.modality], len(slots))
     positions = model.vision_position_ids(prompt, model_kwargs)  # (rows, 1, prompt_length) or None
     positions = positions[:, 0] if positions is not None else None
-    images = RequestItems(
+    items = RequestItems(
         spans=spans,
         positions=positions,
         blocks=blocks,
@@ -269,7 +269,7 @@ def build_item_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: st
         placeholder_ids=tuple(modality.placeholder_id(model.config) for modality in modalities),
         as_list=facts.features_as_list_by_modality(),
     )
-    return ItemPrompt(keyed, images)
+    return ItemPrompt(keyed, items)
 
 
 def _image_blocks(model, prompt: torch.Tensor, token_types: Any) -> tuple[tuple[int, int], ...]:

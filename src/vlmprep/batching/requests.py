@@ -20,27 +20,27 @@ class ItemRequestState(RequestState):
     sampling) share them rather than copy them.
 
     Args:
-        images (`RequestItems`, *optional*): the request's images.
+        items (`RequestItems`, *optional*): the request's items.
         kwargs: everything `RequestState` takes.
     """
 
-    images: RequestItems | None = None
+    items: RequestItems | None = None
 
     def to_generation_output(self) -> GenerationOutput:
         """Upstream's output, with the real placeholder ids in `prompt_ids`."""
         output = super().to_generation_output()
-        if self.images is not None:
-            output.prompt_ids = self.images.restore_ids(output.prompt_ids)
+        if self.items is not None:
+            output.prompt_ids = self.items.restore_ids(output.prompt_ids)
         return output
 
     def fork(self, new_request_id: str) -> ItemRequestState:
         """Upstream's fork (a deep copy), sharing the images instead of copying their features."""
-        images, self.images = self.images, None
+        items, self.items = self.items, None
         try:
             child = super().fork(new_request_id)
         finally:
-            self.images = images
-        child.images = images
+            self.items = items
+        child.items = items
         return child
 
     def create_equivalent_initial_request(self) -> ItemRequestState:
@@ -50,4 +50,4 @@ class ItemRequestState(RequestState):
         """
         state = super().create_equivalent_initial_request()
         values = {f.name: getattr(state, f.name) for f in fields(RequestState) if f.init and f.name not in _DERIVED}
-        return ItemRequestState(**values, images=self.images)
+        return ItemRequestState(**values, items=self.items)
