@@ -10,9 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..generation.prepared import EncoderRows
-from .prompt import slot_of_key
-
-_FIRST_KEY = -2
+from .prompt import FIRST_PLACEHOLDER_KEY, slot_of_key
 
 
 def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor) -> dict[str, EncoderRows] | None:
@@ -110,7 +108,7 @@ def _layer_rows(pieces: list[tuple[torch.Tensor, list | None]], layer: int, like
 def restore_placeholders(model, input_ids: torch.Tensor) -> None:
     """Turn the placeholder keys of a step's `input_ids` back into placeholder ids, in place."""
     modalities = model.vision_facts.modalities
-    keyed = input_ids <= _FIRST_KEY
+    keyed = input_ids <= FIRST_PLACEHOLDER_KEY
     if len(modalities) == 1:
         input_ids.masked_fill_(keyed, modalities[0].placeholder_id(model.config))
         return

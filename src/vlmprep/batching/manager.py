@@ -37,7 +37,7 @@ from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
 from .blocks import block_admission_error, holds_back_inside_a_block, install_block_aware_scheduler, open_block_masks
-from .prompt import ItemPrompt, build_item_prompt, request_input_keys
+from .prompt import ItemPrompt, build_item_prompt, request_input_keys, split_request
 from .requests import ItemRequestState
 
 logger = get_logger(__name__)
@@ -96,10 +96,8 @@ class ItemBatchingManager(ContinuousBatchingManager):
             `ValueError` or `TypeError`: the request cannot run (see `build_item_prompt`); nothing is queued.
         """
         if isinstance(input_ids, Mapping):
-            kwargs = {**{key: value for key, value in input_ids.items() if key != "input_ids"}, **kwargs}
-            if "input_ids" not in input_ids:
-                raise ValueError("A request given as a mapping needs its `input_ids`.")
-            input_ids = input_ids["input_ids"]
+            input_ids, inputs = split_request(input_ids)
+            kwargs = {**inputs, **kwargs}
         input_keys = request_input_keys(self.model.vision_facts) - {"input_ids"}
         request_inputs = {key: kwargs.pop(key) for key in list(kwargs) if key in input_keys}
         unknown = sorted(key for key in kwargs if key not in self.logit_processor.supported_keys)

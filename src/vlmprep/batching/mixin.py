@@ -17,15 +17,14 @@ from transformers import ContinuousBatchingConfig, GenerationConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
 from ..generation.hooks import select_items
+from ..generation.mixin import VLMPREP_GENERATE_KWARGS
 from ..generation.plan import check_items_match_spans, find_item_spans
 from ..utils.logging import get_logger
 from .manager import ItemBatchingManager
-from .prompt import ItemPrompt, build_item_prompt, request_input_keys, token_list
+from .prompt import ItemPrompt, build_item_prompt, request_input_keys, split_request, token_list
 from .support import check_batching_support
 
 logger = get_logger(__name__)
-# What a drop-in's own `generate` may forward to `generate_batch` besides the engine's kwargs.
-_VLMPREP_KWARGS = ("cache_salt", "vlmprep_prefix_request")
 
 
 class ContinuousBatchingMixin:
@@ -120,8 +119,8 @@ class ContinuousBatchingMixin:
             `dict[str, GenerationOutput]`: what upstream returns, with the real placeholder ids in `prompt_ids`.
         """
         check_batching_support(self, with_items=False)  # requests with images are checked one by one
-        salt = kwargs.pop("cache_salt", None)
-        kwargs.pop("vlmprep_prefix_request", None)
+        # A drop-in's own `generate` may forward its vlmprep kwargs; of those only the salt concerns the engine.
+        salt = {key: kwargs.pop(key) for key in VLMPREP_GENERATE_KWARGS if key in kwargs}.get("cache_salt")
         request_keys = request_input_keys(self.vision_facts)
         shared = {key: kwargs.pop(key) for key in list(kwargs) if key in request_keys}
         shared.pop("input_ids", None)  # `generate` passes the prompt both as `inputs` and `input_ids`
@@ -135,10 +134,7 @@ class ContinuousBatchingMixin:
         # A bad request becomes a prompt carrying its error, so it fails alone when it is queued.
         try:
             if isinstance(item, Mapping):
-                if "input_ids" not in item:
-                    raise ValueError("A request given as a dict needs its `input_ids`.")
-                inputs = {key: value for key, value in item.items() if key != "input_ids"}
-                return build_item_prompt(self, item["input_ids"], inputs, salt)
+                return build_item_prompt(self, *split_request(item), salt)
             return build_item_prompt(self, item, {}, salt)
         except (ValueError, TypeError) as error:
             return ItemPrompt([], error=str(error))

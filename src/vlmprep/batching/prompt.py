@@ -27,7 +27,7 @@ from ..generation.spans import ItemSpan
 from .support import check_batching_support
 
 # Keys are <= -2: upstream marks a decode slot whose token is not known yet with -1 (`TMP_TOKEN_ID`).
-_FIRST_KEY = -2
+FIRST_PLACEHOLDER_KEY = -2
 # int32 holds the ids the engine stores; keys use the 2**31 - 2 values from -2 down to -(2**31 - 1).
 _KEY_VALUES = 2**31 - 2
 # Per-request inputs that only describe the prompt: accepted, checked, and not needed by the engine.
@@ -124,7 +124,10 @@ class RequestItems:
 
     def restore_ids(self, ids: Sequence[int]) -> list[int]:
         """Token ids with every placeholder key turned back into its placeholder id."""
-        return [self.placeholder_ids[slot_of_key(i, len(self.placeholder_ids))] if i <= _FIRST_KEY else i for i in ids]
+        return [
+            self.placeholder_ids[slot_of_key(i, len(self.placeholder_ids))] if i <= FIRST_PLACEHOLDER_KEY else i
+            for i in ids
+        ]
 
 
 class ItemPrompt(list):
@@ -147,7 +150,7 @@ class ItemPrompt(list):
 
 def slot_of_key(key: int, num_modalities: int) -> int:
     """The modality slot (index in `VisionFacts.modalities`) a placeholder key stands for."""
-    return (_FIRST_KEY - key) % num_modalities
+    return (FIRST_PLACEHOLDER_KEY - key) % num_modalities
 
 
 def placeholder_keys(item_hash: str, rows: range, slot: int, num_modalities: int) -> list[int]:
@@ -166,8 +169,25 @@ def placeholder_keys(item_hash: str, rows: range, slot: int, num_modalities: int
     keys = []
     for row in rows:
         digest = hashlib.blake2b(f"{item_hash}:{row}".encode(), digest_size=8).digest()
-        keys.append(_FIRST_KEY - slot - num_modalities * (int.from_bytes(digest, "little") % per_slot))
+        keys.append(FIRST_PLACEHOLDER_KEY - slot - num_modalities * (int.from_bytes(digest, "little") % per_slot))
     return keys
+
+
+def split_request(request: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A request given as a mapping (a processor's output): its `input_ids` and its other inputs.
+
+    Args:
+        request (`Mapping[str, Any]`): `input_ids` and the request's pixel inputs.
+
+    Returns:
+        `tuple[Any, dict[str, Any]]`: the `input_ids`, and every other entry.
+
+    Raises:
+        `ValueError`: the mapping has no `input_ids`.
+    """
+    if "input_ids" not in request:
+        raise ValueError("A request given as a mapping needs its `input_ids`.")
+    return request["input_ids"], {key: value for key, value in request.items() if key != "input_ids"}
 
 
 def token_list(input_ids: Any) -> list[int]:
