@@ -130,12 +130,25 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        spans, item_hashes, blocks, intervals = plan.spans, plan.item_hashes, plan.blocks, plan.intervals
+        self._start(model, input_ids, model_kwargs, salt, generation_config)
+        ends = self._match_rows(input_ids, model_kwargs.get("attention_mask"), plan)
+        resume = self._resume_point(ends, plan.intervals)
+        if resume > 0 and len(self.rows) == 1 and self.rows[0].pad == 0:
+            self._load_unpadded_row(resume, input_ids.device)
+        elif resume > 0:
+            self._load_rows(resume, input_ids.device)
+        for record in self.rows:
+            reused = max(0, resume - record.pad)
+            self.store.record_use(reused, len(record.keys) - reused)
+        return self.cache, resume
+
+    def _start(
+        self, model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], salt: str | None, generation_config
+    ):
+        # The per-token inputs and the keys' root, whether the store is looked up, and the call's fresh cache.
         namespace = (*cache_identity(model, part="model"), salt_namespace(salt))
-        batch_size, width = input_ids.shape
-        attention_mask = model_kwargs.get("attention_mask")
         self.per_token = per_token_inputs(model_kwargs, input_ids)
-        self.prompt_length = width
+        self.prompt_length = input_ids.shape[1]
         self.update_model_kwargs = model._update_model_kwargs_for_generation
         self.root = _root_key((*namespace, *key_material_layout(self.per_token)))
         store_only = self.store_only_reason(generation_config)
@@ -145,8 +158,12 @@ class PrefixRequest:
                 f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
                 "stores its prompt and answer for later calls."
             )
-        cache = self.cache = _new_cache(model, generation_config, batch_size, width)
+        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
 
+    def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
+        """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
+        spans, item_hashes, blocks = plan.spans, plan.item_hashes, plan.blocks
+        batch_size, width = input_ids.shape
         # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
         # overhead, and a numpy operation costs a fraction of a torch one (docs/benchmarks.md).
         ids, per_token = host(input_ids), {key: host(value) for key, value in self.per_token.items()}
@@ -168,42 +185,45 @@ class PrefixRequest:
             # A row with nothing to reuse allows a resume point up to its padding (padding KV is never attended to),
             # except a fully padded row, whose last (padding) position's logits are returned: computed, not restored.
             ends.append(pad + record.hit if pad < width else 0)
+        return ends
 
+    def _resume_point(self, ends: list[int], intervals) -> int:
+        # Where every row can resume, never strictly inside a block unless one row's stored KV saw the same blocks.
         resume = min(ends)
-        if batch_size > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
+        if len(self.rows) > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
             resume = resolve_resume_point(resume, intervals)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
-        if resume > 0 and batch_size == 1 and self.rows[0].pad == 0:
-            # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
-            # them: stored KV is never written to)
-            match, device = self.rows[0].match, input_ids.device
-            for layer_index in range(len(cache.layers)):
-                keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
-                if keys.device != device:
-                    keys, values = keys.to(device), values.to(device)
-                if not self._adopt(layer_index, keys, values):
-                    cache.update(keys, values, layer_index)
-        elif resume > 0:
-            device = input_ids.device
-            for layer_index in range(len(cache.layers)):
-                keys = values = None
-                for record in self.rows:
-                    length = resume - record.pad
-                    if length <= 0:
-                        continue
-                    row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
-                    if keys is None:
-                        shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
-                        keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
-                        values = row_values.new_zeros(shape, device=device)
-                    keys[record.row, :, record.pad : resume] = row_keys.to(device)
-                    values[record.row, :, record.pad : resume] = row_values.to(device)
-                cache.update(keys, values, layer_index)
-        for record in self.rows:
-            reused = max(0, resume - record.pad)
-            self.store.record_use(reused, len(record.keys) - reused)
-        return cache, resume
+        return resume
+
+    def _load_unpadded_row(self, resume: int, device: torch.device) -> None:
+        # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
+        # them: stored KV is never written to)
+        match = self.rows[0].match
+        for layer_index in range(len(self.cache.layers)):
+            keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
+            if keys.device != device:
+                keys, values = keys.to(device), values.to(device)
+            if not self._adopt(layer_index, keys, values):
+                self.cache.update(keys, values, layer_index)
+
+    def _load_rows(self, resume: int, device: torch.device) -> None:
+        # Several rows, or a padded one: each row's stored KV after its padding, the padding slots left at zero.
+        batch_size = len(self.rows)
+        for layer_index in range(len(self.cache.layers)):
+            keys = values = None
+            for record in self.rows:
+                length = resume - record.pad
+                if length <= 0:
+                    continue
+                row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
+                if keys is None:
+                    shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
+                    keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
+                    values = row_values.new_zeros(shape, device=device)
+                keys[record.row, :, record.pad : resume] = row_keys.to(device)
+                values[record.row, :, record.pad : resume] = row_values.to(device)
+            self.cache.update(keys, values, layer_index)
 
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""
