@@ -101,6 +101,11 @@ def drop_in(drop_in: str, text_only: TextOnlyFamily | None = None) -> FamilySpec
 
     The drop-in's layout is stated once, by its class (the layout class among its bases: `layouts.layout_of`).
     """
+    if isinstance(text_only, str):  # the layout used to be the second argument: say where it went
+        raise TypeError(
+            f"drop_in({drop_in!r}, {text_only!r}): a drop-in's layout is stated by its class (a layout class among its "
+            "bases), not in the registry; pass only the class and, optionally, its text-only rule."
+        )
     # A drop-in's tiny test config is built by `tiny_<module>_config` of `vlmprep.testing.configs`.
     tiny_config = f"tiny_{drop_in.rsplit('.', 1)[0]}_config"
     return FamilySpec(DROP_IN, drop_in=drop_in, text_only=text_only, tiny_config=tiny_config)
