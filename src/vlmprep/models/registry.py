@@ -135,10 +135,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", "fixed_image", LANGUAGE_MODEL),
         "gemma3n": blocked_upstream(f"{_AUDIO_IN_FORWARD}; also its vision tower is timm's MobileNetV5: {_TIMM}"),
-        "gemma4": blocked_upstream(
-            f"{_AUDIO_IN_FORWARD}; its images (soft tokens from `image_position_ids`, bidirectional on sliding "
-            'layers when `use_bidirectional_attention="vision"`) go through `mm_encoder_outputs`'
-        ),
+        "gemma4": drop_in("gemma4.Gemma4ForConditionalGeneration", "patch_rows_and_audio"),
         "gemma4_unified": not_placeholder_based(
             "encoder-free: images and audio are embedded inside the forward, there is no vision tower to run once"
         ),

@@ -69,6 +69,10 @@ LAYOUTS: dict[str, Layout] = {
         "flattened patches on a (t, h, w) grid per item, a video one run per frame, multimodal rope positions",
         "patch_grid.PatchGridPerFrameLayout",
     ),
+    "patch_rows_and_audio": Layout(
+        "an image is one run of its pooled patch rows (a video one run per frame); an audio clip one run of its "
+        "subsampled frames"
+    ),
     "patch_grid_per_frame_text_positions": Layout(
         "flattened patches on a (t, h, w) grid per item, a video one run per frame, 1D text positions",
         "patch_grid.PatchGridPerFrameTextPositionsLayout",
