@@ -215,7 +215,7 @@ def _without_padding_rows(outputs, output_mask_attr: str | None):
     if output_mask_attr is None:
         return outputs.pooler_output
     real_rows = getattr(outputs, output_mask_attr)  # (num_items, rows), True where a row is real
-    return [rows[keep.to(rows.device).bool()] for rows, keep in zip(outputs.pooler_output, real_rows)]
+    return [rows[keep.to(rows.device).bool()] for rows, keep in zip(outputs.pooler_output, real_rows, strict=True)]
 
 
 def _item_lengths(spans: list[ItemSpan]) -> dict[int, int]:

@@ -139,6 +139,48 @@ class Gemma4ForConditionalGeneration(VisionPrepMixin, transformers.Gemma4ForCond
             selected["video_position_ids"] = model_kwargs["video_position_ids"][rows]
         return selected
 
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise when an item's inputs do not fit its tower: patch rows of `3 * patch_size**2` values with one
+        `(x, y)` position each, or audio frames of the mel bins the audio tower's projection takes.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
+        """
+        if modality == "audio":
+            features, tower = model_kwargs.get("input_features"), self.model.audio_tower
+            if tower is None:
+                raise ValueError(
+                    "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove "
+                    "the audio from the prompt, or load a Gemma 4 checkpoint with audio."
+                )
+            # Two stride-2 convolutions halve the mel bins twice; the projection reads `channels * bins / 4` values
+            width = tower.config.subsampling_conv_channels[-1]
+            expected = tower.subsample_conv_projection.input_proj_linear.in_features
+            if features.ndim != 3 or (((features.shape[-1] + 1) // 2 + 1) // 2) * width != expected:
+                raise ValueError(
+                    f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not "
+                    f"take: (num_clips, frames, mel_bins) with {expected // width * 4} mel bins. Extract the features "
+                    "with this model's feature extractor."
+                )
+            return
+        pixel_key, position_key = ("pixel_values", "image_position_ids")
+        if modality == "video":
+            pixel_key, position_key = ("pixel_values_videos", "video_position_ids")
+        pixels, positions = model_kwargs.get(pixel_key), model_kwargs.get(position_key)
+        patch_dim = 3 * self.config.vision_config.patch_size**2
+        if pixels.ndim != 3 or pixels.shape[-1] != patch_dim:
+            raise ValueError(
+                f"`{pixel_key}` has shape {tuple(pixels.shape)} but this model's vision tower takes (num_images, "
+                f"max_patches, {patch_dim}): rows of flattened RGB patches. Preprocess with this model's processor."
+            )
+        if positions is None or tuple(positions.shape) != (*pixels.shape[:2], 2):
+            shape = None if positions is None else tuple(positions.shape)
+            raise ValueError(
+                f"`{position_key}` has shape {shape} but `{pixel_key}` needs one (x, y) position per patch row, "
+                f"{(*pixels.shape[:2], 2)}. Pass the `{position_key}` the processor returned with the pixels."
+            )
+
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
 
@@ -170,7 +212,7 @@ class Gemma4ForConditionalGeneration(VisionPrepMixin, transformers.Gemma4ForCond
         # placeholders embedded as the pad token, per-layer inputs from those ids, then the rows scattered in.
         model = self.model
         text_config = self.config.get_text_config()
-        masks = dict(zip(("image", "video", "audio"), model.get_placeholder_mask(input_ids)))
+        masks = dict(zip(("image", "video", "audio"), model.get_placeholder_mask(input_ids), strict=True))
         placeholders = masks["image"] | masks["video"] | masks["audio"]
         llm_input_ids = input_ids.masked_fill(placeholders, text_config.pad_token_id)
         inputs_embeds = model.get_input_embeddings()(llm_input_ids)
