@@ -135,7 +135,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", "fixed_image", LANGUAGE_MODEL),
         "gemma3n": blocked_upstream(f"{_AUDIO_IN_FORWARD}; also its vision tower is timm's MobileNetV5: {_TIMM}"),
-        "gemma4": drop_in("gemma4.Gemma4ForConditionalGeneration", "patch_rows_and_audio"),
+        "gemma4": drop_in("gemma4.Gemma4ForConditionalGeneration", "patch_rows_and_audio", LANGUAGE_MODEL),
         "gemma4_unified": not_placeholder_based(
             "encoder-free: images and audio are embedded inside the forward, there is no vision tower to run once"
         ),
