@@ -57,6 +57,15 @@ class Gemma4ForConditionalGeneration(VisionPrepMixin, transformers.Gemma4ForCond
         block_token_types=(1, 2),
     )
 
+    def block_layer_types(self) -> tuple[str, ...]:
+        """The sliding layers under `use_bidirectional_attention="vision"` (full layers stay causal), else none.
+
+        Returns:
+            `tuple[str, ...]`
+        """
+        vision = getattr(self.config.get_text_config(), "use_bidirectional_attention", None) == "vision"
+        return ("sliding_attention",) if vision else ()
+
     def _soft_tokens(self, position_ids: torch.Tensor) -> torch.Tensor:
         # Real patches (positions not `(-1, -1)`) pooled `pooling_kernel_size**2` to one soft token: per image/frame
         real_patches = (position_ids != -1).all(dim=-1).sum(dim=-1)
