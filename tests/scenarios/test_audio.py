@@ -112,3 +112,27 @@ def test_gemma4_checkpoint_without_audio_tower():
     with_audio = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[0])
     with pytest.raises(ValueError, match="no audio tower"):
         ours.generate(**with_audio.inputs(), max_new_tokens=1)
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_bad_audio_inputs_raise_clear_errors(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1])
+    without_features = {k: v for k, v in prompt.inputs().items() if not k.startswith("input_features")}
+    with pytest.raises(ValueError, match="no pixel inputs were passed"):
+        ours.generate(**without_features, max_new_tokens=1)
+    two_clips = dict(prompt.inputs())
+    for key in ("input_features", "input_features_mask"):
+        two_clips[key] = torch.cat([two_clips[key], two_clips[key]])
+    with pytest.raises(ValueError, match=r"2 audio\(s\) were passed but the prompt has 1 audio placeholder run"):
+        ours.generate(**two_clips, max_new_tokens=1)
+    wrong_bins = dict(prompt.inputs(), input_features=prompt.inputs()["input_features"][..., :8])
+    with pytest.raises(ValueError, match="mel bins"):
+        ours.generate(**wrong_bins, max_new_tokens=1)
+    shorter_mask = dict(prompt.inputs())
+    shorter_mask["input_features_mask"] = shorter_mask["input_features_mask"].clone()
+    shorter_mask["input_features_mask"][:, 20:] = False  # the clip's run is longer than its real frames give
+    with pytest.raises(ValueError, match="more audio placeholder tokens than"):
+        ours.generate(**shorter_mask, max_new_tokens=1)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)  # the model is still exact afterwards
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
