@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from transformers import DynamicCache
 
 from conftest import model_pair
 from support.references import Prompt, assert_close, generate_logits
-from vlmprep import PrefixCache
+from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, PrefillCounter, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
@@ -98,10 +99,6 @@ def test_a_cache_ending_inside_an_audio_run_resumes_exactly(family):
 
 
 def test_gemma4_checkpoint_without_audio_tower():
-    import transformers
-
-    from vlmprep import Gemma4ForConditionalGeneration
-
     config = tiny_gemma4_config(with_audio=False)
     upstream = tiny_model(transformers.Gemma4ForConditionalGeneration, config).eval()
     ours = Gemma4ForConditionalGeneration(config).eval()
@@ -135,4 +132,17 @@ def test_bad_audio_inputs_raise_clear_errors(family):
     with pytest.raises(ValueError, match="more audio placeholder tokens than"):
         ours.generate(**shorter_mask, max_new_tokens=1)
     _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)  # the model is still exact afterwards
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+
+
+def test_gemma4_with_causal_vision_is_exact():
+    # Smaller Gemma 4 checkpoints leave `use_bidirectional_attention` unset: images are causal upstream; the drop-in's
+    # blocks then only move chunk ends and resume points (exact either way) and open no mask in the engine.
+    config = tiny_gemma4_config(bidirectional=None)
+    upstream = tiny_model(transformers.Gemma4ForConditionalGeneration, config).eval()
+    ours = Gemma4ForConditionalGeneration(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    assert ours.block_layer_types() == ()
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], AUDIO, [31, 32]], image_seeds=[0, 1])
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=3)
     assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
