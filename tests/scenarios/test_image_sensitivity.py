@@ -3,8 +3,8 @@
 Upstream initialisation leaves some multimodal weights zero (Gemma3's `mm_input_projection_weight`) or vanishing
 (GOT-OCR2's SAM tower): with them no image reaches the logits, and every image check passes whatever features are
 used. `vlmprep.testing.tiny_model` (used by `model_pair`) re-draws those weights. Here, per family and per medium:
-two different images (or videos, or audio clips) give clearly different logits with the plain transformers class after the medium,
-and the drop-in's logits for each equal upstream's uncached forwards of the whole prompt.
+two different images (or videos, or audio clips) give clearly different logits with the plain transformers class
+after the medium, and the drop-in's logits for each equal upstream's uncached forwards of the whole prompt.
 """
 
 from __future__ import annotations

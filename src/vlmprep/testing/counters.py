@@ -16,8 +16,9 @@ import torch
 class VisionRunCounter:
     """Counts a model's encoder calls and the items (images, videos, audio clips) each call encoded.
 
-    It wraps the model's own `get_image_features` / `get_video_features` / `get_audio_features` (on this model instance only) and counts
-    items with the family's `count_items`, so tiles, crops and flattened patches count as the images they belong to.
+    It wraps the model's own `get_image_features` / `get_video_features` / `get_audio_features` (on this model
+    instance only) and counts items with the family's `count_items`, so tiles, crops and flattened patches count as the
+    images they belong to.
 
     Example:
 
