@@ -22,6 +22,7 @@ import transformers
 from ..generation.facts import ModalityFacts, VisionFacts
 from .base import VisionPrepMixin
 from .layouts.audio import select_audio_clips
+from .layouts.stated_counts import PatchRowsAndAudioLayout
 
 _VIDEO = ModalityFacts(
     "video", "video_token_id", ("pixel_values_videos",), ("video_position_ids", "num_frames_per_video")
@@ -32,7 +33,9 @@ _AUDIO = ModalityFacts(
 )
 
 
-class Gemma4ForConditionalGeneration(VisionPrepMixin, transformers.Gemma4ForConditionalGeneration):
+class Gemma4ForConditionalGeneration(
+    PatchRowsAndAudioLayout, VisionPrepMixin, transformers.Gemma4ForConditionalGeneration
+):
     """Drop-in `transformers.Gemma4ForConditionalGeneration` whose vision and audio towers run once, in input
     preparation.
 
