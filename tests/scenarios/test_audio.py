@@ -146,3 +146,16 @@ def test_gemma4_with_causal_vision_is_exact():
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], AUDIO, [31, 32]], image_seeds=[0, 1])
     _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=3)
     assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_two_clips_behind_identical_ids_never_share_prefix_kv(family):
+    upstream, ours = model_pair(family)
+    store = PrefixCache(max_bytes=2**26)
+    first, second = (Prompt(ours.config, [SYSTEM, AUDIO, [30, 31]], image_seeds=[seed]) for seed in (0, 28))
+    assert torch.equal(first.input_ids, second.input_ids), "same ids, other frames"
+    for prompt in (first, second, first):
+        with VisionRunCounter(ours) as runs:
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store)
+        assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    assert runs.batch_sizes == [], "the first clip's prompt, seen before, resumes from the store without encoding"
