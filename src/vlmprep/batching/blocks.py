@@ -131,13 +131,17 @@ def holds_back_inside_a_block(items, prompt_length: int) -> bool:
     return any(start < prompt_length - 1 < end for start, end in items.blocks)
 
 
-def open_block_masks(batch_data: dict, requests_in_batch: list, sliding_window: int) -> None:
+def open_block_masks(
+    batch_data: dict, requests_in_batch: list, sliding_window: int, layer_types: tuple[str, ...] | None = None
+) -> None:
     """Open the step's attention mask inside every bidirectional block its slices hold, in place.
 
     Args:
         batch_data (`dict`): the step's model kwargs (`attention_mask`, `cu_seq_lens_q`, `cu_seq_lens_k`).
         requests_in_batch (`list[FutureRequestState]`): the step's slices, in the order the engine packed them.
         sliding_window (`int`): the window of sliding layers (1 when the model has none).
+        layer_types (`tuple[str, ...]`, *optional*):
+            the layer types whose masks open (the family's `block_layer_types`); `None` opens every layer's.
     """
     masks = batch_data.get("attention_mask")
     if masks is None:
@@ -156,6 +160,8 @@ def open_block_masks(batch_data: dict, requests_in_batch: list, sliding_window: 
                 continue
             rows = slice(cu_queries[index] + first - start, cu_queries[index] + last - start)
             for layer_type, mask in masks.items():
+                if layer_types is not None and layer_type not in layer_types:
+                    continue  # causal on this layer type (Gemma 4's full-attention layers)
                 # The slice's own keys are the last `length` of the request's keys (after the cache it reads)
                 first_key = key_ends[layer_type][index + 1] - length + first - start
                 window = sliding_window if layer_type == _SLIDING else None

@@ -233,7 +233,7 @@ class ItemBatchingManager(ContinuousBatchingManager):
         if outputs is not None:
             batch_data["mm_encoder_outputs"] = outputs
             # Every image block of the step is whole in it (the scheduler saw to it): open the mask inside each
-            open_block_masks(batch_data, requests, processor.sliding_window)
+            open_block_masks(batch_data, requests, processor.sliding_window, self.model.block_layer_types())
         if runner.supports_logits_to_keep(self.model):
             batch_data["logits_to_keep"] = batch_data["logits_indices"]
         carry_over_ids, previous_output_ids, output_ids = io.get_cb_kwargs()

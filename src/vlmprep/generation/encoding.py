@@ -172,7 +172,7 @@ class ItemEncoder:
             encode = getattr(model.model, f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
-            pooled = split_per_item(outputs.pooler_output, counts)
+            pooled = split_per_item(_without_padding_rows(outputs, modality.output_mask_attr), counts)
             layers = deepstack_layers(outputs)
             per_layer = [split_per_item(layer, counts) for layer in layers] if layers is not None else None
             for position, index in enumerate(group):
@@ -207,6 +207,15 @@ def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> 
                     f"`{key}` holds NaN or infinite values, which would give NaN logits. Check the image loading and "
                     "preprocessing (e.g. a division by a zero standard deviation)."
                 )
+
+
+def _without_padding_rows(outputs, output_mask_attr: str | None):
+    # An encoder that pads a batch of items to the longest (audio clips) marks its real rows; the model fills the
+    # placeholders with those only, so each item's features are its real rows.
+    if output_mask_attr is None:
+        return outputs.pooler_output
+    real_rows = getattr(outputs, output_mask_attr)  # (num_items, rows), True where a row is real
+    return [rows[keep.to(rows.device).bool()] for rows, keep in zip(outputs.pooler_output, real_rows, strict=True)]
 
 
 def _item_lengths(spans: list[ItemSpan]) -> dict[int, int]:

@@ -125,6 +125,17 @@ class FamilyHooks:
             leading = _LEADING_DIMS[facts.pixel_layout]
             check_pixel_dims(pixel_values, vision_config, leading, key, up_to_size=facts.pixel_layout == "up_to_size")
 
+    def block_layer_types(self) -> tuple[str, ...] | None:
+        """The decoder layer types on which a bidirectional block's tokens attend to each other; `None`: every layer.
+
+        Where vlmprep builds the attention mask itself (continuous batching), it opens blocks on these layers only.
+        Gemma 4 opens them on its sliding layers, and only under `use_bidirectional_attention="vision"`.
+
+        Returns:
+            `tuple[str, ...]` or `None`
+        """
+        return None
+
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
         """Position ids of the whole prompt for families with multimodal rope, from the prompt alone.
 

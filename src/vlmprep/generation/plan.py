@@ -224,7 +224,7 @@ def _prepare_token_types(
 def derive_token_types(model, input_ids: torch.Tensor, cached: int | None) -> torch.Tensor:
     """The token types the family's processor would have returned for `input_ids`.
 
-    1 on image placeholders (Gemma3), or an all-0 prefix covering the whole prompt (PaliGemma without a suffix).
+    Per modality placeholders, its `VisionFacts.modality_token_types` value (1 on Gemma3's images), or an all-0 prefix covering the whole prompt (PaliGemma without a suffix).
     Continuing from a cache (`cached` of these ids are in it), PaliGemma's new tokens are the generated suffix, as
     upstream treats them: causal, type 1.
 
@@ -238,7 +238,10 @@ def derive_token_types(model, input_ids: torch.Tensor, cached: int | None) -> to
     """
     facts = model.vision_facts
     if facts.bidirectional == "image":
-        return (input_ids == facts.placeholder_id(model.config)).long()
+        token_types = torch.zeros_like(input_ids)
+        for name, value in facts.modality_token_types:
+            token_types[input_ids == facts.modality(name).placeholder_id(model.config)] = value
+        return token_types
     token_types = torch.zeros_like(input_ids)
     if cached is not None:
         token_types[:, max(cached, 0) :] = 1
@@ -251,7 +254,8 @@ def bidirectional_blocks(model, token_types: torch.Tensor | None, attention_mask
     if bidirectional is None or token_types is None:
         return []
     if bidirectional == "image":
-        return blocks_from_runs(token_types == 1)
+        block_types = torch.tensor(model.vision_facts.block_token_types, device=token_types.device)
+        return blocks_from_runs(torch.isin(token_types, block_types))
     prefix = token_types == 0
     if attention_mask is not None and attention_mask.shape == prefix.shape:
         prefix = prefix & attention_mask.bool()  # padding is masked out, it belongs to no block

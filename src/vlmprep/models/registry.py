@@ -12,8 +12,8 @@ and tiny test config, or what stands in the way of a drop-in today.
   the reason says what the drop-in still needs;
 - **not placeholder-based**: images do not reach an autoregressive `generate` through placeholder tokens
   (encoder-decoder, cross-attention, embeddings joined inside the forward, no token generation);
-- **blocked upstream**: transformers itself stands in the way (a forward that fails, audio encoded inside every
-  forward with no way to pass it encoded).
+- **blocked upstream**: transformers itself stands in the way (a forward that fails, a tower that needs a package
+  vlmprep does not depend on).
 
 A reason says what stands in the way with transformers as it is now (the lowest supported version's source), not how
 it came to be. Any spec may have a text-only rule (`vlmprep.models.text_only_rules`), which `vlmprep.loading.text_only`
@@ -75,8 +75,9 @@ _PATCH_GRID = (
 )
 _MROPE = "multimodal rope from the model's own `get_rope_index` (as qwen2_vl's)"
 _AUDIO_IN_FORWARD = (
-    "transformers' forward encodes audio from `input_features` on every call and takes no encoded audio "
-    "(`mm_encoder_outputs` holds images and videos only), so audio cannot be encoded once"
+    "audio clips fit the spans (a modality like Gemma 4's), but transformers' forward takes audio only as "
+    "`input_features`, so the drop-in needs its own embedding step feeding the encoded rows (as Gemma 4's has); "
+    "not written yet"
 )
 _TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be built or tested here"
 _HYBRID = "hybrid decoder (layers with a running state: the prefix cache is not used with it)"
@@ -86,7 +87,7 @@ _HYBRID = "hybrid decoder (layers with a running state: the prefix cache is not 
 # other type with a text-only rule.
 FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
     {
-        "apertus1p5": blocked_upstream(
+        "apertus1p5": candidate(
             f"{_AUDIO_IN_FORWARD}; its images (discrete vision-tokenizer tokens, one run per row split by end-of-line "
             "tokens) would fit the spans"
         ),
@@ -103,7 +104,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "cohere2_vision": drop_in("cohere2_vision.Cohere2VisionForConditionalGeneration", COHERE2_VISION),
         "cohere_compass": candidate(f"{_PATCH_GRID} (deepstack features as qwen3_vl's: `patch_grid_per_frame`)"),
         "cosmos3_edge": candidate(_PATCH_GRID),
-        "cosmos3_omni": blocked_upstream(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
+        "cosmos3_omni": candidate(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
         "deepseek_ocr2": candidate(
             "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
             "separator: a layout of its own"
@@ -114,7 +115,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "block-diffusion model: its own generation mixin denoises blocks of tokens, not the autoregressive loop "
             "whose hooks vlmprep overrides"
         ),
-        "dots3_note": blocked_upstream(_AUDIO_IN_FORWARD),
+        "dots3_note": candidate(_AUDIO_IN_FORWARD),
         "emu3": candidate("VQ-VAE image tokens, `height * (width + 1)` placeholders per image from `image_sizes`"),
         "ernie4_5_vl_moe": candidate(
             f"{_PATCH_GRID}; its `moe_mm_token_type_ids` (modality-routed MoE) are already part of the prefix keys"
@@ -132,11 +133,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "image's placeholders are split into rows by `|NEWLINE|` tokens"
         ),
         "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", LANGUAGE_MODEL),
-        "gemma3n": blocked_upstream(f"{_AUDIO_IN_FORWARD}; also its vision tower is timm's MobileNetV5: {_TIMM}"),
-        "gemma4": blocked_upstream(
-            f"{_AUDIO_IN_FORWARD}; its images (soft tokens from `image_position_ids`, bidirectional on sliding "
-            'layers when `use_bidirectional_attention="vision"`) go through `mm_encoder_outputs`'
-        ),
+        "gemma3n": blocked_upstream(f"its vision tower is timm's MobileNetV5: {_TIMM}; then {_AUDIO_IN_FORWARD}"),
+        "gemma4": drop_in("gemma4.Gemma4ForConditionalGeneration", LANGUAGE_MODEL),
         "gemma4_unified": not_placeholder_based(
             "encoder-free: images and audio are embedded inside the forward, there is no vision tower to run once"
         ),
@@ -170,7 +168,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", TEXT_MODEL),
         "inkling2": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
         "inkling2_loop": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
-        "inkling_mm_model": blocked_upstream(_AUDIO_IN_FORWARD),
+        "inkling_mm_model": candidate(_AUDIO_IN_FORWARD),
         "instructblip": candidate(
             "the Q-Former reads `qformer_input_ids` (the prompt's text), so an image's features depend on the "
             "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"
@@ -228,8 +226,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             " high-res part with `<im_col>` tokens between rows: a layout of its own"
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
-        "muse_spark": blocked_upstream(_AUDIO_IN_FORWARD),
-        "nemotron_h_omni": blocked_upstream(f"{_AUDIO_IN_FORWARD}; {_HYBRID}"),
+        "muse_spark": candidate(_AUDIO_IN_FORWARD),
+        "nemotron_h_omni": candidate(f"{_AUDIO_IN_FORWARD}; {_HYBRID}"),
         "ovis2": candidate(
             "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
             "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
@@ -250,15 +248,17 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "encoder-decoder: the image is the encoder input and the decoder cross-attends; no placeholders"
         ),
         "qianfan_ocr": drop_in("qianfan_ocr.QianfanOCRForConditionalGeneration"),
-        "qwen2_5_omni_thinker": blocked_upstream(
-            f"{_AUDIO_IN_FORWARD}; its images and videos use {_MROPE}, interleaved with audio"
+        "qwen2_5_omni_thinker": candidate(
+            f"{_AUDIO_IN_FORWARD}; its positions are {_MROPE} with `audio_seqlens`, and with `use_audio_in_video` "
+            "a video's frames and its audio track come interleaved in time chunks (each item several runs)"
         ),
         "qwen2_5_vl": drop_in("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration", QWEN2_DECODER),
         "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", QWEN2_DECODER),
         "qwen3_5": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
         "qwen3_5_moe": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
-        "qwen3_omni_moe_thinker": blocked_upstream(
-            f"{_AUDIO_IN_FORWARD}; its images and videos are Qwen3-VL's (multimodal rope, deepstack)"
+        "qwen3_omni_moe_thinker": candidate(
+            f"{_AUDIO_IN_FORWARD}; its images and videos are Qwen3-VL's (multimodal rope, deepstack), interleaved with "
+            "audio under `use_audio_in_video` as qwen2_5_omni_thinker's"
         ),
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),

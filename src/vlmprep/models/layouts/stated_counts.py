@@ -42,3 +42,14 @@ class AnyresCropsPerSampleLayout(FamilyHooks):
 
     layout_name = "anyres_crops_per_sample"
     layout_description = "anyres crops; the images of a multi-image sample are one item with the base crop only"
+
+
+class PatchRowsAndAudioLayout(FamilyHooks):
+    """An image is one run of its pooled patch rows, a video one run per frame, an audio clip one run of its
+    subsampled frames (Gemma 4: the family states its counts from the position ids and the audio mask)."""
+
+    layout_name = "patch_rows_and_audio"
+    layout_description = (
+        "an image is one run of its pooled patch rows (a video one run per frame); an audio clip one run of its "
+        "subsampled frames"
+    )
