@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from .models.gemma3 import Gemma3ForConditionalGeneration
     from .models.glm4v import Glm4vForConditionalGeneration
     from .models.glm4v_moe import Glm4vMoeForConditionalGeneration
+    from .models.glm5_next import Glm5NextForConditionalGeneration
     from .models.glm46v import Glm46VForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration

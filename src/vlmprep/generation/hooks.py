@@ -176,6 +176,18 @@ class FamilyHooks:
         """
         return None
 
+    def cached_key_shape(self) -> tuple[int, int] | None:
+        """`(heads, last dimension)` of the keys this model's attention layers store in a cache, or `None`.
+
+        A caller's cache is checked against it (one made by another model is refused). The default `None` stands
+        for the text config's key-value heads and head dimension; a decoder that caches something else (a
+        compressed latent) says what.
+
+        Returns:
+            `tuple[int, int]` or `None`
+        """
+        return None
+
 
 def _old_name_alias(implementation, old: str, new: str):
     # A hook's deprecated name: calls the same implementation (not `getattr(self, new)`, which an override of the old

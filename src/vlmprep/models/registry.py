@@ -148,7 +148,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "glm46v": drop_in("glm46v.Glm46VForConditionalGeneration", "patch_grid_per_frame"),
         "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration", "patch_grid_per_frame"),
         "glm4v_moe": drop_in("glm4v_moe.Glm4vMoeForConditionalGeneration", "patch_grid_per_frame"),
-        "glm5_next": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
+        "glm5_next": drop_in("glm5_next.Glm5NextForConditionalGeneration", "patch_grid_per_frame_text_positions"),
         "glm_ocr": candidate(_PATCH_GRID),
         "glmga": alias("glm46v"),
         "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", "tiles", LANGUAGE_MODEL),

@@ -1,6 +1,6 @@
 """Tiny configs of the patch-grid families: flattened patches with one `(t, h, w)` grid row per image or video.
 
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), EXAONE 4.5, HyperCLOVAX-Vision
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5, HyperCLOVAX-Vision
 v2, LFM3-VL and Muse Glimmer (1D positions). Every tower reads 4 px patches, 2 frames per temporal patch, and merges
 2x2 patches into one token, so an image of `(t, h, w)` patches has `t * h * w / 4` placeholders.
 """
@@ -155,6 +155,24 @@ def tiny_glm46v_config() -> transformers.Glm46VConfig:
         vision_config={**_glm_tower(), "model_type": "glm4v_vision"},
         **_GLM_SPECIAL_TOKENS,
     )
+
+
+def tiny_glm5_next_config() -> transformers.Glm5NextConfig:
+    """A tiny GLM-5-Next config: GLM-4V's tower; a decoder of one linear-attention layer (a running state) and one
+    indexed-attention layer whose indexer keeps 4 of every query's keys (pooled by 2), so prompts exceed it; layer 0
+    dense, layer 1 routes to 2 of 4 experts; 2 hyper-connection streams.
+
+    Returns:
+        `transformers.Glm5NextConfig`
+    """
+    text = tiny_text_config(None, num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text.update(layer_types=["linear_attention", "full_attention"], linear_num_heads=2, linear_head_dim=16)
+    text.update(linear_conv_kernel_dim=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, v_head_dim=16)
+    text.update(index_topk=4, index_head_dim=16, index_n_heads=2, index_kpool=2, hc_mult=2)
+    text.update(
+        mlp_layer_types=["dense", "sparse"], n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16
+    )
+    return transformers.Glm5NextConfig(text_config=text, vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
 
 
 def tiny_exaone4_5_config() -> transformers.Exaone4_5_Config:
