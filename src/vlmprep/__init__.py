@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
+    from .models.inkling2 import Inkling2ForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
     from .models.lfm2_vl import Lfm2VlForConditionalGeneration
     from .models.lfm3_vl import Lfm3VlForConditionalGeneration

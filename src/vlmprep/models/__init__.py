@@ -33,6 +33,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "GotOcr2ForConditionalGeneration": "got_ocr2",
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
     "Idefics3ForConditionalGeneration": "idefics3",
+    "Inkling2ForConditionalGeneration": "inkling2",
     "InternVLForConditionalGeneration": "internvl",
     "Lfm2VlForConditionalGeneration": "lfm2_vl",
     "Lfm3VlForConditionalGeneration": "lfm3_vl",

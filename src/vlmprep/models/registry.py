@@ -45,6 +45,7 @@ from .family_spec import (
 )
 from .text_only_rules import (
     COHERE2_VISION,
+    INKLING2_DECODER,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
     QWEN3_DECODER,
@@ -168,7 +169,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "each crop is one 64-token perceiver run between `<fake_token_around_image>` tokens", TEXT_MODEL
         ),
         "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", TEXT_MODEL),
-        "inkling2": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
+        "inkling2": drop_in("inkling2.Inkling2ForConditionalGeneration", INKLING2_DECODER),
         "inkling2_loop": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
         "inkling_mm_model": blocked_upstream(_AUDIO_IN_FORWARD),
         "instructblip": candidate(

@@ -1,8 +1,9 @@
 """Tiny configs of the patch-grid families: flattened patches with one `(t, h, w)` grid row per image or video.
 
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5, HyperCLOVAX-Vision
-v2, LFM3-VL and Muse Glimmer (1D positions). Every tower reads 4 px patches, 2 frames per temporal patch, and merges
-2x2 patches into one token, so an image of `(t, h, w)` patches has `t * h * w / 4` placeholders.
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5,
+HyperCLOVAX-Vision v2, LFM3-VL, Muse Glimmer and Inkling2 (1D positions). Every tower reads 4 px patches, 2 frames per
+temporal patch, and merges 2x2 patches into one token, so an image of `(t, h, w)` patches has `t * h * w / 4`
+placeholders (Inkling2's grid counts the merged squares: `t * h * w` placeholders).
 """
 
 from __future__ import annotations
@@ -173,6 +174,29 @@ def tiny_glm5_next_config() -> transformers.Glm5NextConfig:
         mlp_layer_types=["dense", "sparse"], n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16
     )
     return transformers.Glm5NextConfig(text_config=text, vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
+
+
+def tiny_inkling2_config() -> transformers.Inkling2Config:
+    """A tiny Inkling2 config: a one-layer tower merging 2x2 patches of 4 px (one 8x8 px pixel square per
+    placeholder); a decoder of one sliding-window layer (a window of 6 tokens, so prompts exceed it) and one full
+    layer, each with its short convolutions and linear attention (running states), routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.Inkling2Config`
+    """
+    text = tiny_text_config(None, head_dim=16, swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16)
+    text.update(sliding_window_size=6, d_rel=4, rel_extent=8, log_scaling_n_floor=8, n_layers_per_attn_res_block=1)
+    text.update(layer_types=["hybrid_sliding", "hybrid"], unpadded_vocab_size=128, pad_token_id=0, bos_token_id=1)
+    text.update(eos_token_id=2, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+    vision = tiny_vision_config(
+        image_size=None,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=MERGE_SIZE,
+        posemb_grid_size=4,
+        projection_hidden_dim=32,
+        text_hidden_size=32,
+    )
+    return transformers.Inkling2Config(text_config=text, vision_config=vision, image_token_id=TINY_IMAGE_TOKEN_ID)
 
 
 def tiny_exaone4_5_config() -> transformers.Exaone4_5_Config:
