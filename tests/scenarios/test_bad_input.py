@@ -43,6 +43,12 @@ def _text_config(model):
     return model.config.get_text_config(decoder=True)
 
 
+def _cache_layers(model) -> int:
+    """Cache layers of the model's decoder: one per layer, or per pass of a looped layer (Inkling2-Loop)."""
+    config = _text_config(model)
+    return getattr(config, "total_num_hidden_layers", None) or config.num_hidden_layers
+
+
 def _key_shape(model) -> tuple[int, int]:
     """`(heads, last dimension)` of the keys the model caches: its own statement (GLM-5-Next caches a compressed
     latent), or the text config's key-value heads and head dimension."""
@@ -85,18 +91,18 @@ def _case_placeholders_without_pixels(model, prompt):
 
 
 def _case_cache_longer_than_prompt(model, prompt):
-    cache = _filled_cache(_text_config(model).num_hidden_layers, *_key_shape(model), prompt.length + 2)
+    cache = _filled_cache(_cache_layers(model), *_key_shape(model), prompt.length + 2)
     return {**prompt.inputs(), "cache": cache}, "the cache already holds"
 
 
 def _case_cache_from_other_layer_count(model, prompt):
-    cache = _filled_cache(_text_config(model).num_hidden_layers + 1, *_key_shape(model), 3)
+    cache = _filled_cache(_cache_layers(model) + 1, *_key_shape(model), 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 
 def _case_cache_from_other_head_shape(model, prompt):
     heads, head_dim = _key_shape(model)
-    cache = _filled_cache(_text_config(model).num_hidden_layers, heads + 1, head_dim * 2, 3)
+    cache = _filled_cache(_cache_layers(model), heads + 1, head_dim * 2, 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 

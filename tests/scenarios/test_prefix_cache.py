@@ -451,7 +451,7 @@ def test_a_skipped_prefix_cache_says_why_once(kwargs, reason, capsys):
     assert err.count("The prefix cache is not used") == 1 and reason in err
 
 
-@pytest.mark.parametrize("family", ["lfm2_vl", "glm5_next", "inkling2"])
+@pytest.mark.parametrize("family", ["lfm2_vl", "glm5_next", "inkling2", "inkling2_loop"])
 def test_prefix_cache_is_skipped_for_decoders_with_running_state_layers(family, capsys):
     # LFM2-VL's conv layers and GLM-5-Next's linear-attention layers keep a running state, not per-token KV: no
     # prefix can be stored or restored, and saying so beats storing nothing silently on every call.

@@ -66,7 +66,8 @@ def check_cache_matches_model(
     layers = getattr(cache, "layers", None)
     if not layers or cache.get_seq_length() == 0:
         return
-    expected_layers = text_config.num_hidden_layers
+    # A decoder that loops layers keeps one cache layer per pass (Inkling2-Loop's `total_num_hidden_layers`)
+    expected_layers = getattr(text_config, "total_num_hidden_layers", None) or text_config.num_hidden_layers
     if len(layers) != expected_layers:
         raise ValueError(
             f"The cache has {len(layers)} layers but this model's decoder has {expected_layers}: it was made by "

@@ -8,12 +8,10 @@ within the image). The decoder's positions are plain 1D; its convolution and lin
 prefill chunk to the next in transformers' own cache layers.
 """
 
-from dataclasses import replace
-
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridVisionNames, TokenGridTextPositionsLayout
+from .layouts.patch_grid import TokenGridTextPositionsLayout
 
 
 class Inkling2ForConditionalGeneration(
@@ -33,7 +31,3 @@ class Inkling2ForConditionalGeneration(
 
     ```
     """
-
-    # Images only (no video inputs); the tower's config names its channels `num_channels`.
-    vision_facts = replace(PATCH_GRID_FACTS, other_modalities=())
-    vision_config_names = PatchGridVisionNames(channels="num_channels")

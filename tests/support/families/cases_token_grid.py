@@ -1,4 +1,4 @@
-"""Inkling2: prompts and pixel inputs as `Inkling2Processor` and `Inkling2ImageProcessor` build them.
+"""Inkling2 and Inkling2-Loop: prompts and pixel inputs as `Inkling2Processor` and `Inkling2ImageProcessor` build them.
 
 An image's grid `(t, h, w)` counts placeholders (squares of 2x2 patches of 4 px): `pixel_values` has one row per
 placeholder, `(8, 8, 3)` pixels channels last, and the image is one run of `t * h * w` placeholders with no start or
@@ -44,6 +44,7 @@ def build_token_grid_inputs(config, segments: list, image_seeds: list[int]) -> d
     return inputs
 
 
-register(
-    FamilyCase("inkling2", build_token_grid_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_grid_thw"))
-)
+for name in ("inkling2", "inkling2_loop"):
+    register(
+        FamilyCase(name, build_token_grid_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_grid_thw"))
+    )

@@ -292,13 +292,16 @@ class PatchGridPerFrameTextPositionsLayout(PatchGridTextPositionsLayout, PatchGr
 
 
 class TokenGridTextPositionsLayout(PatchGridTextPositionsLayout):
-    """A grid counted in placeholders, one pixel row per placeholder, 1D positions (Inkling2).
+    """A grid counted in placeholders, one pixel row per placeholder, 1D positions (Inkling2, Inkling2-Loop).
 
     Each row of `pixel_values` is the square of `merge_size x merge_size` patches that becomes one placeholder,
     `(merge_size * patch_size, merge_size * patch_size, channels)` pixels, so an image of grid `(t, h, w)` has
     `t * h * w` rows and as many placeholders.
     """
 
+    # Inkling2's: images only, and its tower's config names the channels `num_channels`.
+    vision_facts = replace(PATCH_GRID_FACTS, other_modalities=())
+    vision_config_names = PatchGridVisionNames(channels="num_channels")
     layout_name = "token_grid_text_positions"
     layout_description = (
         "a (t, h, w) grid of placeholders per image, one pixel square of merged patches each, 1D text positions"

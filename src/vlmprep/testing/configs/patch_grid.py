@@ -176,14 +176,7 @@ def tiny_glm5_next_config() -> transformers.Glm5NextConfig:
     return transformers.Glm5NextConfig(text_config=text, vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
 
 
-def tiny_inkling2_config() -> transformers.Inkling2Config:
-    """A tiny Inkling2 config: a one-layer tower merging 2x2 patches of 4 px (one 8x8 px pixel square per
-    placeholder); a decoder of one sliding-window layer (a window of 6 tokens, so prompts exceed it) and one full
-    layer, each with its short convolutions and linear attention (running states), routing to 2 of 4 experts.
-
-    Returns:
-        `transformers.Inkling2Config`
-    """
+def _inkling2_parts() -> tuple[dict[str, Any], dict[str, Any]]:
     text = tiny_text_config(None, head_dim=16, swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16)
     text.update(sliding_window_size=6, d_rel=4, rel_extent=8, log_scaling_n_floor=8, n_layers_per_attn_res_block=1)
     text.update(layer_types=["hybrid_sliding", "hybrid"], unpadded_vocab_size=128, pad_token_id=0, bos_token_id=1)
@@ -196,7 +189,35 @@ def tiny_inkling2_config() -> transformers.Inkling2Config:
         projection_hidden_dim=32,
         text_hidden_size=32,
     )
+    return text, vision
+
+
+def tiny_inkling2_config() -> transformers.Inkling2Config:
+    """A tiny Inkling2 config: a one-layer tower merging 2x2 patches of 4 px (one 8x8 px pixel square per
+    placeholder); a decoder of one sliding-window layer (a window of 6 tokens, so prompts exceed it) and one full
+    layer, each with its short convolutions and linear attention (running states), routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.Inkling2Config`
+    """
+    text, vision = _inkling2_parts()
     return transformers.Inkling2Config(text_config=text, vision_config=vision, image_token_id=TINY_IMAGE_TOKEN_ID)
+
+
+def tiny_inkling2_loop_config() -> transformers.Inkling2LoopConfig:
+    """A tiny Inkling2-Loop config: Inkling2's tower and layers, the second layer looped twice (three layer passes
+    per forward, each with its own cache layer).
+
+    Returns:
+        `transformers.Inkling2LoopConfig`
+    """
+    text, vision = _inkling2_parts()
+    text.update(loop_layer_index_start=1, loop_layer_index_end=2, loop_num_passes=2, loop_gate_rank=4)
+    return transformers.Inkling2LoopConfig(
+        text_config=text,
+        vision_config={**vision, "model_type": "inkling2_vision"},
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+    )
 
 
 def tiny_exaone4_5_config() -> transformers.Exaone4_5_Config:
