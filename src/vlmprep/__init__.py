@@ -67,10 +67,13 @@ if TYPE_CHECKING:
     from .models.gemma4 import Gemma4ForConditionalGeneration
     from .models.glm4v import Glm4vForConditionalGeneration
     from .models.glm4v_moe import Glm4vMoeForConditionalGeneration
+    from .models.glm5_next import Glm5NextForConditionalGeneration
     from .models.glm46v import Glm46VForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
+    from .models.inkling2 import Inkling2ForConditionalGeneration
+    from .models.inkling2_loop import Inkling2LoopForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
     from .models.lfm2_vl import Lfm2VlForConditionalGeneration
     from .models.lfm3_vl import Lfm3VlForConditionalGeneration

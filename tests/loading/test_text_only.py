@@ -22,6 +22,7 @@ from transformers.utils import is_accelerate_available
 from support.registry import QWEN_FAMILIES
 from vlmprep.loading import text_only
 from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, load_text_decoder
+from vlmprep.models.text_only_rules import LANGUAGE_MODEL
 from vlmprep.testing import TINY_CONFIG_BUILDERS, tiny_config, tiny_text_config, tiny_vision_config
 
 FAMILIES = sorted(TEXT_ONLY_FAMILIES)
@@ -168,7 +169,11 @@ class TextOnlyLoadingTest(unittest.TestCase):
         family = TEXT_ONLY_FAMILIES[model_type]
         model = AutoModelForCausalLM.from_pretrained(checkpoint.single_dir)
         vlm_params = dict(checkpoint.vlm.named_parameters())
-        # The VLM's text parameters, under the decoder's names (tied lm_head is deduplicated on both sides).
+        # The VLM's text parameters, under the decoder's names (tied lm_head is deduplicated on both sides). A rule
+        # written for checkpoint names that are not the module names (Inkling2's original `model.llm.*`) leaves the
+        # modules, named as the LLaVA-like families', to that family's rule.
+        if not any(family.decoder_key(name) for name in vlm_params):
+            family = LANGUAGE_MODEL
         expected = {family.decoder_key(name): name for name in vlm_params if family.decoder_key(name) is not None}
         params = dict(model.named_parameters())
         self.assertEqual(set(params), set(expected))

@@ -23,7 +23,7 @@ from support.references import (
     generate_logits,
     reference_next_logits,
 )
-from support.registry import GLM_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
+from support.registry import GLM_MROPE_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
 from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
@@ -43,8 +43,18 @@ def _text_config(model):
     return model.config.get_text_config(decoder=True)
 
 
-def _head_dim(config) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+def _cache_layers(model) -> int:
+    """Cache layers of the model's decoder: one per layer, or per pass of a looped layer (Inkling2-Loop)."""
+    config = _text_config(model)
+    return getattr(config, "total_num_hidden_layers", None) or config.num_hidden_layers
+
+
+def _key_shape(model) -> tuple[int, int]:
+    """`(heads, last dimension)` of the keys the model caches: its own statement (GLM-5-Next caches a compressed
+    latent), or the text config's key-value heads and head dimension."""
+    config = _text_config(model)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return model.cached_key_shape() or (config.num_key_value_heads, head_dim)
 
 
 def _pixel_inputs(prompt: Prompt) -> dict:
@@ -81,20 +91,18 @@ def _case_placeholders_without_pixels(model, prompt):
 
 
 def _case_cache_longer_than_prompt(model, prompt):
-    config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads, _head_dim(config), prompt.length + 2)
+    cache = _filled_cache(_cache_layers(model), *_key_shape(model), prompt.length + 2)
     return {**prompt.inputs(), "cache": cache}, "the cache already holds"
 
 
 def _case_cache_from_other_layer_count(model, prompt):
-    config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers + 1, config.num_key_value_heads, _head_dim(config), 3)
+    cache = _filled_cache(_cache_layers(model) + 1, *_key_shape(model), 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 
 def _case_cache_from_other_head_shape(model, prompt):
-    config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads + 1, _head_dim(config) * 2, 3)
+    heads, head_dim = _key_shape(model)
+    cache = _filled_cache(_cache_layers(model), heads + 1, head_dim * 2, 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 
@@ -239,7 +247,7 @@ def _batch_with_an_empty_row(model) -> tuple[Prompt, dict]:
     return prompt, batch
 
 
-@pytest.mark.parametrize("family", [*QWEN_FAMILIES, *GLM_FAMILIES])
+@pytest.mark.parametrize("family", [*QWEN_FAMILIES, *GLM_MROPE_FAMILIES])
 def test_all_zero_mask_row_is_refused_before_multimodal_positions(family, monkeypatch):
     # Upstream's `get_rope_index` fails on such a row with "torch.cat(): expected a non-empty list of Tensors"
     upstream, ours = model_pair(family)

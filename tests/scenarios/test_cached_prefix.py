@@ -17,6 +17,7 @@ from support.references import (
     Prompt,
     assert_close,
     assert_same_steps,
+    cropped_cache,
     generate_logits,
     generate_new_image_turn,
     reference_next_logits,
@@ -106,8 +107,7 @@ def test_cache_cropped_inside_image(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
     cut = _mid_image(prompt, ours.config.image_token_id)
-    cache = recorded_cache_of(upstream, prompt.inputs())
-    cache.crop(cut - prompt.length)
+    cache = cropped_cache(upstream, prompt.inputs(), cut)
     with VisionRunCounter(ours) as runs:
         _, logits = generate_logits(ours, prompt.inputs(), cache=cache)
     assert runs.calls == 1

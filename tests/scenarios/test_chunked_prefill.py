@@ -11,7 +11,6 @@ import tempfile
 import pytest
 import torch
 import transformers
-from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
@@ -21,6 +20,7 @@ from support.references import (
     Prompt,
     assert_close,
     assert_same_steps,
+    cropped_cache,
     encoder_runs,
     generate_batch_matching_upstream,
     generate_logits,
@@ -75,15 +75,6 @@ def test_upstream_chunking_inside_a_bidirectional_block_is_wrong(family):
     assert not torch.allclose(upstream_logits[0], expected_logits[0], atol=1e-5)
 
 
-def _cropped_cache(upstream, prompt: Prompt, length: int) -> DynamicCache:
-    cache = DynamicCache(config=upstream.config)
-    cache.activate_past_recording()  # lets the test crop past Gemma3's sliding window
-    with torch.no_grad():
-        upstream(**prompt.inputs(), cache=cache, use_cache=True)
-    cache.crop(length - prompt.length)
-    return cache
-
-
 @scenario
 def test_cached_prefix_of_every_length_with_chunks(family):
     upstream, ours = model_pair(family)
@@ -91,7 +82,7 @@ def test_cached_prefix_of_every_length_with_chunks(family):
     expected = _reference(upstream, prompt)
     for cached in range(1, prompt.length):
         for chunk_size in (1, 3, 7):
-            cache = _cropped_cache(upstream, prompt, cached)
+            cache = cropped_cache(upstream, prompt.inputs(), cached)
             actual = generate_logits(
                 ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
             )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import zlib
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from transformers import DynamicCache
 import vlmprep
 from conftest import model_pair
 from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
-from support.references import ATOL, Prompt, assert_close, collate, eager_attention
+from support.references import ATOL, Prompt, assert_close, collate, cropped_cache, eager_attention
 from support.registry import FAMILY_CASES, scenario
 from vlmprep.testing import AUDIO, IMAGE
 
@@ -110,16 +111,11 @@ def greedy(model, inputs: dict, max_new_tokens: int, **kwargs):
 def callers_cache(upstream, inputs: dict, fraction: float) -> DynamicCache:
     """A cache the caller filled with transformers over the first tokens of the prompt (at least one, not all).
 
-    transformers' own prefill fills it (then it is cropped), so a left-padded row gets the positions `generate`
-    gives it; a bare forward would number the padding.
+    transformers' own prefill fills it (`cropped_cache`), so a left-padded row gets the positions `generate` gives
+    it; a bare forward would number the padding.
     """
     width = inputs["input_ids"].shape[1]
-    cut = 1 + int(fraction * (width - 2))
-    cache = DynamicCache(config=upstream.config)
-    cache.activate_past_recording()  # lets the cache be cropped past a sliding window
-    upstream.generate(**inputs, cache=cache, max_new_tokens=1, do_sample=False)
-    cache.crop(cut - cache.get_seq_length())
-    return cache
+    return cropped_cache(upstream, inputs, 1 + int(fraction * (width - 2)))
 
 
 @contextlib.contextmanager
@@ -154,6 +150,15 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
         kwargs["cache"] = returned_cache
     elif options.cached_fraction is not None and inputs["input_ids"].shape[1] > 1:  # a cache must leave a token
         kwargs["cache"] = callers_cache(upstream, inputs, options.cached_fraction)
+    if options.assistant is not None and upstream._is_stateful:
+        # transformers refuses assisted decoding on a decoder with recurrent state (a rejected draft cannot be rolled
+        # back): the drop-in refuses it the same way, and the call runs without an assistant.
+        assisted = (
+            {"prompt_lookup_num_tokens": 3} if options.assistant == "prompt_lookup" else {"assistant_model": ours}
+        )
+        with pytest.raises(ValueError, match="stateful"):
+            ours.generate(**inputs, max_new_tokens=1, **assisted)
+        options = dataclasses.replace(options, assistant=None)
     if options.assistant == "prompt_lookup":
         kwargs["prompt_lookup_num_tokens"] = 3
     elif options.assistant is not None:

@@ -451,13 +451,14 @@ def test_a_skipped_prefix_cache_says_why_once(kwargs, reason, capsys):
     assert err.count("The prefix cache is not used") == 1 and reason in err
 
 
-def test_prefix_cache_is_skipped_for_decoders_with_running_state_layers(capsys):
-    # LFM2-VL's conv layers keep a running state, not per-token KV: no prefix can be stored or restored, and saying
-    # so beats storing nothing silently on every call.
+@pytest.mark.parametrize("family", ["lfm2_vl", "glm5_next", "inkling2", "inkling2_loop"])
+def test_prefix_cache_is_skipped_for_decoders_with_running_state_layers(family, capsys):
+    # LFM2-VL's conv layers and GLM-5-Next's linear-attention layers keep a running state, not per-token KV: no
+    # prefix can be stored or restored, and saying so beats storing nothing silently on every call.
     from support.registry import FAMILY_CASES
 
-    upstream, ours = model_pair("lfm2_vl")
-    inputs = FAMILY_CASES["lfm2_vl"].build_inputs(ours.config, [[3, 4, 5], IMAGE, [6, 7]], [1])
+    upstream, ours = model_pair(family)
+    inputs = FAMILY_CASES[family].build_inputs(ours.config, [[3, 4, 5], IMAGE, [6, 7]], [1])
     std_logging.Logger.warning_once.cache_clear()
     store = PrefixCache()
     for _ in range(2):

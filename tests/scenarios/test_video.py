@@ -17,6 +17,7 @@ from support.references import (
     Prompt,
     assert_same_steps,
     cache_of,
+    cropped_cache,
     encoder_runs,
     generate_batch_matching_upstream,
     generate_logits,
@@ -103,8 +104,7 @@ def test_cache_ending_anywhere_in_a_video(family):
     assert len(positions) >= 4
     for cached in range(positions[0], positions[-1] + 2):  # before, inside and just after the video
         for chunk_size in (None, 3):
-            cache = cache_of(upstream, prompt.inputs())
-            cache.crop(cached - prompt.length)
+            cache = cropped_cache(upstream, prompt.inputs(), cached)
             _, logits = generate_logits(
                 ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
             )

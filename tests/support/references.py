@@ -213,6 +213,46 @@ def cache_of(model, inputs: dict) -> DynamicCache:
         return model(**inputs, cache=cache, use_cache=True).cache
 
 
+class _FirstChunkFilled(Exception):
+    """Stops transformers' `generate` once its first prefill chunk is in the cache."""
+
+
+def cropped_cache(upstream, inputs: dict, length: int) -> DynamicCache:
+    """Upstream's cache of the first `length` tokens of `inputs`, as transformers' own prefill fills it.
+
+    The cache of the whole prompt (filled by `generate`, so left-padded rows get the positions `generate` gives
+    them), cropped to `length`, where every layer can be cropped. A layer with a recurrent state (linear attention,
+    Gated DeltaNet) cannot be put back by `crop` (transformers' `is_croppable`): there a one-row prompt's cache is
+    upstream's forward over its first `length` tokens (`first_tokens_cache`), and a batch's is filled by
+    transformers' own chunked prefill, the first `length` tokens as its first chunk, `generate` stopped there.
+    """
+    cache = DynamicCache(config=upstream.config)
+    cache.activate_past_recording()  # lets the cache be cropped past a sliding window
+    with torch.no_grad():
+        upstream.generate(**inputs, cache=cache, max_new_tokens=1, do_sample=False)
+    if cache.is_croppable:
+        cache.crop(length - cache.get_seq_length())
+        return cache
+    if inputs["input_ids"].shape[0] == 1:
+        return first_tokens_cache(upstream, inputs, length)
+    cache = DynamicCache(config=upstream.config)
+    forwards = []
+
+    def stop_after_first_chunk(module, args, kwargs):
+        forwards.append(1)
+        if len(forwards) > 1:
+            raise _FirstChunkFilled
+
+    handle = upstream.register_forward_pre_hook(stop_after_first_chunk, with_kwargs=True)
+    try:
+        with torch.no_grad(), contextlib.suppress(_FirstChunkFilled):
+            upstream.generate(**inputs, cache=cache, max_new_tokens=1, do_sample=False, prefill_chunk_size=length)
+    finally:
+        handle.remove()
+    assert cache.get_seq_length() == length, (cache.get_seq_length(), length)
+    return cache
+
+
 def assert_same_steps(actual, expected) -> None:
     """Per-step logits of two generations are allclose."""
     for step_actual, step_expected in zip(actual, expected, strict=True):
@@ -230,42 +270,72 @@ def _first_rows(container, rows: int):
 
 def truncated_cache(upstream, prompt: Prompt, cut: int) -> DynamicCache:
     """The cache of upstream's forward over the prompt's first `cut` tokens, cut inside an image, as a caller who
-    truncated the prompt mid-image would have it: the image's first rows of features, whole-prompt positions.
+    truncated the prompt mid-image would have it: the image's first rows of features, whole-prompt positions."""
+    return first_tokens_cache(upstream, prompt.inputs(), cut)
 
-    Everything comes from upstream: the features its own vision encoder gives in an uncached forward of the whole
-    prompt (recorded on `get_image_features`), and the positions its language model received in that forward.
+
+def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
+    """The cache of upstream's forward over the first `cut` tokens of a one-row prompt (cut anywhere, also inside an
+    image or a video).
+
+    Everything comes from upstream: the features its own encoders give in an uncached forward of the whole prompt
+    (recorded on `get_image_features` and `get_video_features`), their rows of the placeholders before `cut`, and the
+    positions its language model received in that forward.
     """
     recorded = {}
     owner = upstream.model
-    encode = owner.get_image_features
+    modalities = [name for name in ("image", "video") if hasattr(owner, f"get_{name}_features")]
 
-    def recording(*args, **kwargs):
-        recorded["features"] = encode(*args, **kwargs)
-        return recorded["features"]
+    def recording(name, encode):
+        def record(*args, **kwargs):
+            recorded[name] = encode(*args, **kwargs)
+            return recorded[name]
+
+        return record
 
     def record_positions(module, args, kwargs):
         recorded["position_ids"] = kwargs.get("position_ids")
 
-    owner.get_image_features = recording
+    for name in modalities:
+        setattr(owner, f"get_{name}_features", recording(name, getattr(owner, f"get_{name}_features")))
     handle = upstream.get_decoder().register_forward_pre_hook(record_positions, with_kwargs=True)
     try:
         with torch.no_grad():
-            upstream(**prompt.inputs(), use_cache=False)
+            upstream(**inputs, use_cache=False)
     finally:
         handle.remove()
-        del owner.get_image_features  # the instance attribute; the class method shows through again
-    features = recorded["features"]
-    placeholders = int((prompt.input_ids[0, :cut] == upstream.config.image_token_id).sum())
-    fields = {"pooler_output": _first_rows(features.pooler_output, placeholders)}
-    if getattr(features, "deepstack_features", None) is not None:  # Qwen3-VL: the same rows of every extra layer
-        fields["deepstack_features"] = [_first_rows(layer, placeholders) for layer in features.deepstack_features]
-    inputs = prompt.inputs(length=cut, with_pixels=False)
+        for name in modalities:
+            delattr(owner, f"get_{name}_features")  # the instance attribute; the class method shows through again
+    encoder_outputs = {}
+    for name in (name for name in modalities if name in recorded):
+        features = recorded[name]
+        placeholders = int(_placeholders(upstream.config, inputs, name)[0, :cut].sum())
+        fields = {"pooler_output": _first_rows(features.pooler_output, placeholders)}
+        if getattr(features, "deepstack_features", None) is not None:  # Qwen3-VL: the same rows of every extra layer
+            fields["deepstack_features"] = [_first_rows(layer, placeholders) for layer in features.deepstack_features]
+        encoder_outputs[name] = type(features)(**fields)
+    pixel_keys = {"pixel_values", "pixel_values_videos", "image_grid_thw", "video_grid_thw", "image_sizes"}
+    first = {
+        key: value[..., :cut] if key != "input_ids" and value.shape[-1] == inputs["input_ids"].shape[-1] else value
+        for key, value in inputs.items()
+        if key not in pixel_keys
+    }
+    first["input_ids"] = inputs["input_ids"][:, :cut]
     if recorded["position_ids"] is not None:
-        inputs["position_ids"] = recorded["position_ids"][..., :cut]
+        first["position_ids"] = recorded["position_ids"][..., :cut]
     cache = DynamicCache(config=upstream.config)
     with torch.no_grad():
-        upstream(**inputs, mm_encoder_outputs={"image": type(features)(**fields)}, cache=cache, use_cache=True)
+        upstream(**first, mm_encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
     return cache
+
+
+def _placeholders(config, inputs: dict, modality: str) -> torch.Tensor:
+    """Where a modality's placeholders are: by `mm_token_type_ids` (1 image, 2 video) where the processor gives
+    them (GLM's frames reuse the image placeholder), else by the modality's placeholder id."""
+    token_types = inputs.get("mm_token_type_ids")
+    if token_types is not None:
+        return token_types == {"image": 1, "video": 2}[modality]
+    return inputs["input_ids"] == getattr(config, f"{modality}_token_id")
 
 
 def gemma3_image_effect(model, seeds: tuple[int, int] = (0, 28)) -> float:

@@ -92,3 +92,21 @@ def test_an_image_selected_from_a_padded_batch_is_unpadded(family):
     assert alone.shape != batch["pixel_values"][:1].shape, "the batch pads the first image"
     assert torch.equal(small["pixel_values"], alone)
     assert torch.equal(ours.select_item_inputs(batch, [1])["pixel_values"], batch["pixel_values"][1:])
+
+
+def test_token_grid_layout_counts_one_placeholder_and_one_pixel_square_per_grid_cell():
+    # Inkling2's grid counts placeholders (the patch-grid layout's counts patches, merged 2x2 into one placeholder)
+    from vlmprep.models.inkling2 import Inkling2ForConditionalGeneration
+    from vlmprep.testing.configs import tiny_inkling2_config
+
+    model = Inkling2ForConditionalGeneration(tiny_inkling2_config())
+    grid = torch.tensor([[1, 2, 2], [1, 1, 3]])
+    squares = torch.arange(7.0).reshape(7, 1, 1, 1).expand(7, 8, 8, 3)  # one (8, 8, 3) square per placeholder
+    inputs = {"pixel_values": squares, "image_grid_thw": grid}
+    assert model.item_token_counts(inputs) == [4, 3]
+    assert model.count_items(inputs) == 2
+    second = model.select_item_inputs(inputs, [1])
+    assert second["pixel_values"][:, 0, 0, 0].tolist() == [4.0, 5.0, 6.0]
+    assert second["image_grid_thw"].tolist() == [[1, 1, 3]]
+    with pytest.raises(ValueError, match=r"shape \(7, 8, 8, 3\)"):  # flattened patches, as a Qwen2-VL processor gives
+        model.count_items({"pixel_values": torch.zeros(28, 48), "image_grid_thw": grid})

@@ -14,7 +14,9 @@ from vlmprep.generation.spans import (
     blocks_from_prefix,
     blocks_from_runs,
     find_placeholder_spans,
+    join_single_padding_chunks,
     merge_blocks,
+    padded_positions,
     plan_prefill_chunks,
     resolve_resume_point,
 )
@@ -115,3 +117,16 @@ def test_split_per_item_handles_every_container():
     assert [t.shape for t in split_per_item(stacked, [4, 4, 4])] == [(4, 2)] * 3
     assert [t.shape for t in split_per_item([torch.randn(4, 2), torch.randn(2, 2)], [4, 2])] == [(4, 2), (2, 2)]
     assert [t.shape for t in split_per_item(torch.randn(6, 2), [4, 2])] == [(4, 2), (2, 2)]
+
+
+def test_one_token_chunks_at_padding_join_the_next_chunk():
+    # transformers drops the recurrent layers' padding mask in a one-token forward: a pad token must not run alone
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert padded_positions(mask, end=5) == [0, 1]
+    assert padded_positions(mask[:, 2:], end=5) == []
+    assert padded_positions(None, end=5) == []
+    chunks = plan_prefill_chunks(0, 5, 1)
+    assert join_single_padding_chunks(chunks, [0, 1]) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert join_single_padding_chunks(chunks, []) == chunks
+    assert join_single_padding_chunks([(0, 1), (1, 3)], [0]) == [(0, 3)]
+    assert join_single_padding_chunks([(0, 1)], [0]) == [(0, 1)]  # the last chunk has nothing to join

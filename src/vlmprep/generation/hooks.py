@@ -150,3 +150,15 @@ class FamilyHooks:
             `torch.Tensor` or `None`
         """
         return None
+
+    def cached_key_shape(self) -> tuple[int, int] | None:
+        """`(heads, last dimension)` of the keys this model's attention layers store in a cache, or `None`.
+
+        A caller's cache is checked against it (one made by another model is refused). The default `None` stands
+        for the text config's key-value heads and head dimension; a decoder that caches something else (a
+        compressed latent) says what.
+
+        Returns:
+            `tuple[int, int]` or `None`
+        """
+        return None

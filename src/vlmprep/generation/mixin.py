@@ -36,7 +36,7 @@ from .model_caches import ModelCachesMixin
 from .plan import plan_prompt
 from .prefix import PrefixRequest
 from .prepared import PlannedEncoderOutputs, PreparedItems
-from .spans import plan_prefill_chunks
+from .spans import join_single_padding_chunks, padded_positions, plan_prefill_chunks
 from .validation import check_no_block_after_cache_in_static_cache, check_prefill_chunk_size
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
@@ -217,6 +217,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         start = cache.get_seq_length() if cache is not None else 0
         chunk_size = check_prefill_chunk_size(generation_config.prefill_chunk_size, cache)
         chunks = plan_prefill_chunks(start, planned.end, chunk_size, planned.prepared.intervals)
+        chunks = join_single_padding_chunks(chunks, padded_positions(model_kwargs.get("attention_mask"), planned.end))
         check_no_block_after_cache_in_static_cache(cache, chunks, planned.prepared.intervals)
         if len(chunks) == 1:
             # One forward over the rest of the prompt: upstream's prefill as it is (run eagerly, as upstream does,

@@ -101,7 +101,7 @@ def plan_prompt(
     cache = model_kwargs.get("cache")
     past_length = cache.get_seq_length() if cache is not None else 0
     if cache is not None:
-        check_cache_matches_model(cache, model.config, batch_size)
+        check_cache_matches_model(cache, model.config, batch_size, model.cached_key_shape())
     offset = _prompt_offset(model_kwargs, generation_config, batch_size, prompt_length, past_length)
 
     # 4.2 Token types: derived from the placeholders when the family needs them and the caller left them out.

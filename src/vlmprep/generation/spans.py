@@ -275,6 +275,58 @@ def plan_prefill_chunks(
     return chunks
 
 
+def padded_positions(attention_mask: torch.Tensor | None, end: int) -> list[int]:
+    """Positions where some row of the batch is padding, counted as chunks are (the mask's last column is `end - 1`).
+
+    Args:
+        attention_mask (`torch.Tensor`, *optional*): the call's 2D mask over the cache and the prompt.
+        end (`int`): one past the prompt's last position.
+
+    Returns:
+        `list[int]`
+    """
+    if attention_mask is None or attention_mask.ndim != 2:
+        return []
+    first = end - attention_mask.shape[1]
+    return [first + column for column in (attention_mask == 0).any(0).nonzero().flatten().tolist()]
+
+
+def join_single_padding_chunks(chunks: Sequence[tuple[int, int]], padded: Sequence[int]) -> list[tuple[int, int]]:
+    """Join every one-token chunk at a padded position with the chunk after it.
+
+    transformers takes a one-token forward for a decode step, which never holds padding, and drops the padding mask
+    of its recurrent layers (linear attention, Gated DeltaNet: `create_recurrent_attention_mask`), so a pad token fed
+    alone would enter their state. Chunk ends stay where they were (never inside a block); a joined chunk holds at most
+    one token more than its neighbour.
+
+    Args:
+        chunks (`Sequence[tuple[int, int]]`): planned chunks (`plan_prefill_chunks`).
+        padded (`Sequence[int]`): positions where some row of the batch is padding.
+
+    Returns:
+        `list[tuple[int, int]]`: the chunks, covering the same positions.
+
+    Example:
+
+    ```python
+    >>> join_single_padding_chunks([(0, 1), (1, 2), (2, 3), (3, 4)], padded=[0, 1])
+    [(0, 2), (2, 3), (3, 4)]
+
+    ```
+    """
+    padded = set(padded)
+    joined: list[tuple[int, int]] = []
+    carried = None  # start of one-token padding chunks waiting for the next chunk
+    for index, (start, end) in enumerate(chunks):
+        start = start if carried is None else carried
+        if end - start == 1 and start in padded and index < len(chunks) - 1:
+            carried = start
+            continue
+        carried = None
+        joined.append((start, end))
+    return joined
+
+
 def shift_spans(spans: Sequence[ItemSpan], offset: int) -> list[ItemSpan]:
     """Spans moved by `offset` positions (input ids that start after cached tokens they do not repeat)."""
     return [replace(span, start=span.start + offset, end=span.end + offset) for span in spans]

@@ -49,26 +49,35 @@ def check_every_row_attends(attention_mask: torch.Tensor | None, needed_by: str)
         )
 
 
-def check_cache_matches_model(cache, config: PreTrainedConfig, batch_size: int) -> None:
+def check_cache_matches_model(
+    cache, config: PreTrainedConfig, batch_size: int, key_shape: tuple[int, int] | None = None
+) -> None:
     """Raise when a KV cache cannot belong to this model or this batch.
 
     Args:
         cache (`Cache`): the caller's cache.
         config (`PreTrainedConfig`): the model's config.
         batch_size (`int`): rows of `input_ids`.
+        key_shape (`tuple[int, int]`, *optional*):
+            `(heads, last dimension)` of the keys the model caches (`FamilyHooks.cached_key_shape`); by default the
+            text config's key-value heads and head dimension.
     """
     text_config = config.get_text_config(decoder=True)
     layers = getattr(cache, "layers", None)
     if not layers or cache.get_seq_length() == 0:
         return
-    expected_layers = text_config.num_hidden_layers
+    # A decoder that loops layers keeps one cache layer per pass (Inkling2-Loop's `total_num_hidden_layers`)
+    expected_layers = getattr(text_config, "total_num_hidden_layers", None) or text_config.num_hidden_layers
     if len(layers) != expected_layers:
         raise ValueError(
             f"The cache has {len(layers)} layers but this model's decoder has {expected_layers}: it was made by "
             "another model. Pass a cache filled by this model, or none."
         )
-    num_kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
-    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    if key_shape is None:
+        num_kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+        head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    else:
+        num_kv_heads, head_dim = key_shape
     for index, layer in enumerate(layers):
         keys = getattr(layer, "keys", None)
         if not isinstance(keys, torch.Tensor) or keys.ndim != 4 or keys.numel() == 0:

@@ -45,6 +45,7 @@ from .family_spec import (
 )
 from .text_only_rules import (
     COHERE2_VISION,
+    INKLING2_DECODER,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
     QWEN3_DECODER,
@@ -144,7 +145,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "glm46v": drop_in("glm46v.Glm46VForConditionalGeneration"),
         "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration"),
         "glm4v_moe": drop_in("glm4v_moe.Glm4vMoeForConditionalGeneration"),
-        "glm5_next": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
+        "glm5_next": drop_in("glm5_next.Glm5NextForConditionalGeneration"),
         "glm_ocr": candidate(_PATCH_GRID),
         "glmga": alias("glm46v"),
         "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", LANGUAGE_MODEL),
@@ -166,8 +167,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "each crop is one 64-token perceiver run between `<fake_token_around_image>` tokens", TEXT_MODEL
         ),
         "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", TEXT_MODEL),
-        "inkling2": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
-        "inkling2_loop": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
+        "inkling2": drop_in("inkling2.Inkling2ForConditionalGeneration", INKLING2_DECODER),
+        "inkling2_loop": drop_in("inkling2_loop.Inkling2LoopForConditionalGeneration", INKLING2_DECODER),
         "inkling_mm_model": candidate(_AUDIO_IN_FORWARD),
         "instructblip": candidate(
             "the Q-Former reads `qformer_input_ids` (the prompt's text), so an image's features depend on the "

@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "COHERE2_VISION",
+    "INKLING2_DECODER",
     "LANGUAGE_MODEL",
     "QWEN2_DECODER",
     "QWEN3_DECODER",
@@ -86,3 +87,8 @@ QWEN3_MOE_DECODER = TextOnlyFamily(
 # Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
 # it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).
 COHERE2_VISION = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_config_overrides=(("logit_scale", 1.0),))
+
+# Inkling2 is saved (by `save_pretrained` too, through transformers' conversion mapping) under its original names, the
+# decoder as `model.llm.*` next to `model.visual.*`, for `Inkling2ForCausalLM` as for the multimodal class; the causal
+# LM reads those names as they are. The head, the logit soft-cap and the decoder are the same in both classes.
+INKLING2_DECODER = TextOnlyFamily(key_rules=(("model.llm.", "model.llm."),))

@@ -1,9 +1,9 @@
-"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`) and GLM-4.6V (`glm46v`): prompts as their
-processors build them, `mm_token_type_ids` 1 for images and 2 for videos.
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`), GLM-4.6V (`glm46v`) and GLM-5-Next
+(`glm5_next`): prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for videos.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
 110-121, text 3..99. Images of one prompt have different grids (sizes), so their placeholder runs differ in length
-(`patch_grid_inputs.py`). GLM-4.5V and GLM-4.6V write prompts exactly as GLM-4V: frames of image placeholders inside
+(`patch_grid_inputs.py`). GLM-4.5V, GLM-4.6V and GLM-5-Next write prompts exactly as GLM-4V: frames of image placeholders inside
 video start and end.
 """
 
@@ -27,7 +27,7 @@ from vlmprep.testing.configs.patch_grid import (
     VISION_START,
 )
 
-GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v")
+GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm5_next")
 
 
 def image_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:

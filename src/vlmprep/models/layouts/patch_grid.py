@@ -2,7 +2,8 @@
 
 Pixel inputs are flattened patches, `(total_patches, patch_dim)`, with one `(t, h, w)` grid row per item (an image
 or a video); an item has `t * h * w / spatial_merge_size**2` placeholders. Variants: positions are 3D multimodal rope
-(M-RoPE) or plain 1D, and a video is one run or one run per frame (temporal patch).
+(M-RoPE) or plain 1D, and a video is one run or one run per frame (temporal patch). Inkling2's grids count
+placeholders instead, with one pixel row (a square of merged patches) per placeholder.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "PatchGridPerFrameTextPositionsLayout",
     "PatchGridTextPositionsLayout",
     "PatchGridVisionNames",
+    "TokenGridTextPositionsLayout",
 ]
 
 # Placeholder types of `mm_token_type_ids`, as the processors number them (0 is text).
@@ -126,8 +128,7 @@ class PatchGridLayout(FamilyHooks):
         grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
         if grid is None:
             return None
-        merge_size = self.vision_config_names.merge_size_of(self.config.vision_config)
-        return (grid.prod(-1) // merge_size**2).tolist()
+        return (grid.prod(-1) // self._grid_cells_per_token()).tolist()
 
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Grid rows; the patch rows and size are checked against them first (a wrong size fails clearly here).
@@ -151,8 +152,7 @@ class PatchGridLayout(FamilyHooks):
             raise ValueError(
                 f"`{pixel_key}` was passed without `{grid_key}`. Pass both, as this model's processor returns them."
             )
-        patch_dim = self.vision_config_names.patch_dim_of(self.config.vision_config)
-        expected = (int(grid.prod(-1).sum()), patch_dim)
+        expected = (int(grid.prod(-1).sum()), *self._pixel_row_shape())
         if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
             shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
             raise ValueError(
@@ -161,6 +161,14 @@ class PatchGridLayout(FamilyHooks):
                 f"grid). Preprocess the {modality}s with this model's processor."
             )
         return grid.shape[0]
+
+    def _grid_cells_per_token(self) -> int:
+        # A grid counts patches; `merge_size**2` of them make one placeholder.
+        return self.vision_config_names.merge_size_of(self.config.vision_config) ** 2
+
+    def _pixel_row_shape(self) -> tuple[int, ...]:
+        # One flattened patch per row of the pixel inputs.
+        return (self.vision_config_names.patch_dim_of(self.config.vision_config),)
 
     def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
@@ -281,3 +289,33 @@ class PatchGridPerFrameTextPositionsLayout(PatchGridTextPositionsLayout, PatchGr
 
     layout_name = "patch_grid_per_frame_text_positions"
     layout_description = "flattened patches on a (t, h, w) grid per item, a video one run per frame, 1D text positions"
+
+
+class TokenGridTextPositionsLayout(PatchGridTextPositionsLayout):
+    """A grid counted in placeholders, one pixel row per placeholder, 1D positions (Inkling2, Inkling2-Loop).
+
+    Each row of `pixel_values` is the square of `merge_size x merge_size` patches that becomes one placeholder,
+    `(merge_size * patch_size, merge_size * patch_size, channels)` pixels, so an image of grid `(t, h, w)` has
+    `t * h * w` rows and as many placeholders.
+    """
+
+    # Inkling2's: images only, and its tower's config names the channels `num_channels`.
+    vision_facts = replace(PATCH_GRID_FACTS, other_modalities=())
+    vision_config_names = PatchGridVisionNames(channels="num_channels")
+    layout_name = "token_grid_text_positions"
+    layout_description = (
+        "a (t, h, w) grid of placeholders per image, one pixel square of merged patches each, 1D text positions"
+    )
+
+    def _grid_cells_per_token(self) -> int:
+        return 1
+
+    def _pixel_row_shape(self) -> tuple[int, ...]:
+        vision_config = self.config.vision_config
+        side = self.vision_config_names.merge_size_of(vision_config) * vision_config.patch_size
+        channels = (
+            3
+            if self.vision_config_names.channels is None
+            else getattr(vision_config, self.vision_config_names.channels)
+        )
+        return (side, side, channels)

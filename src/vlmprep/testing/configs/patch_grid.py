@@ -1,8 +1,9 @@
 """Tiny configs of the patch-grid families: flattened patches with one `(t, h, w)` grid row per image or video.
 
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), EXAONE 4.5, HyperCLOVAX-Vision
-v2, LFM3-VL and Muse Glimmer (1D positions). Every tower reads 4 px patches, 2 frames per temporal patch, and merges
-2x2 patches into one token, so an image of `(t, h, w)` patches has `t * h * w / 4` placeholders.
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5,
+HyperCLOVAX-Vision v2, LFM3-VL, Muse Glimmer and Inkling2 (1D positions). Every tower reads 4 px patches, 2 frames per
+temporal patch, and merges 2x2 patches into one token, so an image of `(t, h, w)` patches has `t * h * w / 4`
+placeholders (Inkling2's grid counts the merged squares: `t * h * w` placeholders).
 """
 
 from __future__ import annotations
@@ -154,6 +155,68 @@ def tiny_glm46v_config() -> transformers.Glm46VConfig:
         text_config=_mrope_text(model_type="glm4v_text"),
         vision_config={**_glm_tower(), "model_type": "glm4v_vision"},
         **_GLM_SPECIAL_TOKENS,
+    )
+
+
+def tiny_glm5_next_config() -> transformers.Glm5NextConfig:
+    """A tiny GLM-5-Next config: GLM-4V's tower; a decoder of one linear-attention layer (a running state) and one
+    indexed-attention layer whose indexer keeps 4 of every query's keys (pooled by 2), so prompts exceed it; layer 0
+    dense, layer 1 routes to 2 of 4 experts; 2 hyper-connection streams.
+
+    Returns:
+        `transformers.Glm5NextConfig`
+    """
+    text = tiny_text_config(None, num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text.update(layer_types=["linear_attention", "full_attention"], linear_num_heads=2, linear_head_dim=16)
+    text.update(linear_conv_kernel_dim=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, v_head_dim=16)
+    text.update(index_topk=4, index_head_dim=16, index_n_heads=2, index_kpool=2, hc_mult=2)
+    text.update(
+        mlp_layer_types=["dense", "sparse"], n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16
+    )
+    return transformers.Glm5NextConfig(text_config=text, vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
+
+
+def _inkling2_parts() -> tuple[dict[str, Any], dict[str, Any]]:
+    text = tiny_text_config(None, head_dim=16, swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16)
+    text.update(sliding_window_size=6, d_rel=4, rel_extent=8, log_scaling_n_floor=8, n_layers_per_attn_res_block=1)
+    text.update(layer_types=["hybrid_sliding", "hybrid"], unpadded_vocab_size=128, pad_token_id=0, bos_token_id=1)
+    text.update(eos_token_id=2, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+    vision = tiny_vision_config(
+        image_size=None,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=MERGE_SIZE,
+        posemb_grid_size=4,
+        projection_hidden_dim=32,
+        text_hidden_size=32,
+    )
+    return text, vision
+
+
+def tiny_inkling2_config() -> transformers.Inkling2Config:
+    """A tiny Inkling2 config: a one-layer tower merging 2x2 patches of 4 px (one 8x8 px pixel square per
+    placeholder); a decoder of one sliding-window layer (a window of 6 tokens, so prompts exceed it) and one full
+    layer, each with its short convolutions and linear attention (running states), routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.Inkling2Config`
+    """
+    text, vision = _inkling2_parts()
+    return transformers.Inkling2Config(text_config=text, vision_config=vision, image_token_id=TINY_IMAGE_TOKEN_ID)
+
+
+def tiny_inkling2_loop_config() -> transformers.Inkling2LoopConfig:
+    """A tiny Inkling2-Loop config: Inkling2's tower and layers, the second layer looped twice (three layer passes
+    per forward, each with its own cache layer).
+
+    Returns:
+        `transformers.Inkling2LoopConfig`
+    """
+    text, vision = _inkling2_parts()
+    text.update(loop_layer_index_start=1, loop_layer_index_end=2, loop_num_passes=2, loop_gate_rank=4)
+    return transformers.Inkling2LoopConfig(
+        text_config=text,
+        vision_config={**vision, "model_type": "inkling2_vision"},
+        image_token_id=TINY_IMAGE_TOKEN_ID,
     )
 
 
