@@ -107,3 +107,32 @@ def test_the_media_cache_stays_within_its_bytes():
         load_request_image_cached(url, policy, cache)
     stats = cache.stats
     assert stats.bytes <= stats.max_bytes and stats.entries == 3 and stats.evictions == 2
+
+
+def test_tenants_get_their_own_cache_partitions():
+    from fastapi import HTTPException
+
+    from vlmprep.serving.chat import VisionPrepChatCompletionHandler
+
+    def salt(policy: ServingPolicy, body: dict):
+        handler = VisionPrepChatCompletionHandler.__new__(VisionPrepChatCompletionHandler)
+        handler.policy = policy
+        return handler._tenant_salt(body)
+
+    open_server, keyed = ServingPolicy(), ServingPolicy(api_key="secret")
+    assert salt(open_server, {}) is None
+    assert len({salt(open_server, {"cache_salt": "alice"}), salt(open_server, {"cache_salt": "bob"})}) == 2
+    assert salt(keyed, {}) is not None and "secret" not in salt(keyed, {})
+    assert salt(keyed, {"cache_salt": "alice"}) != salt(open_server, {"cache_salt": "alice"})
+    for bad in (3, "", "x" * 257):
+        with pytest.raises(HTTPException) as refusal:
+            salt(open_server, {"cache_salt": bad})
+        assert refusal.value.status_code == 400 and "cache_salt" in refusal.value.detail
+
+
+def test_an_image_of_one_tenant_is_decoded_again_for_another():
+    policy, cache = ServingPolicy(), MediaCache(2**24)
+    url = _data_url(_image(8, 8, 0))
+    for salt in ("alice", "alice", "bob", None, None):
+        load_request_image_cached(url, policy, cache, salt)
+    assert (cache.stats.decodes, cache.stats.decode_hits) == (3, 2)

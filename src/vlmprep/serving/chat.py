@@ -90,7 +90,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         logger.warning("[Request received] Model: %s, CB: %s", model_id, use_cb)
         gen_manager = self.generation_state.get_manager(model_id, use_cb=use_cb)
         check_template_kwargs(body.get("chat_template_kwargs") or {}, _template_text(processor), self.policy)
-        inputs = await asyncio.to_thread(self._prompt_inputs, body, processor, modality, use_cb)
+        inputs = await asyncio.to_thread(self._prompt_inputs, body, processor, modality, use_cb, salt)
         if not use_cb:
             inputs = inputs.to(model.device)
         _check_prompt_length(model, inputs["input_ids"])
@@ -145,7 +145,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         if not hub_name or os.path.exists(requested.split("@")[0]):
             raise bad_request("`model` must name a Hub model as `org/name`; local paths are not loaded on request")
 
-    def _prompt_inputs(self, body: dict, processor, modality: Modality, use_cb: bool):
+    def _prompt_inputs(self, body: dict, processor, modality: Modality, use_cb: bool, salt: str | None = None):
         """(In a worker thread) the request's images read under the policy, then the chat template rendered."""
         urls = request_image_urls(body["messages"])
         if urls and modality not in (Modality.VLM, Modality.MULTIMODAL):
@@ -153,7 +153,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         images, keys = [], {}
         for number, url in enumerate(urls, 1):
             try:
-                image, key = load_request_image_cached(url, self.policy, self.media_cache)
+                image, key = load_request_image_cached(url, self.policy, self.media_cache, salt)
             except MediaRefused as refusal:
                 raise bad_request(f"image {number} of the request: {refusal}") from None
             images.append(image)

@@ -58,7 +58,7 @@ def load_request_image(url: object, policy: ServingPolicy):
     return load_request_image_cached(url, policy, None)[0]
 
 
-def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=None):
+def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=None, salt: str | None = None):
     """Reads one image URL of a request under `policy`; with a media cache, bytes seen before are not decoded again.
 
     The bytes are always read (under every limit) and the cache keyed by their hash: a cached image is one whose
@@ -68,6 +68,7 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
         url (`object`): the `image_url` of a request (anything a client sent).
         policy (`ServingPolicy`): the server's media policy and limits.
         media_cache (`MediaCache`, *optional*): the server's media cache.
+        salt (`str`, *optional*): the request's tenant salt: entries of other salts are not seen.
 
     Returns:
         `tuple[PIL.Image.Image, str | None]`: an RGB image, as transformers' `load_image` returns it, and the media
@@ -90,7 +91,7 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
         return _decode(data, policy), None
     from .media_cache import media_key
 
-    key = media_key(data)
+    key = media_key(data, salt)
     return media_cache.decoded(key, lambda: _decode(data, policy)), key
 
 

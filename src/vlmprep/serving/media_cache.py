@@ -2,7 +2,7 @@
 again.
 
 A chat app re-sends the whole conversation every turn, every earlier image with it (base64 data URLs, or the same
-fetched URL). `MediaCache` keys each image by a fast hash of its raw bytes (BLAKE2b-128): a hit returns the decoded
+fetched URL). `MediaCache` keys each image by a fast hash of its raw bytes and the tenant's salt (BLAKE2b-128): a hit returns the decoded
 image (the very `PIL.Image` object decoded the first time) and, per processor and image-processor arguments, the image
 processor's output for that image alone. It is bounded in bytes (decoded pixels and processed arrays) and evicts the
 least recently used images.
@@ -34,17 +34,25 @@ __all__ = ["CachingImageProcessor", "MediaCache", "MediaCacheStats", "media_key"
 logger = get_logger(__name__)
 
 
-def media_key(data: bytes) -> str:
+def media_key(data: bytes, salt: str | None = None) -> str:
     """The media cache's key of an image's raw bytes: a 128-bit BLAKE2b digest (fast, and collisions are not a
-    practical concern).
+    practical concern), under the tenant's salt (one tenant cannot learn, by timing, which images another sent).
 
     Args:
         data (`bytes`): the encoded image, as the request sent it.
+        salt (`str`, *optional*): the request's tenant salt.
 
     Returns:
         `str`: hex digest.
     """
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    hasher = hashlib.blake2b(digest_size=16, person=b"vlmprep-media")
+    if salt is not None:
+        salted = salt.encode()
+        hasher.update(len(salted).to_bytes(8, "little") + salted)
+    else:
+        hasher.update(b"-")
+    hasher.update(data)
+    return hasher.hexdigest()
 
 
 @dataclass
