@@ -2,7 +2,8 @@
 
 The chat app's way: every turn re-sends the whole conversation, earlier images as base64 PNG data URLs of photo size
 (1280x960), earlier answers as the server gave them. The checkpoint is `bench_serving.py`'s `small` LLaVA (decoder
-hidden size 512, 4 layers, the tiny vision tower). The three servers run one after the other on a loopback port; each
+hidden size 512, 4 layers, the tiny vision tower). The servers (vlmprep sequential, vlmprep with continuous batching
+and its default 16-token pages, the same with 256-token pages, transformers serve) run one after the other on a loopback port; each
 is warmed up with one chat of other images, then runs the chat `--repeat` times (new images each time, the same for
 every server). Reported: the median time to first token (first streamed content chunk) per turn, the answers'
 agreement, and the vlmprep servers' cache counters (`VLMPREP_SERVE_STATS`).
@@ -47,6 +48,12 @@ PHOTO_SIZE = (1280, 960)
 SERVERS = {
     "vlmprep": ("vlmprep", ()),
     "vlmprep --continuous-batching": ("vlmprep", ("--continuous-batching",)),
+    # The engine as sized before chat-sized pages (256-token pages, the same KV and batch tokens): what the page size
+    # buys a chat
+    "vlmprep CB, 256-token pages": (
+        "vlmprep",
+        ("--continuous-batching", "--cb-block-size", "256", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "2048"),
+    ),
     "transformers serve": ("transformers", ()),
 }
 
