@@ -136,3 +136,24 @@ def test_an_image_of_one_tenant_is_decoded_again_for_another():
     for salt in ("alice", "alice", "bob", None, None):
         load_request_image_cached(url, policy, cache, salt)
     assert (cache.stats.decodes, cache.stats.decode_hits) == (3, 2)
+
+
+def test_the_prefix_cache_reaches_only_a_drop_ins_sequential_generations():
+    import transformers
+
+    import vlmprep
+    from vlmprep.serving.chat import VisionPrepChatCompletionHandler
+    from vlmprep.testing import tiny_llava_config
+
+    def handler(policy: ServingPolicy):
+        return VisionPrepChatCompletionHandler(model_manager=None, generation_state=None, policy=policy)
+
+    config = tiny_llava_config()
+    drop_in, plain = vlmprep.LlavaForConditionalGeneration(config), transformers.LlavaForConditionalGeneration(config)
+    on, off = handler(ServingPolicy()), handler(ServingPolicy(prefix_cache=False, media_cache_bytes=0))
+    assert on.prefix_cache.max_bytes == ServingPolicy().prefix_cache_bytes and on.media_cache is not None
+    assert off.prefix_cache is None and off.media_cache is None
+    assert on._with_caches({}, drop_in, "t", use_cb=False) == {"cache_salt": "t", "prefix_cache": on.prefix_cache}
+    assert on._with_caches({}, drop_in, None, use_cb=True) == {}  # the engine shares pages instead
+    assert off._with_caches({}, drop_in, None, use_cb=False) == {}
+    assert on._with_caches({}, plain, "t", use_cb=False) == {}  # transformers' class takes neither
