@@ -7,6 +7,9 @@ answer must be the plain transformers class's greedy answer to the same conversa
 
 - sequential generation (the server's `PrefixCache`): at most 1.02x the minimum (the tokens no earlier turn computed);
 - continuous batching (16-token shared pages): the minimum plus at most one page less a token per turn.
+
+In the sequential mode the last turn is then sent again under another `cache_salt`: another tenant's request reuses
+nothing (its images decoded, encoded and its prompt prefilled afresh) and gets the same answer.
 """
 
 from __future__ import annotations
@@ -55,10 +58,10 @@ def _user_message(image_index, text: str, image_content) -> dict:
     return {"role": "user", "content": [*content, {"type": "text", "text": text}]}
 
 
-def _reference_chat(checkpoint: Path, images) -> tuple[list[str], int]:
+def _reference_chat(checkpoint: Path, images) -> tuple[list[str], int, int]:
     """The plain class's greedy answers, turn by turn, and the minimum prompt tokens a server must prefill: per turn,
     the tokens not in the longest common prefix with the previous turn's prompt and answer (whose last token was
-    never fed to the model)."""
+    never fed to the model); and the last turn's prompt length."""
     processor = transformers.AutoProcessor.from_pretrained(checkpoint)
     model = transformers.LlavaForConditionalGeneration.from_pretrained(checkpoint).eval()
     messages, answers, minimum, previous = [], [], 0, []
@@ -78,10 +81,12 @@ def _reference_chat(checkpoint: Path, images) -> tuple[list[str], int]:
         answer = processor.decode(output[0, len(prompt) :], skip_special_tokens=True)
         answers.append(answer)
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-    return answers, minimum
+    return answers, minimum, len(prompt)
 
 
-def _serve_chat(tmp_path: Path, checkpoint: Path, images, extra_args: list[str]) -> tuple[list[str], dict]:
+def _serve_chat(
+    tmp_path: Path, checkpoint: Path, images, extra_args: list[str], other_tenant: bool
+) -> tuple[list[str], dict]:
     port = free_loopback_port()
     stats_path = tmp_path / "stats.json"
     env = {
@@ -109,6 +114,11 @@ def _serve_chat(tmp_path: Path, checkpoint: Path, images, extra_args: list[str])
             assert status == 200, (answer, log.read_text())
             answers.append(answer)
             messages.append({"role": "assistant", "content": answer})
+        if other_tenant:  # the last turn again, from another tenant
+            payload = {**payload, "messages": messages[:-1], "cache_salt": "bob"}
+            status, answer = _post(f"{base_url}/v1/chat/completions", payload, deadline)
+            assert status == 200, (answer, log.read_text())
+            answers.append(answer)
         server.send_signal(signal.SIGTERM)  # a graceful stop: the server writes its stats, then exits
         server.wait(timeout=min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
     finally:
@@ -125,25 +135,28 @@ def chat(tmp_path_factory):
     directory = tmp_path_factory.mktemp("chat")
     checkpoint = build_llava_checkpoint(directory / "checkpoint")
     images = _images()
-    answers, minimum = _reference_chat(checkpoint, images)
+    answers, minimum, last_prompt = _reference_chat(checkpoint, images)
     # The tiny model must be able to fail: its answers depend on the image (the same question, another image)
-    other, _ = _reference_chat(checkpoint, images[::-1])
+    other, _, _ = _reference_chat(checkpoint, images[::-1])
     assert other != answers
-    return checkpoint, images, answers, minimum
+    return checkpoint, images, answers, minimum, last_prompt
 
 
 @needs_serving
 @pytest.mark.parametrize("mode", ["sequential", "continuous_batching"])
 def test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once(tmp_path, chat, mode):
-    checkpoint, images, expected, minimum = chat
-    extra = ["--continuous-batching"] if mode == "continuous_batching" else []
-    answers, stats = _serve_chat(tmp_path, checkpoint, images, extra)
-    assert answers == expected
+    checkpoint, images, expected, minimum, last_prompt = chat
+    sequential = mode == "sequential"
+    answers, stats = _serve_chat(
+        tmp_path, checkpoint, images, [] if sequential else ["--continuous-batching"], sequential
+    )
+    assert answers == (expected + expected[-1:] if sequential else expected)
     media = stats["media_cache"]
-    assert (media["decodes"], media["decode_hits"]) == (2, 6), media  # 1 + 1 + 2 + 2 + 2 images sent
-    assert stats["encoder_cache"]["misses"] == 2, stats["encoder_cache"]
-    if mode == "sequential":
-        prefilled = stats["prefix_cache"]["tokens_prefilled"]
+    # 1 + 1 + 2 + 2 + 2 images sent, each image decoded and encoded once (and once more for the other tenant)
+    assert (media["decodes"], media["decode_hits"]) == ((4, 6) if sequential else (2, 6)), media
+    assert stats["encoder_cache"]["misses"] == (4 if sequential else 2), stats["encoder_cache"]
+    if sequential:
+        prefilled = stats["prefix_cache"]["tokens_prefilled"] - last_prompt  # the other tenant prefills it all
         assert minimum <= prefilled <= 1.02 * minimum, (prefilled, minimum, stats)
     else:
         prefilled = stats["engine_prefill"]["tokens_prefilled"]
