@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
     from .models.gemma3 import Gemma3ForConditionalGeneration
+    from .models.gemma4 import Gemma4ForConditionalGeneration
     from .models.glm4v import Glm4vForConditionalGeneration
     from .models.glm4v_moe import Glm4vMoeForConditionalGeneration
     from .models.glm46v import Glm46VForConditionalGeneration

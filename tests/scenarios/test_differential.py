@@ -33,7 +33,8 @@ import vlmprep
 from conftest import model_pair
 from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
 from support.references import ATOL, Prompt, assert_close, collate, eager_attention
-from support.registry import scenario
+from support.registry import FAMILY_CASES, scenario
+from vlmprep.testing import AUDIO, IMAGE
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
 SLOW_EXAMPLES = 60
@@ -221,16 +222,17 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def check_conversations(family: str, max_examples: int) -> None:
+def check_conversations(family: str, max_examples: int, media: tuple = (IMAGE,)) -> None:
     """Run `max_examples` conversations on `family`, drawn from a seed of the family's name.
 
     Each family gets its own (fixed) examples: a `derandomize`d test draws the same ones for every parameter.
+    `media` are the item markers prompts are drawn with (`IMAGE`; `AUDIO` too for families with audio).
     """
 
     @example(conversation=STORE_HIT_CONVERSATION)
     @seed(zlib.crc32(family.encode()))
     @settings(max_examples=max_examples, **COMMON_SETTINGS)
-    @given(conversation=conversations())
+    @given(conversation=conversations(media=media))
     def check(conversation: Conversation) -> None:
         run_conversation(family, conversation)
 
@@ -240,6 +242,15 @@ def check_conversations(family: str, max_examples: int) -> None:
 @scenario
 def test_differential(family):
     check_conversations(family, CI_EXAMPLES)
+
+
+# Families whose cases build audio clips: conversations mixing images and clips.
+AUDIO_FAMILIES = sorted(family for family, case in FAMILY_CASES.items() if "input_features" in case.pixel_keys)
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_differential_with_audio(family):
+    check_conversations(family, CI_EXAMPLES, media=(IMAGE, AUDIO))
 
 
 @pytest.mark.slow

@@ -1,10 +1,10 @@
-"""Every tiny model sees its images, and the drop-in is exact on them.
+"""Every tiny model sees its images (videos, audio clips), and the drop-in is exact on them.
 
 Upstream initialisation leaves some multimodal weights zero (Gemma3's `mm_input_projection_weight`) or vanishing
 (GOT-OCR2's SAM tower): with them no image reaches the logits, and every image check passes whatever features are
 used. `vlmprep.testing.tiny_model` (used by `model_pair`) re-draws those weights. Here, per family and per medium:
-two different images (or videos) give clearly different logits with the plain transformers class after the medium,
-and the drop-in's logits for each equal upstream's uncached forwards of the whole prompt.
+two different images (or videos, or audio clips) give clearly different logits with the plain transformers class
+after the medium, and the drop-in's logits for each equal upstream's uncached forwards of the whole prompt.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from conftest import ALL_FAMILIES, model_pair
 from support.references import NO_SPECIAL_TOKENS, Prompt, assert_steps_match_upstream, generate_logits
 from support.registry import FAMILY_CASES
-from vlmprep.testing import IMAGE, VIDEO
+from vlmprep.testing import AUDIO, IMAGE, VIDEO
 
 SYSTEM = [2, 10, 11, 12, 13]
 USER = [20, 21, 22]
@@ -31,6 +31,8 @@ def _params() -> list:
         params.append(pytest.param(family, IMAGE, id=f"{family}-image"))
         if "pixel_values_videos" in FAMILY_CASES[family].pixel_keys:  # families whose cases build videos
             params.append(pytest.param(family, VIDEO, id=f"{family}-video"))
+        if "input_features" in FAMILY_CASES[family].pixel_keys:  # families whose cases build audio clips
+            params.append(pytest.param(family, AUDIO, id=f"{family}-audio"))
     return params
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from vlmprep.testing import IMAGE
+from vlmprep.testing import AUDIO, IMAGE
 
 # Random text ids: 3..99 never collide with the tiny models' special tokens (`vlmprep.testing`).
 TEXT_IDS = st.integers(min_value=3, max_value=99)
@@ -32,7 +32,7 @@ WEIGHT_FACTORS = st.sampled_from([0.5, 0.9, 1.0, 1.1, 2.0])
 
 @dataclass(frozen=True)
 class Row:
-    """One prompt: segments (text id lists or `IMAGE`) and the seed of each image, in order."""
+    """One prompt: segments (text id lists, `IMAGE` or `AUDIO`) and the seed of each item, in order."""
 
     segments: tuple
     image_seeds: tuple[int, ...]
@@ -42,7 +42,10 @@ class Row:
         return len(self.image_seeds)
 
     def __repr__(self) -> str:  # valid Python (with `IMAGE` imported), so a falsifying example can be replayed
-        shown = ", ".join("IMAGE" if segment is IMAGE else repr(list(segment)) for segment in self.segments)
+        markers = {IMAGE: "IMAGE", AUDIO: "AUDIO"}
+        shown = ", ".join(
+            markers[segment] if isinstance(segment, str) else repr(list(segment)) for segment in self.segments
+        )
         return f"Row(segments=({shown},), image_seeds={tuple(self.image_seeds)!r})"
 
 
@@ -103,13 +106,14 @@ def text_segment(draw, min_size: int = 1, max_size: int = 6) -> list[int]:
 
 
 @st.composite
-def rows(draw, min_images: int = 0, max_images: int = 3, opening: bool = True) -> Row:
-    """A prompt with `min_images..max_images` images, adjacent or with text between, text anywhere.
+def rows(draw, min_images: int = 0, max_images: int = 3, opening: bool = True, media: tuple = (IMAGE,)) -> Row:
+    """A prompt with `min_images..max_images` items, adjacent or with text between, text anywhere.
 
     Args:
-        min_images: fewest images.
-        max_images: most images.
+        min_images: fewest items.
+        max_images: most items.
         opening: may start with the shared system prompt (a first prompt, not an extension).
+        media: the markers an item is drawn from (`IMAGE`, and `AUDIO` for families with audio).
     """
     num_images = draw(st.integers(min_value=min_images, max_value=max_images))
     segments: list = []
@@ -118,7 +122,7 @@ def rows(draw, min_images: int = 0, max_images: int = 3, opening: bool = True) -
     for _ in range(num_images):
         if draw(st.booleans()):  # no text before this image: adjacent to the previous image or the prompt start
             segments.append(draw(text_segment()))
-        segments.append(IMAGE)
+        segments.append(draw(st.sampled_from(media)))
     if num_images == 0 or draw(st.booleans()):
         segments.append(draw(text_segment()))
     if not segments:  # an extension without images still adds text
@@ -155,7 +159,7 @@ def call_options(draw, continuation: bool, salt: str | None = None, batch: int =
 
 
 @st.composite
-def conversations(draw, max_batch: int = 3, max_continuations: int = 2) -> Conversation:
+def conversations(draw, max_batch: int = 3, max_continuations: int = 2, media: tuple = (IMAGE,)) -> Conversation:
     """A random conversation: a batch of 1..`max_batch` rows and up to `max_continuations` continuations.
 
     In a batch of several rows either every row has an image or none has: the suite's `collate` helpers take the
@@ -164,15 +168,19 @@ def conversations(draw, max_batch: int = 3, max_continuations: int = 2) -> Conve
     """
     batch = draw(st.integers(min_value=1, max_value=max_batch))
     if batch == 1:
-        first_rows = (draw(rows()),)
+        first_rows = (draw(rows(media=media)),)
     else:
         with_images = draw(st.booleans())
         first_rows = tuple(
-            draw(rows(min_images=1 if with_images else 0, max_images=3 if with_images else 0)) for _ in range(batch)
+            draw(rows(min_images=1 if with_images else 0, max_images=3 if with_images else 0, media=media))
+            for _ in range(batch)
         )
     salt = draw(SALTS)
     continuations = tuple(
-        (draw(rows(max_images=2, opening=False)), draw(call_options(continuation=True, salt=salt, batch=batch)))
+        (
+            draw(rows(max_images=2, opening=False, media=media)),
+            draw(call_options(continuation=True, salt=salt, batch=batch)),
+        )
         for _ in range(draw(st.integers(min_value=0, max_value=max_continuations)))
     )
     return Conversation(first_rows, draw(call_options(continuation=False, salt=salt, batch=batch)), continuations)

@@ -168,7 +168,8 @@ def generate_new_image_turn(upstream, ours, turn_1: list, image_seeds: list[int]
 @contextlib.contextmanager
 def eager_attention(*models):
     """Eager attention on the models for the duration (SDPA returns no attention weights)."""
-    before = [model.config._attn_implementation for model in models]
+    # Per sub-config: a tower without SDPA (Gemma 4's audio tower) runs eager under an SDPA model, and is put back so
+    before = [_attn_implementations(model.config) for model in models]
     for model in models:
         model.set_attn_implementation("eager")
     try:
@@ -176,6 +177,15 @@ def eager_attention(*models):
     finally:
         for model, implementation in zip(models, before, strict=True):
             model.set_attn_implementation(implementation)
+
+
+def _attn_implementations(config) -> dict[str, str]:
+    implementations = {"": config._attn_implementation}
+    for name in getattr(config, "sub_configs", {}):
+        sub_config = getattr(config, name, None)
+        if sub_config is not None:
+            implementations[name] = sub_config._attn_implementation
+    return implementations
 
 
 def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):

@@ -51,6 +51,8 @@ NOT_READ = {
     "qianfan_ocr": {"image_sizes"},
     "llava_onevision": {"image_sizes_videos"},
     "video_llava": {"pixel_values_videos"},  # videos are not prepared: a request with them is refused
+    # Computed from `input_ids` by the forward; only a caller passing `inputs_embeds` instead of ids supplies them
+    "gemma4": {"per_layer_inputs"},
 }
 
 

@@ -2,7 +2,7 @@
 
 Upstream's scheduler looks a pending request up in the shared pages once it is scheduled
 (`Scheduler._infer_request_tokens`) and drops the matched tokens from its prefill, logging the match at debug level
-only. `PrefillCounting` (a scheduler mixin, installed by `ImageBatchingManager` on every engine it builds) counts each
+only. `PrefillCounting` (a scheduler mixin, installed by `ItemBatchingManager` on every engine it builds) counts each
 request's prompt and matched tokens the first time it is looked up, for the server's stats.
 """
 

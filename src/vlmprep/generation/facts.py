@@ -9,6 +9,9 @@ from typing import Literal
 
 from transformers import PreTrainedConfig
 
+# The names a family's per-token token types take (`VisionFacts.token_type_key` is one of them).
+TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
+
 
 @dataclass(frozen=True)
 class ModalityFacts:
@@ -35,6 +38,11 @@ class ModalityFacts:
             (Qwen2.5-VL's `second_per_grid_ts`, the time between a video's frames): never given to the encoder nor
             hashed with its features; a continuous-batching request carries them, and its shared pages are keyed on
             them.
+        output_mask_attr (`str`, *optional*):
+            the attribute of the encoder's output holding which of its rows are real (`True`) and which are the
+            padding of a batch of items (Gemma 4's audio tower returns `attention_mask`): the padding rows are
+            dropped from each item's features, as the model drops them before filling the placeholders. `None`
+            when every row of an item's output fills a placeholder.
     """
 
     name: str
@@ -44,6 +52,7 @@ class ModalityFacts:
     token_type: int | None = None
     features_as_list: bool | None = None
     position_keys: tuple[str, ...] = ()
+    output_mask_attr: str | None = None
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The placeholder token id of a model config."""
@@ -101,6 +110,12 @@ class VisionFacts:
             whether `generate` numbers tokens by their place in the cache, left padding included (EXAONE 4.5,
             HyperCLOVAX: their `prepare_inputs_for_generation` drops `position_ids`): a token's KV then depends on its row's padding, which the prefix cache's
             keys must see.
+        modality_token_types (`tuple[tuple[str, int], ...]`, *optional*, defaults to `(("image", 1),)`):
+            with `bidirectional="image"`, the `token_type_key` value the processor writes at each modality's
+            placeholders (Gemma 4: image 1, video 2, audio 3), used to derive the token types a caller left out.
+        block_token_types (`tuple[int, ...]`, *optional*, defaults to `(1,)`):
+            with `bidirectional="image"`, the token type values whose runs attend to themselves bidirectionally
+            (Gemma 4: images and video frames, 1 and 2; its audio, 3, is causal).
     """
 
     placeholder_attr: str = "image_token_id"
@@ -118,6 +133,8 @@ class VisionFacts:
     other_modalities: tuple[ModalityFacts, ...] = ()
     image_token_type: int | None = None
     positions_from_cache_length: bool = False
+    modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
+    block_token_types: tuple[int, ...] = (1,)
 
     @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:

@@ -22,7 +22,7 @@ from .spans import (
     ItemSpan,
     blocks_from_prefix,
     blocks_from_runs,
-    find_image_spans,
+    find_placeholder_spans,
     merge_blocks,
     resolve_resume_point,
     shift_spans,
@@ -45,7 +45,7 @@ class PromptPlan:
         resume_point (`int`): the cache length prefill starts from.
         encoder (`ItemEncoder`): hashes and features of the call's items.
         supplied (`SuppliedFeatures`): features the caller passed instead of pixels, by item index.
-        image_hashes (`dict[int, str]`): content hashes already computed (by the prefix-cache lookup).
+        item_hashes (`dict[int, str]`): content hashes already computed (by the prefix-cache lookup).
     """
 
     offset: int
@@ -56,7 +56,7 @@ class PromptPlan:
     resume_point: int
     encoder: ItemEncoder
     supplied: SuppliedFeatures = ({}, {})
-    image_hashes: dict[int, str] = field(default_factory=dict)
+    item_hashes: dict[int, str] = field(default_factory=dict)
 
     @property
     def end(self) -> int:
@@ -138,7 +138,7 @@ def plan_prompt(
             "The prefix cache is not used when a `cache` is passed: the call resumes from that cache as it is."
         )
     elif prefix_request is not None and prefix_request.applies(model, generation_config, batch_size):
-        plan.image_hashes = encoder.hashes(sorted({span.item_index for span in spans}))
+        plan.item_hashes = encoder.hashes(sorted({span.item_index for span in spans}))
         model_kwargs["cache"], plan.resume_point = prefix_request.restore(
             model, input_ids, model_kwargs, plan, salt, generation_config
         )
@@ -224,7 +224,7 @@ def _prepare_token_types(
 def derive_token_types(model, input_ids: torch.Tensor, cached: int | None) -> torch.Tensor:
     """The token types the family's processor would have returned for `input_ids`.
 
-    1 on image placeholders (Gemma3), or an all-0 prefix covering the whole prompt (PaliGemma without a suffix).
+    Per modality placeholders, its `VisionFacts.modality_token_types` value (1 on Gemma3's images), or an all-0 prefix covering the whole prompt (PaliGemma without a suffix).
     Continuing from a cache (`cached` of these ids are in it), PaliGemma's new tokens are the generated suffix, as
     upstream treats them: causal, type 1.
 
@@ -238,7 +238,10 @@ def derive_token_types(model, input_ids: torch.Tensor, cached: int | None) -> to
     """
     facts = model.vision_facts
     if facts.bidirectional == "image":
-        return (input_ids == facts.placeholder_id(model.config)).long()
+        token_types = torch.zeros_like(input_ids)
+        for name, value in facts.modality_token_types:
+            token_types[input_ids == facts.modality(name).placeholder_id(model.config)] = value
+        return token_types
     token_types = torch.zeros_like(input_ids)
     if cached is not None:
         token_types[:, max(cached, 0) :] = 1
@@ -251,7 +254,8 @@ def bidirectional_blocks(model, token_types: torch.Tensor | None, attention_mask
     if bidirectional is None or token_types is None:
         return []
     if bidirectional == "image":
-        return blocks_from_runs(token_types == 1)
+        block_types = torch.tensor(model.vision_facts.block_token_types, device=token_types.device)
+        return blocks_from_runs(torch.isin(token_types, block_types))
     prefix = token_types == 0
     if attention_mask is not None and attention_mask.shape == prefix.shape:
         prefix = prefix & attention_mask.bool()  # padding is masked out, it belongs to no block
@@ -281,7 +285,7 @@ def find_item_spans(
                     f"tells their placeholders apart. Pass `{token_type_key}` as the processor returns it."
                 )
             continue  # without token types, shared placeholders are images (what the processor marks)
-        spans += find_image_spans(ids, modality.placeholder_id(model.config), counts, modality.name, first_index)
+        spans += find_placeholder_spans(ids, modality.placeholder_id(model.config), counts, modality.name, first_index)
     return sorted(spans, key=lambda span: (span.row, span.start))
 
 

@@ -26,6 +26,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
     "Exaone4_5_ForConditionalGeneration": "exaone4_5",
     "Gemma3ForConditionalGeneration": "gemma3",
+    "Gemma4ForConditionalGeneration": "gemma4",
     "Glm46VForConditionalGeneration": "glm46v",
     "Glm4vForConditionalGeneration": "glm4v",
     "Glm4vMoeForConditionalGeneration": "glm4v_moe",

@@ -21,7 +21,10 @@ Example:
 
 from .configs import TINY_CONFIG_BUILDERS, tiny_config, tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
 from .configs.parts import (
+    TINY_AUDIO_TOKEN_ID,
+    TINY_BOA_TOKEN_ID,
     TINY_BOI_TOKEN_ID,
+    TINY_EOA_TOKEN_ID,
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_SIZE,
     TINY_IMAGE_TOKEN_ID,
@@ -31,14 +34,18 @@ from .configs.parts import (
     tiny_vision_config,
 )
 from .counters import PrefillCounter, VisionRunCounter
-from .prompts import IMAGE, VIDEO, build_prompt, random_pixels, tokens_per_image
+from .prompts import AUDIO, IMAGE, VIDEO, build_prompt, random_pixels, tokens_per_image
 from .weights import IMAGE_PATH_INIT_STD, make_image_sensitive, tiny_model
 
 __all__ = [
+    "AUDIO",
     "IMAGE",
     "IMAGE_PATH_INIT_STD",
+    "TINY_AUDIO_TOKEN_ID",
+    "TINY_BOA_TOKEN_ID",
     "TINY_BOI_TOKEN_ID",
     "TINY_CONFIG_BUILDERS",
+    "TINY_EOA_TOKEN_ID",
     "TINY_EOI_TOKEN_ID",
     "TINY_IMAGE_SIZE",
     "TINY_IMAGE_TOKEN_ID",

@@ -14,10 +14,11 @@ import torch
 
 
 class VisionRunCounter:
-    """Counts a model's vision-encoder calls and the images (or videos) each call encoded.
+    """Counts a model's encoder calls and the items (images, videos, audio clips) each call encoded.
 
-    It wraps the model's own `get_image_features` / `get_video_features` (on this model instance only) and counts
-    items with the family's `count_items`, so tiles, crops and flattened patches count as the images they belong to.
+    It wraps the model's own `get_image_features` / `get_video_features` / `get_audio_features` (on this model
+    instance only) and counts items with the family's `count_items`, so tiles, crops and flattened patches count as the
+    images they belong to.
 
     Example:
 
@@ -33,7 +34,7 @@ class VisionRunCounter:
     ```
     """
 
-    MODALITIES = ("image", "video")
+    MODALITIES = ("image", "video", "audio")
 
     def __init__(self, model: torch.nn.Module):
         self.model = model

@@ -9,6 +9,7 @@ from .configs.parts import TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID, TINY_IMAGE_SIZE
 
 IMAGE = "<image>"  # marks where an image goes in a prompt built by `build_prompt`
 VIDEO = "<video>"  # marks where a video goes in a prompt, for the test cases of families that take videos
+AUDIO = "<audio>"  # marks where an audio clip goes in a prompt, for the test cases of families that take audio
 
 
 def tokens_per_image(config: PreTrainedConfig) -> int:

@@ -43,6 +43,7 @@ from .fixed_size import (
     tiny_video_llava_config,
     tiny_vipllava_config,
 )
+from .omni import tiny_gemma4_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_exaone4_5_config,
@@ -94,6 +95,7 @@ __all__ = [
     "TINY_CONFIG_BUILDERS",
     "tiny_aria_config",
     "tiny_aya_vision_config",
+    "tiny_gemma4_config",
     "tiny_cohere2_vision_config",
     "tiny_config",
     "tiny_deepseek_vl_config",

@@ -1,0 +1,247 @@
+"""Gemma 4: images, videos and audio clips, each encoded once.
+
+An image is one run of soft tokens: its patch rows (`pixel_values`, padded to the processor's patch budget, with their
+`(x, y)` positions in `image_position_ids`, `(-1, -1)` on padding) pooled `pooling_kernel_size**2` to one. A video is
+one run per frame, each frame an image of its own (`pixel_values_videos`, `video_position_ids`, frames of every video
+concatenated and split by `num_frames_per_video`). An audio clip is one run of its log-mel frames (`input_features`,
+`input_features_mask`) subsampled 4x. With `use_bidirectional_attention="vision"`, each run of image and video soft
+tokens (`mm_token_type_ids` 1 and 2) attends to itself bidirectionally on the sliding layers: a block.
+
+Upstream's forward reads encoded images and videos from `mm_encoder_outputs` but encodes audio from `input_features`
+on every call, with no way to take it encoded. So when a forward gets audio rows, the drop-in builds its input
+embeddings itself, exactly as upstream's forward does (placeholders embedded as padding, per-layer inputs from the
+padded ids, each modality's rows scattered into its placeholders), and hands upstream `inputs_embeds`.
+"""
+
+import inspect
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation.facts import ModalityFacts, VisionFacts
+from .base import VisionPrepMixin
+from .layouts.audio import select_audio_clips
+from .layouts.stated_counts import PatchRowsAndAudioLayout
+
+_VIDEO = ModalityFacts(
+    "video", "video_token_id", ("pixel_values_videos",), ("video_position_ids", "num_frames_per_video")
+)
+# The audio tower pads a batch of clips to the longest and marks its real rows in `attention_mask`.
+_AUDIO = ModalityFacts(
+    "audio", "audio_token_id", ("input_features",), ("input_features_mask",), output_mask_attr="attention_mask"
+)
+
+
+class Gemma4ForConditionalGeneration(
+    PatchRowsAndAudioLayout, VisionPrepMixin, transformers.Gemma4ForConditionalGeneration
+):
+    """Drop-in `transformers.Gemma4ForConditionalGeneration` whose vision and audio towers run once, in input
+    preparation.
+
+    Example:
+
+    ```python
+    >>> from vlmprep.models.gemma4 import Gemma4ForConditionalGeneration
+    >>> [m.name for m in Gemma4ForConditionalGeneration.vision_facts.modalities]
+    ['image', 'video', 'audio']
+
+    ```
+    """
+
+    vision_facts = VisionFacts(
+        bidirectional="image",
+        token_type_key="mm_token_type_ids",
+        per_image_keys=("image_position_ids",),
+        pixel_layout=None,
+        features_as_list=True,
+        other_modalities=(_VIDEO, _AUDIO),
+        modality_token_types=(("image", 1), ("video", 2), ("audio", 3)),
+        block_token_types=(1, 2),
+    )
+
+    def block_layer_types(self) -> tuple[str, ...]:
+        """The sliding layers under `use_bidirectional_attention="vision"` (full layers stay causal), else none.
+
+        Returns:
+            `tuple[str, ...]`
+        """
+        vision = getattr(self.config.get_text_config(), "use_bidirectional_attention", None) == "vision"
+        return ("sliding_attention",) if vision else ()
+
+    def _soft_tokens(self, position_ids: torch.Tensor) -> torch.Tensor:
+        # Real patches (positions not `(-1, -1)`) pooled `pooling_kernel_size**2` to one soft token: per image/frame
+        real_patches = (position_ids != -1).all(dim=-1).sum(dim=-1)
+        return real_patches // self.config.vision_config.pooling_kernel_size**2
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """Soft tokens of each item: an image's pooled real patches, a video's per frame, an audio clip's frames after
+        two stride-2 subsamplings (the processor's arithmetic on `input_features_mask`).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+
+        Returns:
+            `list` (one count per image or clip, a list of frame counts per video), or `None` without the inputs.
+        """
+        if modality == "audio":
+            mask = model_kwargs.get("input_features_mask")
+            if mask is None:
+                return None
+            # Each subsampling keeps every other frame of the mask, `(frames - 1) // 2 + 1` of them
+            return [int(clip_mask[::2][::2].sum()) for clip_mask in mask.bool()]
+        key = "image_position_ids" if modality == "image" else "video_position_ids"
+        if model_kwargs.get(key) is None:
+            return None
+        counts = self._soft_tokens(model_kwargs[key]).tolist()
+        if modality == "image":
+            return counts
+        frames = model_kwargs.get("num_frames_per_video")
+        if frames is None:
+            return None
+        splits = torch.tensor(counts).split(torch.as_tensor(frames).tolist())
+        return [piece.tolist() for piece in splits]
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """How many images, videos (`num_frames_per_video` entries) or audio clips the call's inputs hold.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+
+        Returns:
+            `int` or `None`
+        """
+        if modality != "video" or model_kwargs.get("pixel_values_videos") is None:
+            return super().count_items(model_kwargs, modality=modality)
+        frames = model_kwargs.get("num_frames_per_video")
+        if frames is None:
+            raise ValueError(
+                "`pixel_values_videos` holds the frames of every video concatenated: pass `num_frames_per_video` "
+                "(the video processor returns it) to split them per video."
+            )
+        return len(frames)
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The inputs of the given items: image rows, a video's frames, or audio clips cut to their real frames.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the items of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+        """
+        if modality == "audio":
+            return select_audio_clips(model_kwargs, indices, "input_features", "input_features_mask")
+        if modality == "image":
+            return super().select_item_inputs(model_kwargs, indices, modality=modality)
+        frames = torch.as_tensor(model_kwargs["num_frames_per_video"])
+        first = torch.cumsum(frames, 0) - frames
+        rows = torch.cat([torch.arange(int(first[i]), int(first[i] + frames[i])) for i in indices])
+        selected = {
+            "pixel_values_videos": model_kwargs["pixel_values_videos"][rows],
+            "num_frames_per_video": frames[indices],
+        }
+        if model_kwargs.get("video_position_ids") is not None:
+            selected["video_position_ids"] = model_kwargs["video_position_ids"][rows]
+        return selected
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise when an item's inputs do not fit its tower: patch rows of `3 * patch_size**2` values with one
+        `(x, y)` position each, or audio frames of the mel bins the audio tower's projection takes.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
+        """
+        if modality == "audio":
+            features, tower = model_kwargs.get("input_features"), self.model.audio_tower
+            if tower is None:
+                raise ValueError(
+                    "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove "
+                    "the audio from the prompt, or load a Gemma 4 checkpoint with audio."
+                )
+            # Two stride-2 convolutions halve the mel bins twice; the projection reads `channels * bins / 4` values
+            width = tower.config.subsampling_conv_channels[-1]
+            expected = tower.subsample_conv_projection.input_proj_linear.in_features
+            if features.ndim != 3 or (((features.shape[-1] + 1) // 2 + 1) // 2) * width != expected:
+                raise ValueError(
+                    f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not "
+                    f"take: (num_clips, frames, mel_bins) with {expected // width * 4} mel bins. Extract the features "
+                    "with this model's feature extractor."
+                )
+            return
+        pixel_key, position_key = ("pixel_values", "image_position_ids")
+        if modality == "video":
+            pixel_key, position_key = ("pixel_values_videos", "video_position_ids")
+        pixels, positions = model_kwargs.get(pixel_key), model_kwargs.get(position_key)
+        patch_dim = 3 * self.config.vision_config.patch_size**2
+        if pixels.ndim != 3 or pixels.shape[-1] != patch_dim:
+            raise ValueError(
+                f"`{pixel_key}` has shape {tuple(pixels.shape)} but this model's vision tower takes (num_images, "
+                f"max_patches, {patch_dim}): rows of flattened RGB patches. Preprocess with this model's processor."
+            )
+        if positions is None or tuple(positions.shape) != (*pixels.shape[:2], 2):
+            shape = None if positions is None else tuple(positions.shape)
+            raise ValueError(
+                f"`{position_key}` has shape {shape} but `{pixel_key}` needs one (x, y) position per patch row, "
+                f"{(*pixels.shape[:2], 2)}. Pass the `{position_key}` the processor returned with the pixels."
+            )
+
+    def forward(self, *args, **kwargs):
+        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
+
+        Args:
+            args, kwargs: what `transformers.Gemma4ForConditionalGeneration.forward` takes.
+
+        Returns:
+            What upstream's forward returns.
+        """
+        encoded = kwargs.get("mm_encoder_outputs") or {}
+        if encoded.get("audio") is None:
+            return super().forward(*args, **kwargs)
+        input_ids = args[0] if args else kwargs.get("input_ids")
+        if input_ids is None or len(args) > 1 or kwargs.get("inputs_embeds") is not None:
+            raise ValueError(
+                "Encoded audio (`mm_encoder_outputs['audio']`) is placed by `input_ids`, passed by name: pass "
+                "`input_ids` (not `inputs_embeds`) and every other input as a keyword."
+            )
+        inputs_embeds, per_layer_inputs = self._embed_with_encoded_items(input_ids, encoded)
+        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, per_layer_inputs=per_layer_inputs)
+        kwargs["mm_encoder_outputs"] = None
+        return super().forward(**kwargs)
+
+    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
+    forward.__signature__ = inspect.signature(transformers.Gemma4ForConditionalGeneration.forward)
+
+    def _embed_with_encoded_items(self, input_ids: torch.Tensor, encoded: dict) -> tuple:
+        # What `transformers.Gemma4Model.forward` does before its decoder, with every modality's rows given encoded:
+        # placeholders embedded as the pad token, per-layer inputs from those ids, then the rows scattered in.
+        model = self.model
+        text_config = self.config.get_text_config()
+        masks = dict(zip(("image", "video", "audio"), model.get_placeholder_mask(input_ids), strict=True))
+        placeholders = masks["image"] | masks["video"] | masks["audio"]
+        llm_input_ids = input_ids.masked_fill(placeholders, text_config.pad_token_id)
+        inputs_embeds = model.get_input_embeddings()(llm_input_ids)
+        per_layer_inputs = None
+        if text_config.hidden_size_per_layer_input:
+            per_layer_inputs = model.language_model.get_per_layer_inputs(llm_input_ids, None)
+        for modality, mask in masks.items():
+            output = encoded.get(modality)
+            if output is None:
+                continue
+            rows = output.pooler_output
+            rows = torch.cat(list(rows)) if isinstance(rows, (list, tuple)) else rows.reshape(-1, rows.shape[-1])
+            if int(mask.sum()) != rows.shape[0]:
+                raise ValueError(
+                    f"The prompt has {int(mask.sum())} {modality} placeholder tokens but {rows.shape[0]} encoded "
+                    f"{modality} rows were given. Pass the rows of every {modality} placeholder of `input_ids`."
+                )
+            mask = mask.unsqueeze(-1).expand_as(inputs_embeds)
+            inputs_embeds = inputs_embeds.masked_scatter(mask, rows.to(inputs_embeds.device, inputs_embeds.dtype))
+        return inputs_embeds, per_layer_inputs

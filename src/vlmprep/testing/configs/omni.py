@@ -1,0 +1,93 @@
+"""Tiny configs of the omni families: images (and videos) and audio clips in one prompt.
+
+Gemma 4: images are rows of flattened 4 px patches with their `(x, y)` positions (`image_position_ids`, `-1` on the
+padding patches), pooled 2x2 into one soft token; an audio clip is 16-bin log-mel frames (`input_features`, padded to
+the longest clip, `input_features_mask`) subsampled 4x by two strided convolutions into one soft token per 4 frames.
+"""
+
+from __future__ import annotations
+
+import transformers
+
+from .parts import (
+    TINY_AUDIO_TOKEN_ID,
+    TINY_BOA_TOKEN_ID,
+    TINY_BOI_TOKEN_ID,
+    TINY_EOA_TOKEN_ID,
+    TINY_EOI_TOKEN_ID,
+    TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
+    tiny_text_config,
+)
+
+GEMMA4_PATCH_SIZE = 4
+GEMMA4_POOLING = 2
+GEMMA4_MAX_PATCHES = 16  # the image processor pads every image's patch rows to this count
+GEMMA4_MEL_BINS = 16  # the audio tower's input projection is sized for 16 bins after its 4x frequency subsampling
+
+
+def tiny_gemma4_config(
+    sliding_window: int = 6, with_audio: bool = True, bidirectional: str | None = "vision"
+) -> transformers.Gemma4Config:
+    """A tiny Gemma 4 config: one sliding and one full attention layer with per-layer inputs, a 2-layer vision tower
+    and (by default) a 2-layer audio tower.
+
+    Args:
+        sliding_window (`int`, *optional*, defaults to 6): window of the sliding layer, shorter than the prompts.
+        with_audio (`bool`, *optional*, defaults to `True`): `False` builds a checkpoint without an audio tower.
+        bidirectional (`str`, *optional*, defaults to `"vision"`):
+            `use_bidirectional_attention`: `"vision"` makes each image run bidirectional on the sliding layer.
+
+    Returns:
+        `transformers.Gemma4Config`
+    """
+    text = tiny_text_config(
+        None,
+        head_dim=16,
+        global_head_dim=16,
+        sliding_window=sliding_window,
+        layer_types=["sliding_attention", "full_attention"],
+        vocab_size_per_layer_input=128,
+        hidden_size_per_layer_input=8,
+        use_bidirectional_attention=bidirectional,
+        max_position_embeddings=1024,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=1,
+    )
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "patch_size": GEMMA4_PATCH_SIZE,
+        "pooling_kernel_size": GEMMA4_POOLING,
+        "position_embedding_size": 64,
+    }
+    audio = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "subsampling_conv_channels": [16, 8],
+        "conv_kernel_size": 3,
+        "attention_chunk_size": 4,
+        "attention_context_left": 5,
+        "attention_context_right": 0,
+        "output_proj_dims": 32,
+        # Clipped linears hold infinite bounds until a checkpoint sets them: off, as in transformers' own tests.
+        "use_clipped_linears": False,
+    }
+    return transformers.Gemma4Config(
+        text_config=text,
+        vision_config=vision,
+        audio_config=audio if with_audio else None,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        video_token_id=TINY_VIDEO_TOKEN_ID,
+        audio_token_id=TINY_AUDIO_TOKEN_ID,
+        boi_token_id=TINY_BOI_TOKEN_ID,
+        eoi_token_id=TINY_EOI_TOKEN_ID,
+        boa_token_id=TINY_BOA_TOKEN_ID,
+        eoa_token_index=TINY_EOA_TOKEN_ID,
+    )

@@ -1,0 +1,33 @@
+"""Audio clips in the engine: requests with clips (alone, after an image, before a video, one clip in two requests)
+answer exactly as the plain class's `generate` does, with a budget shorter than the prompts (clips split across
+steps)."""
+
+from __future__ import annotations
+
+import pytest
+from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
+
+from support.registry import FAMILY_CASES
+from vlmprep.testing import AUDIO, IMAGE, VIDEO
+
+AUDIO_FAMILIES = ["gemma4"]
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_audio_requests_in_the_engine(family):
+    upstream, ours = cb_pair(family)
+    build, config = FAMILY_CASES[family].build_inputs, upstream.config
+    requests = [
+        build(config, [[3, 4, 5], AUDIO, [6, 7]], [1]),
+        [8, 9, 10, 11],
+        build(config, [[3], IMAGE, [12], AUDIO, [13, 14]], [2, 3]),
+        build(config, [[15, 16], AUDIO, [17], VIDEO, [18]], [1, 4]),  # a clip, then a video (runs per frame)
+    ]
+    outputs = ours.generate_batch(
+        requests,
+        generation_config=greedy(4),
+        continuous_batching_config=engine_config(max_batch_tokens=8),
+        progress_bar=False,
+    )
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, 4)

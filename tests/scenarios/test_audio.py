@@ -1,0 +1,161 @@
+"""Audio clips as items: encoded once per distinct clip, exact in every cached and chunked path.
+
+Every logit is compared with the plain transformers class holding the same weights (one uncached forward of the whole
+prompt); encoder runs are counted on the model's own `get_<modality>_features` (`VisionRunCounter`) and prefilled
+tokens on its language model (`PrefillCounter`). The clips of `support.families.cases_omni` are padded to 40 frames,
+of which the first 40, 34, 28 or 22 are real (by seed), so the audio tower's padding rows are exercised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from transformers import DynamicCache
+
+from conftest import model_pair
+from support.references import Prompt, assert_close, generate_logits
+from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
+from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, PrefillCounter, VisionRunCounter, tiny_model
+from vlmprep.testing.configs import tiny_gemma4_config
+
+AUDIO_FAMILIES = ["gemma4"]
+SYSTEM = [2, *range(10, 21)]  # 12 tokens
+# A chat mixing an image (turn 1) and two audio clips (turns 2 and 4) of different real lengths.
+USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
+TURN_SEEDS = [100, 101, None, 102, None]  # 101: 22 real frames, 102: all 40
+# Answers of text ids only: no special ids (placeholders), no padding, BOS or EOS (a turn must answer in full).
+TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
+
+
+def uncached_logits(upstream, inputs: dict) -> torch.Tensor:
+    with torch.no_grad():
+        return upstream(**inputs, use_cache=False).logits[:, -1]
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_five_turn_chat_with_image_and_audio_feeds_only_new_tokens(family):
+    upstream, ours = model_pair(family)
+    store = PrefixCache(max_bytes=2**26)
+    new_tokens = 3
+    segments, seeds, encoded = [], [], []
+    fed = minimum = known = 0
+    for user, seed in zip(USER_TURNS, TURN_SEEDS, strict=True):
+        segments += user
+        seeds += [] if seed is None else [seed]
+        prompt = Prompt(ours.config, segments, image_seeds=seeds)
+        with VisionRunCounter(ours) as runs, PrefillCounter(ours) as counter:
+            sequences, logits = generate_logits(
+                ours, prompt.inputs(), max_new_tokens=new_tokens, prefix_cache=store, **TEXT_ANSWERS
+            )
+        encoded += runs.batch_sizes
+        assert counter.lengths[1:] == [1] * (len(logits) - 1)
+        assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+        fed += sum(counter.lengths)
+        # The least any cache can feed: the tokens no earlier call computed, then one token per decode step
+        minimum += prompt.length - known + len(logits) - 1
+        known = sequences.shape[1] - 1
+        segments.append(sequences[0, prompt.length :].tolist())
+    assert encoded == [1, 1, 1], "each item (the image, then each clip) is encoded once, when it first appears"
+    assert fed <= 1.02 * minimum, (fed, minimum)
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+@pytest.mark.parametrize("chunk_size", [3, 5, 8])
+def test_chunks_cutting_audio_runs_are_exact(family, chunk_size):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30], IMAGE, [31], AUDIO, [32, 33]], image_seeds=[3, 0, 1])
+    with VisionRunCounter(ours) as runs:
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size)
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    assert sorted(runs.batch_sizes) == [1, 2], "one image call, one call for both clips"
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_a_clip_hits_the_encoder_cache_alone_or_batched_with_a_longer_clip(family):
+    upstream, ours = model_pair(family)
+    short_clip = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[3])  # 22 real frames of 40
+    both = Prompt(ours.config, [SYSTEM, AUDIO, [30], AUDIO, [31]], image_seeds=[0, 3])
+    generate_logits(ours, short_clip.inputs(), max_new_tokens=1)
+    with VisionRunCounter(ours) as runs:
+        _, logits = generate_logits(ours, both.inputs(), max_new_tokens=1)
+    assert runs.batch_sizes == [1], "only the new clip is encoded: the short one is a cache hit"
+    assert_close(logits[0], uncached_logits(upstream, both.inputs()))
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_a_cache_ending_inside_an_audio_run_resumes_exactly(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30, 31]], image_seeds=[2])
+    inputs = prompt.inputs()
+    cut = len(SYSTEM) + 4  # inside the clip's run: audio is causal, its remaining rows are fed
+    # transformers' prefill of the whole prompt, cut inside the run (upstream cannot take part of a clip)
+    cache = DynamicCache(config=upstream.config)
+    cache.activate_past_recording()  # lets the cache be cropped past the sliding window
+    upstream.generate(**inputs, cache=cache, max_new_tokens=1, do_sample=False)
+    cache.crop(cut - cache.get_seq_length())
+    _, logits = generate_logits(ours, inputs, max_new_tokens=1, cache=cache)
+    assert_close(logits[0], uncached_logits(upstream, inputs))
+
+
+def test_gemma4_checkpoint_without_audio_tower():
+    config = tiny_gemma4_config(with_audio=False)
+    upstream = tiny_model(transformers.Gemma4ForConditionalGeneration, config).eval()
+    ours = Gemma4ForConditionalGeneration(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[1])
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    with_audio = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[0])
+    with pytest.raises(ValueError, match="no audio tower"):
+        ours.generate(**with_audio.inputs(), max_new_tokens=1)
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_bad_audio_inputs_raise_clear_errors(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1])
+    without_features = {k: v for k, v in prompt.inputs().items() if not k.startswith("input_features")}
+    with pytest.raises(ValueError, match="no pixel inputs were passed"):
+        ours.generate(**without_features, max_new_tokens=1)
+    two_clips = dict(prompt.inputs())
+    for key in ("input_features", "input_features_mask"):
+        two_clips[key] = torch.cat([two_clips[key], two_clips[key]])
+    with pytest.raises(ValueError, match=r"2 audio\(s\) were passed but the prompt has 1 audio placeholder run"):
+        ours.generate(**two_clips, max_new_tokens=1)
+    wrong_bins = dict(prompt.inputs(), input_features=prompt.inputs()["input_features"][..., :8])
+    with pytest.raises(ValueError, match="mel bins"):
+        ours.generate(**wrong_bins, max_new_tokens=1)
+    shorter_mask = dict(prompt.inputs())
+    shorter_mask["input_features_mask"] = shorter_mask["input_features_mask"].clone()
+    shorter_mask["input_features_mask"][:, 20:] = False  # the clip's run is longer than its real frames give
+    with pytest.raises(ValueError, match="more audio placeholder tokens than"):
+        ours.generate(**shorter_mask, max_new_tokens=1)
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)  # the model is still exact afterwards
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+
+
+def test_gemma4_with_causal_vision_is_exact():
+    # Smaller Gemma 4 checkpoints leave `use_bidirectional_attention` unset: images are causal upstream; the drop-in's
+    # blocks then only move chunk ends and resume points (exact either way) and open no mask in the engine.
+    config = tiny_gemma4_config(bidirectional=None)
+    upstream = tiny_model(transformers.Gemma4ForConditionalGeneration, config).eval()
+    ours = Gemma4ForConditionalGeneration(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    assert ours.block_layer_types() == ()
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], AUDIO, [31, 32]], image_seeds=[0, 1])
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=3)
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_two_clips_behind_identical_ids_never_share_prefix_kv(family):
+    upstream, ours = model_pair(family)
+    store = PrefixCache(max_bytes=2**26)
+    first, second = (Prompt(ours.config, [SYSTEM, AUDIO, [30, 31]], image_seeds=[seed]) for seed in (0, 28))
+    assert torch.equal(first.input_ids, second.input_ids), "same ids, other frames"
+    for prompt in (first, second, first):
+        with VisionRunCounter(ours) as runs:
+            _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store)
+        assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    assert runs.batch_sizes == [], "the first clip's prompt, seen before, resumes from the store without encoding"

@@ -1,0 +1,109 @@
+"""Gemma 4: images, videos and audio clips in one prompt, as its processor builds them.
+
+An image is `<boi>`, its soft tokens, `<eoi>` (`mm_token_type_ids` 1); a video is one such run per frame (type 2)
+after the frame's timestamp; an audio clip is `<boa>`, its soft tokens, `<eoa>` (type 3). Images are 4 px patch rows
+padded to 16 patches, of 4x4, 2x4, 4x2 or 2x2 patches (seed modulo 7 modulo 4) pooled 2x2; audio clips are 40 frames of
+16 mel bins, of which the first 40, 34, 28 or 22 are real (same rule), 10, 9, 7 or 6 soft tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from support.cases import FamilyCase, register
+from vlmprep.testing import (
+    AUDIO,
+    IMAGE,
+    TINY_AUDIO_TOKEN_ID,
+    TINY_BOA_TOKEN_ID,
+    TINY_BOI_TOKEN_ID,
+    TINY_EOA_TOKEN_ID,
+    TINY_EOI_TOKEN_ID,
+    TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
+)
+from vlmprep.testing.configs.omni import GEMMA4_MAX_PATCHES, GEMMA4_MEL_BINS, GEMMA4_PATCH_SIZE, GEMMA4_POOLING
+
+GRIDS = ((4, 4), (2, 4), (4, 2), (2, 2))  # (height, width) in patches
+AUDIO_FRAMES = 40
+FRAMES_PER_VIDEO = 2
+
+
+def _patch_rows(seed: int, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    # One image (or frame): its patch rows and `(x, y)` positions padded to the patch budget, and its soft tokens.
+    height, width = grid
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.zeros(GEMMA4_MAX_PATCHES, 3 * GEMMA4_PATCH_SIZE**2)
+    positions = torch.full((GEMMA4_MAX_PATCHES, 2), -1, dtype=torch.long)
+    real = height * width
+    rows[:real] = torch.rand(real, rows.shape[-1], generator=generator)
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    positions[:real] = torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=-1)
+    return rows, positions, real // GEMMA4_POOLING**2
+
+
+def _audio_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    generator = torch.Generator().manual_seed(1000 + seed)
+    features = torch.randn(AUDIO_FRAMES, GEMMA4_MEL_BINS, generator=generator)
+    mask = torch.zeros(AUDIO_FRAMES, dtype=torch.bool)
+    mask[: AUDIO_FRAMES - 6 * (seed % 7 % 4)] = True
+    return features, mask, int(mask[::2][::2].sum())  # the processor's arithmetic: two stride-2 subsamplings
+
+
+def build_gemma4_inputs(config, segments: list, item_seeds: list[int]) -> dict:
+    ids: list[int] = []
+    types: list[int] = []
+    images, videos, clips = [], [], []
+    seeds = iter(item_seeds)
+    for segment in segments:
+        if isinstance(segment, list):
+            ids += segment
+            types += [0] * len(segment)
+        elif segment == AUDIO:
+            features, mask, tokens = _audio_clip(next(seeds))
+            clips.append((features, mask))
+            ids += [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * tokens, TINY_EOA_TOKEN_ID]
+            types += [0, *[3] * tokens, 0]
+        else:
+            seed = next(seeds)
+            is_image = segment == IMAGE
+            frames = 1 if is_image else FRAMES_PER_VIDEO
+            placeholder, token_type = (TINY_IMAGE_TOKEN_ID, 1) if is_image else (TINY_VIDEO_TOKEN_ID, 2)
+            pieces = [_patch_rows(seed * 10 + frame, GRIDS[seed % 7 % 4]) for frame in range(frames)]
+            for frame, (_, _, tokens) in enumerate(pieces):
+                if not is_image:  # the frame's timestamp
+                    ids.append(90 + frame)
+                    types.append(0)
+                ids += [TINY_BOI_TOKEN_ID, *[placeholder] * tokens, TINY_EOI_TOKEN_ID]
+                types += [0, *[token_type] * tokens, 0]
+            (images if is_image else videos).append(pieces)
+    inputs = {"input_ids": torch.tensor([ids]), "mm_token_type_ids": torch.tensor([types])}
+    if images:
+        inputs["pixel_values"] = torch.stack([piece[0][0] for piece in images])
+        inputs["image_position_ids"] = torch.stack([piece[0][1] for piece in images])
+    if videos:
+        inputs["pixel_values_videos"] = torch.stack([frame[0] for video in videos for frame in video])
+        inputs["video_position_ids"] = torch.stack([frame[1] for video in videos for frame in video])
+        inputs["num_frames_per_video"] = torch.tensor([len(video) for video in videos])
+    if clips:
+        inputs["input_features"] = torch.stack([clip[0] for clip in clips])
+        inputs["input_features_mask"] = torch.stack([clip[1] for clip in clips])
+    return inputs
+
+
+register(
+    FamilyCase(
+        "gemma4",
+        build_gemma4_inputs,
+        per_token_keys=("mm_token_type_ids",),
+        pixel_keys=(
+            "pixel_values",
+            "image_position_ids",
+            "pixel_values_videos",
+            "video_position_ids",
+            "num_frames_per_video",
+            "input_features",
+            "input_features_mask",
+        ),
+    )
+)
