@@ -14,6 +14,7 @@ Usage:
 ```bash
 python utils/bench_serving.py                       # both sizes, N = 1 4 8 16, 24 new tokens, 3 repeats
 python utils/bench_serving.py --sizes tiny --concurrency 1 8 --max-tokens 16 --json bench_serving.json
+python utils/bench_serving.py --chat                # one 5-turn, 2-image chat: TTFT per turn (bench_serving_chat.py)
 ```
 """
 
@@ -69,11 +70,19 @@ def _data_url(seed: int) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def _start_server(kind: str, checkpoint: Path, port: int, log_path: Path, src: Path = SRC) -> subprocess.Popen:
+def _start_server(
+    kind: str,
+    checkpoint: Path,
+    port: int,
+    log_path: Path,
+    src: Path = SRC,
+    modes: tuple[str, ...] = ("--continuous-batching",),
+    env: dict | None = None,
+) -> subprocess.Popen:
     """`kind` is "vlmprep" (`python -m vlmprep.serving`, from `src`) or "transformers" (`transformers serve`)."""
     server = [sys.executable, "-m", "vlmprep.serving"] if kind == "vlmprep" else ["transformers", "serve"]
-    options = [str(checkpoint), "--continuous-batching", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    options = [str(checkpoint), *modes, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
     with open(log_path, "w") as log:
         process = subprocess.Popen([*server, *options], env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -259,7 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--json", type=Path, help="where to write every measurement")
     parser.add_argument("--src", type=Path, default=SRC, help="the vlmprep source tree the vlmprep server runs")
-    args = parser.parse_args(argv)
+    parser.add_argument("--chat", action="store_true", help="run utils/bench_serving_chat.py instead")
+    args, rest = parser.parse_known_args(argv)
+    if args.chat:
+        from bench_serving_chat import main as chat_main
+
+        return chat_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     sys.path.insert(0, str(SRC))
 
     results = {}

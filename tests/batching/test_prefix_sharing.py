@@ -30,6 +30,10 @@ def test_blocks_are_shared_by_image_content():
         assert run(pixels(1)) == 3  # the same image: its 6 pages are shared, the last 3 tokens computed
         assert run(pixels(2)) == 19  # another image behind the same placeholders: only the 2 text pages are shared
         assert run(pixels(1), salt="tenant-b") == 19  # another salt: the image's pages are not shared across salts
+        # The engine's counters (what `vlmprep serve` reports) say the same as the tokens the model was fed
+        stats = manager.prefill_stats
+        assert (stats.requests, stats.prompt_tokens) == (4, 4 * 27)
+        assert (stats.tokens_prefilled, stats.tokens_shared) == (27 + 3 + 19 + 19, 4 * 27 - (27 + 3 + 19 + 19))
     finally:
         fed.remove()
         manager.stop(block=True)

@@ -3,7 +3,8 @@
 The server runs in a subprocess (`python -m vlmprep.serving`, what `vlmprep serve` runs) on a tiny image-sensitive
 Gemma3 checkpoint; a real HTTP client sends OpenAI chat completions with base64 `image_url` parts. Each answer must be
 the plain transformers class's greedy answer to the same chat, and the stats the server writes when it stops
-(`VLMPREP_SERVE_STATS`) must show that vlmprep's class served it, with an encoder-cache hit for the repeated image.
+(`VLMPREP_SERVE_STATS`) must show that vlmprep's class served it, the repeated request resumed from the server's prefix
+cache (its image not encoded again) and its image not decoded again (the media cache).
 """
 
 from __future__ import annotations
@@ -131,7 +132,11 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
     assert list(stats) == [str(checkpoint)]
     served = stats[str(checkpoint)]
     assert served["class"] == "vlmprep.models.gemma3.Gemma3ForConditionalGeneration" and served["drop_in"]
-    assert served["encoder_cache"]["misses"] == 2 and served["encoder_cache"]["hits"] == 1
+    # The repeated request resumes from the prefix cache (on by default): its image is inside the reused prefix and
+    # needs no encoding at all; each image was encoded, and decoded, once.
+    assert served["encoder_cache"]["misses"] == 2 and served["encoder_cache"]["hits"] == 0
+    assert served["prefix_cache"]["hits"] >= 1 and served["prefix_cache"]["tokens_reused"] > 0, served
+    assert (served["media_cache"]["decodes"], served["media_cache"]["decode_hits"]) == (2, 1), served
 
 
 def test_serve_arguments_reach_transformers_serve_unparsed():

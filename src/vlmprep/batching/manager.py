@@ -37,6 +37,7 @@ from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
 from .blocks import block_admission_error, holds_back_inside_a_block, install_block_aware_scheduler, open_block_masks
+from .prefill_counts import EnginePrefillStats, install_prefill_counting
 from .prompt import ItemPrompt, build_item_prompt, request_input_keys, split_request
 from .requests import ItemRequestState
 
@@ -68,6 +69,7 @@ class ItemBatchingManager(ContinuousBatchingManager):
         # Requests with images, queued by `add_request` (any thread) until the loop thread encodes them
         self._requests_to_admit: queue.Queue[ItemRequestState] = queue.Queue()
         self._pages_identity: tuple | None = None  # the model identity the shared pages were made under
+        self.prefill_stats = EnginePrefillStats()  # prompt tokens prefilled and shared, across batch processors
 
     def add_request(
         self,
@@ -152,6 +154,7 @@ class ItemBatchingManager(ContinuousBatchingManager):
         processor = super()._create_batch_processor()
         if self.model.vision_facts.bidirectional == "image":
             install_block_aware_scheduler(processor)  # no slice may end inside an image block
+        install_prefill_counting(processor, self.prefill_stats)
         return processor
 
     def _generation_loop_body(self, batch_processor, bootstrapping: bool) -> bool:

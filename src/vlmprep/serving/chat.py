@@ -11,12 +11,17 @@ order, with upstream's own pieces (`_resolve_model`, `get_processor_inputs_from_
    `vlmprep.serving.media`) read in worker threads;
 3. the chat template rendered in a worker thread, with only `chat_template_kwargs` the model's template reads;
 4. the prompt refused when it is longer than the model's positions;
-5. a non-streaming generation stopped when its client disconnects (upstream stops streaming ones only).
+5. a non-streaming generation stopped when its client disconnects (upstream stops streaming ones only);
+6. the server's caches, per tenant (`cache_salt`, and the API key): a drop-in's sequential generations resume from the
+   server's `PrefixCache` (a chat's earlier turns are not prefilled again), continuous batching shares pages under the
+   tenant's salt, and images re-sent with the same bytes come decoded and processed from the `MediaCache`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import hashlib
 from typing import Any
 
 from transformers.cli.serving.chat_completion import ChatCompletionHandler
@@ -24,16 +29,20 @@ from transformers.cli.serving.utils import BaseHandler, Modality
 
 from ..utils.logging import get_logger
 from .errors import bad_request, client_error, shorten
-from .media import MediaRefused, load_request_image
+from .media import MediaRefused, load_request_image_cached
+from .media_cache import CachingImageProcessor, MediaCache
 from .policy import DEFAULT_LIMITS, ServingPolicy
 from .request_checks import check_chat_request, check_template_kwargs, request_image_urls
 
-__all__ = ["DISCONNECT_POLL_S", "VisionPrepChatCompletionHandler"]
+__all__ = ["CACHE_SALT_FIELD", "DISCONNECT_POLL_S", "MAX_CACHE_SALT_CHARS", "VisionPrepChatCompletionHandler"]
 
 logger = get_logger(__name__)
 
 # How often a non-streaming request checks whether its client is still there.
 DISCONNECT_POLL_S = 0.25
+# The request field that names a tenant's cache partition (as vLLM accepts it), and its longest value.
+CACHE_SALT_FIELD = "cache_salt"
+MAX_CACHE_SALT_CHARS = 256
 
 
 class VisionPrepChatCompletionHandler(ChatCompletionHandler):
@@ -45,9 +54,14 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
     """
 
     def __init__(self, *args, policy: ServingPolicy = DEFAULT_LIMITS, **kwargs):
+        from ..cache.prefix_cache import PrefixCache
+
         super().__init__(*args, **kwargs)
         self.policy = policy
         self._engine_start: asyncio.Lock | None = None
+        # One store for every model served: its entries are keyed by model identity and tenant salt
+        self.prefix_cache = PrefixCache(max_bytes=policy.prefix_cache_bytes) if policy.prefix_cache else None
+        self.media_cache = MediaCache(policy.media_cache_bytes) if policy.media_cache_bytes else None
 
     async def handle_request(self, body: dict, request_id: str, request: Any = None):
         """Checks the request, reads its images, renders its prompt and generates, as upstream does.
@@ -60,7 +74,9 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         Returns:
             `StreamingResponse | JSONResponse`
         """
-        check_chat_request(body, self.policy, self._valid_params_class.__mutable_keys__)
+        check_chat_request(body, self.policy, {*self._valid_params_class.__mutable_keys__, CACHE_SALT_FIELD})
+        salt = self._tenant_salt(body)
+        body = {key: value for key, value in body.items() if key != CACHE_SALT_FIELD}
         self._check_model_name(body)
         try:
             # Loading a model named by the request takes a while: off the event loop (the model manager locks)
@@ -74,11 +90,12 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         logger.warning("[Request received] Model: %s, CB: %s", model_id, use_cb)
         gen_manager = self.generation_state.get_manager(model_id, use_cb=use_cb)
         check_template_kwargs(body.get("chat_template_kwargs") or {}, _template_text(processor), self.policy)
-        inputs = await asyncio.to_thread(self._prompt_inputs, body, processor, modality, use_cb)
+        inputs = await asyncio.to_thread(self._prompt_inputs, body, processor, modality, use_cb, salt)
         if not use_cb:
             inputs = inputs.to(model.device)
         _check_prompt_length(model, inputs["input_ids"])
         gen_config = self._checked_generation_config(body, model, use_cb)
+        inputs = self._with_caches(inputs, model, salt, use_cb)
         if use_cb:
             await self._start_engine(gen_manager, model, gen_config)
         arguments = (request_id, model, processor, model_id, inputs, gen_config)
@@ -86,6 +103,32 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             return self._streaming(*arguments, gen_manager=gen_manager, tools=body.get("tools"))
         work = asyncio.ensure_future(self._non_streaming(*arguments, gen_manager=gen_manager, tools=body.get("tools")))
         return await _until_done_or_disconnected(work, request, lambda: gen_manager.cancel(request_id))
+
+    def _tenant_salt(self, body: dict) -> str | None:
+        """The request's cache partition: its `cache_salt` and, with `--api-key`, a digest of the key."""
+        salt = body.get(CACHE_SALT_FIELD)
+        if salt is not None and (not isinstance(salt, str) or not 0 < len(salt) <= MAX_CACHE_SALT_CHARS):
+            raise bad_request(
+                f"`{CACHE_SALT_FIELD}` must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters"
+            )
+        parts = []
+        if self.policy.api_key:
+            parts.append("key:" + hashlib.sha256(self.policy.api_key.encode()).hexdigest()[:32])
+        if salt is not None:
+            parts.append("salt:" + salt)
+        return "/".join(parts) or None
+
+    def _with_caches(self, inputs, model, salt: str | None, use_cb: bool):
+        """The generation inputs with the tenant's salt and (sequential generations) the server's prefix cache."""
+        from ..generation import VisionPrepGenerationMixin
+
+        if not isinstance(model, VisionPrepGenerationMixin):
+            return inputs  # a transformers class takes neither
+        if salt is not None:
+            inputs["cache_salt"] = salt
+        if not use_cb and self.prefix_cache is not None:
+            inputs["prefix_cache"] = self.prefix_cache
+        return inputs
 
     def _check_model_name(self, body: dict) -> None:
         """A request names the pinned model (or none); a server that is not pinned loads Hub models on request, never
@@ -102,17 +145,24 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         if not hub_name or os.path.exists(requested.split("@")[0]):
             raise bad_request("`model` must name a Hub model as `org/name`; local paths are not loaded on request")
 
-    def _prompt_inputs(self, body: dict, processor, modality: Modality, use_cb: bool):
+    def _prompt_inputs(self, body: dict, processor, modality: Modality, use_cb: bool, salt: str | None = None):
         """(In a worker thread) the request's images read under the policy, then the chat template rendered."""
         urls = request_image_urls(body["messages"])
         if urls and modality not in (Modality.VLM, Modality.MULTIMODAL):
             raise bad_request("the request has images, and the model takes text only")
-        images = []
+        images, keys = [], {}
         for number, url in enumerate(urls, 1):
             try:
-                images.append(load_request_image(url, self.policy))
+                image, key = load_request_image_cached(url, self.policy, self.media_cache, salt)
             except MediaRefused as refusal:
                 raise bad_request(f"image {number} of the request: {refusal}") from None
+            images.append(image)
+            if key is not None:
+                keys[id(image)] = key
+        if keys and getattr(processor, "image_processor", None) is not None:
+            # The request's own copy of the processor, whose image processor takes re-sent images from the cache
+            processor = copy.copy(processor)
+            processor.image_processor = CachingImageProcessor(processor.image_processor, self.media_cache, keys)
         processor_messages = BaseHandler.get_processor_inputs_from_messages(body["messages"], modality)
         pending = iter(images)
         for message in processor_messages:

@@ -10,7 +10,10 @@ The server needs transformers' serving dependencies (FastAPI, uvicorn, the OpenA
 `pip install "vlmprep[serving]"`.
 
 When the environment variable `VLMPREP_SERVE_STATS` names a file, the server writes to it, when it stops, one JSON
-object per loaded model: the class that served it and its encoder-cache counters (hits are images not encoded again).
+object per loaded model: the class that served it, its encoder-cache counters (hits are images not encoded again),
+and the server's cache counters: the prefix cache's (`tokens_prefilled`, `tokens_reused`), the media cache's
+(`decodes`, `decode_hits`, `processed`, `process_hits`) and, with `--continuous-batching`, the engine's prompt tokens
+prefilled and shared.
 The same summary is logged at info level (`--log-level info`).
 
 Usage:
@@ -47,6 +50,7 @@ __all__ = [
     "serve",
     "served_model_stats",
     "served_models",
+    "server_caches",
 ]
 
 logger = get_logger(__name__)
@@ -150,16 +154,17 @@ def serve(argv: Sequence[str] = ()) -> int:
         except SystemExit as stop:  # the command always ends this way: `--help`, refused arguments, or started
             if not started:
                 return stop.code if isinstance(stop.code, int) else 1
-        models = _wait_until_stopped(started[0])
+        held = _wait_until_stopped(started[0])
     finally:
         if started:  # also after a Ctrl-C that came before `_wait_until_stopped` listened for it
             started[0].kill_server()
         if not registered_before:
             unregister()  # a caller that runs the server in its own process gets transformers' classes back
-    if models is None:
+    if held is None:
         logger.error("%s: the server stopped on its own (its log above says why).", PROG)
         return 1
-    _report_stats(served_model_stats(models))
+    models, caches = held
+    _report_stats(served_model_stats(models, caches))
     return 0
 
 
@@ -193,13 +198,13 @@ def _transformers_serve_command(started: list):
     return typer.main.get_command(app)
 
 
-def _wait_until_stopped(server: Any) -> dict[str, Any] | None:
+def _wait_until_stopped(server: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Blocks until the server thread ends. SIGINT/SIGTERM ask uvicorn to shut down gracefully (a second SIGINT:
     at once), after taking the models it holds, since its shutdown frees them.
 
     Returns:
-        `dict[str, PreTrainedModel] | None`: the models held when the stop was asked; `None` when the server
-        stopped on its own (it could not start).
+        `tuple[dict[str, PreTrainedModel], dict[str, Any]] | None`: the models and the caches (`server_caches`) held
+        when the stop was asked; `None` when the server stopped on its own (it could not start).
     """
     uvicorn_server = server.server
     signals_received = []
@@ -210,20 +215,20 @@ def _wait_until_stopped(server: Any) -> dict[str, Any] | None:
         previous = {
             signum: signal.signal(signum, lambda signum, frame: signals_received.append(signum)) for signum in handled
         }
-    models = None
+    held = None
     try:
         thread = server._thread  # set by `Serve.start_server`: the thread running uvicorn
         while thread.is_alive():
             thread.join(timeout=0.2)  # a timed join, so that the signal handlers run
-            if signals_received and models is None:
-                models = served_models(server)
+            if signals_received and held is None:
+                held = served_models(server), server_caches(server)
                 uvicorn_server.should_exit = True
             if signal.SIGINT in signals_received[1:]:  # asked again: do not wait for open connections
                 uvicorn_server.force_exit = True
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return models
+    return held
 
 
 def served_models(server: Any) -> dict[str, Any]:
@@ -239,18 +244,47 @@ def served_models(server: Any) -> dict[str, Any]:
     return {name: timed.model for name, timed in loaded.items() if timed.model is not None}
 
 
-def served_model_stats(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The class and encoder-cache counters of each served model.
+def server_caches(server: Any) -> dict[str, Any]:
+    """The caches of a running `vlmprep serve` server, to read their counters after it stops.
+
+    Args:
+        server (`VisionPrepServe`): the running server.
+
+    Returns:
+        `dict[str, Any]`: `"prefix_cache"` (`PrefixCache`), `"media_cache"` (`MediaCache`) and `"engine_prefill"`
+        (the continuous-batching engine's `EnginePrefillStats`), each `None` when off or not started.
+    """
+    handler = getattr(server, "_chat_handler", None)
+    cb_manager = getattr(getattr(server, "_generation_state", None), "_cb_manager", None)
+    engine = getattr(cb_manager, "_cb", None)
+    return {
+        "prefix_cache": getattr(handler, "prefix_cache", None),
+        "media_cache": getattr(handler, "media_cache", None),
+        "engine_prefill": getattr(engine, "prefill_stats", None),
+    }
+
+
+def served_model_stats(models: dict[str, Any], caches: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The class and encoder-cache counters of each served model, with the server's cache counters.
 
     Args:
         models (`dict[str, PreTrainedModel]`): from `served_models`.
+        caches (`dict[str, Any]`, *optional*): from `server_caches`; shared by the models the server serves.
 
     Returns:
-        `dict[str, dict]`: model name -> `{"class": "module.Name", "drop_in": bool, "encoder_cache": dict | None}`
-        (`encoder_cache` holds `EncoderCacheStats` fields; `None` for a transformers class or a disabled cache).
+        `dict[str, dict]`: model name -> `{"class": "module.Name", "drop_in": bool, "encoder_cache": dict | None,
+        "prefix_cache": dict | None, "media_cache": dict | None, "engine_prefill": dict | None}` (`encoder_cache`
+        holds `EncoderCacheStats` fields; `None` for a transformers class or a disabled cache; the others the fields
+        of `PrefixCacheStats`, `MediaCacheStats` and `EnginePrefillStats`, `None` when off).
     """
     from ..generation import VisionPrepGenerationMixin
 
+    server_stats = {
+        name: dataclasses.asdict(cache if dataclasses.is_dataclass(cache) else cache.stats)
+        if cache is not None
+        else None
+        for name, cache in (caches or {}).items()
+    }
     stats = {}
     for name, model in models.items():
         drop_in = isinstance(model, VisionPrepGenerationMixin)
@@ -259,6 +293,7 @@ def served_model_stats(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "class": f"{type(model).__module__}.{type(model).__qualname__}",
             "drop_in": drop_in,
             "encoder_cache": dataclasses.asdict(cache.stats) if cache is not None else None,
+            **server_stats,
         }
     return stats
 
@@ -267,6 +302,13 @@ def _report_stats(stats: dict[str, dict[str, Any]]) -> None:
     for name, model_stats in stats.items():
         cache = model_stats["encoder_cache"]
         counters = f"encoder cache {cache['hits']} hits, {cache['misses']} misses" if cache else "no encoder cache"
+        prefix, media = model_stats.get("prefix_cache"), model_stats.get("media_cache")
+        if prefix:
+            counters += (
+                f"; prefix cache {prefix['tokens_reused']} tokens reused, {prefix['tokens_prefilled']} prefilled"
+            )
+        if media:
+            counters += f"; media cache {media['decode_hits']} images not decoded again, {media['decodes']} decoded"
         logger.info("%s served %s with %s: %s", PROG, name, model_stats["class"], counters)
     path = os.environ.get(SERVE_STATS_ENV)
     if path:

@@ -29,7 +29,7 @@ from urllib.request import url2pathname
 from .errors import shorten
 from .policy import ServingPolicy
 
-__all__ = ["IMAGE_FORMATS", "MediaRefused", "load_request_image"]
+__all__ = ["IMAGE_FORMATS", "MediaRefused", "load_request_image", "load_request_image_cached"]
 
 # The formats a request's image may have; PIL's other decoders are never reached from a request.
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -43,7 +43,7 @@ class MediaRefused(ValueError):
 
 
 def load_request_image(url: object, policy: ServingPolicy):
-    """Reads one image URL of a request under `policy`.
+    """Reads one image URL of a request under `policy` (see `load_request_image_cached`, without a cache).
 
     Args:
         url (`object`): the `image_url` of a request (anything a client sent).
@@ -51,6 +51,28 @@ def load_request_image(url: object, policy: ServingPolicy):
 
     Returns:
         `PIL.Image.Image`: an RGB image, as transformers' `load_image` returns it.
+
+    Raises:
+        `MediaRefused`: the policy refuses it, or it cannot be read or decoded.
+    """
+    return load_request_image_cached(url, policy, None)[0]
+
+
+def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=None, salt: str | None = None):
+    """Reads one image URL of a request under `policy`; with a media cache, bytes seen before are not decoded again.
+
+    The bytes are always read (under every limit) and the cache keyed by their hash: a cached image is one whose
+    bytes, not whose URL, were seen, so a changed file or page is decoded afresh.
+
+    Args:
+        url (`object`): the `image_url` of a request (anything a client sent).
+        policy (`ServingPolicy`): the server's media policy and limits.
+        media_cache (`MediaCache`, *optional*): the server's media cache.
+        salt (`str`, *optional*): the request's tenant salt: entries of other salts are not seen.
+
+    Returns:
+        `tuple[PIL.Image.Image, str | None]`: an RGB image, as transformers' `load_image` returns it, and the media
+        cache's key of its bytes (`None` without a cache).
 
     Raises:
         `MediaRefused`: the policy refuses it, or it cannot be read or decoded.
@@ -65,7 +87,12 @@ def load_request_image(url: object, policy: ServingPolicy):
         raise MediaRefused(f"unsupported URL scheme in {shorten(url, 40)!r}: send a data URL or an http(s) URL")
     else:
         data = _read_local(url, policy)
-    return _decode(data, policy)
+    if media_cache is None:
+        return _decode(data, policy), None
+    from .media_cache import media_key
+
+    key = media_key(data, salt)
+    return media_cache.decoded(key, lambda: _decode(data, policy)), key
 
 
 def _data_url_bytes(url: str, policy: ServingPolicy) -> bytes:

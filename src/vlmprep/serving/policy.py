@@ -1,4 +1,5 @@
-"""What `vlmprep serve` lets a client do: its media policy, its limits on the work of one request, and their flags.
+"""What `vlmprep serve` lets a client do: its media policy, its limits on the work of one request, its caches' sizes,
+and their flags.
 
 Safe by default, in the manner of vLLM's server (`--allowed-local-media-path`, `--allowed-media-domains`, a 5 s fetch
 timeout): images come as base64 data URLs; a local path or `file://` URL only from under an allowed directory; an
@@ -40,6 +41,11 @@ class ServingPolicy:
             Whether a request may send its own chat template (a program the server would run).
         api_key (`str`, *optional*): when set, every endpoint needs `Authorization: Bearer <key>`, and the admin
             endpoints (`/load_model`, `/reset`) are served; without it they are not.
+        prefix_cache (`bool`, *optional*, defaults to `True`): whether sequential generations reuse the KV of earlier
+            requests' prefixes (a chat's earlier turns) through a `PrefixCache`, per tenant.
+        prefix_cache_bytes (`int`, *optional*, defaults to 1 GiB): the prefix cache's budget for stored KV.
+        media_cache_bytes (`int`, *optional*, defaults to 256 MiB): the media cache's budget for decoded and processed
+            images re-sent with the same bytes; 0 turns it off.
     """
 
     allowed_local_media_path: tuple[str, ...] = ()
@@ -53,11 +59,16 @@ class ServingPolicy:
     max_tokens_limit: int = 4096
     allow_request_chat_template: bool = False
     api_key: str | None = None
+    prefix_cache: bool = True
+    prefix_cache_bytes: int = 1024 * MIB
+    media_cache_bytes: int = 256 * MIB
 
     def __post_init__(self):
         for name in ("media_fetch_timeout", "max_media_bytes", "max_image_pixels", "max_request_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
+        if self.prefix_cache_bytes < 1 or self.media_cache_bytes < 0:
+            raise ValueError("--prefix-cache-bytes must be positive and --media-cache-bytes >= 0")
         if self.max_images_per_request < 0 or self.max_tokens_limit < 1:
             raise ValueError("--max-images-per-request must be >= 0 and --max-tokens-limit >= 1")
         for directory in self.allowed_local_media_path:
@@ -80,6 +91,9 @@ _HELP = {
     "allow_request_chat_template": "Let requests send their own chat template (it runs on the server).",
     "api_key": "Require `Authorization: Bearer <key>` on every endpoint; serve /load_model and /reset "
     f"(or set ${API_KEY_ENV}).",
+    "prefix_cache": "Reuse the KV of earlier requests' prefixes (a chat's earlier turns), per tenant.",
+    "prefix_cache_bytes": "The prefix cache's budget for stored KV, in bytes.",
+    "media_cache_bytes": "The budget, in bytes, for images re-sent with the same bytes (decoded, processed); 0: off.",
 }
 
 

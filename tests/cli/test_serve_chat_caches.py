@@ -1,0 +1,163 @@
+"""A 5-turn, 2-image chat through `vlmprep serve`, in each server mode, at the physical minimum.
+
+The chat app re-sends the whole conversation every turn (earlier images as base64 data URLs, earlier answers as the
+server gave them). Each server runs in a subprocess on 127.0.0.1 on a tiny image-sensitive LLaVA checkpoint. Every
+answer must be the plain transformers class's greedy answer to the same conversation, and the server's stats
+(`VLMPREP_SERVE_STATS`) must show each image decoded once and encoded once, and the prompt tokens prefilled:
+
+- sequential generation (the server's `PrefixCache`): at most 1.02x the minimum (the tokens no earlier turn computed);
+- continuous batching (16-token shared pages): the minimum plus at most one page less a token per turn.
+
+In the sequential mode the last turn is then sent again under another `cache_salt`: another tenant's request reuses
+nothing (its images decoded, encoded and its prompt prefilled afresh) and gets the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from PIL import Image
+from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
+from test_serve_batching import _post
+
+from vlmprep.serving import SERVE_STATS_ENV
+from vlmprep.serving.batching import CHAT_ENGINE_PAGE_SIZE
+from vlmprep.testing.checkpoints import build_llava_checkpoint
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MAX_NEW_TOKENS = 6
+SERVER_DEADLINE_S = 90
+SERVER_EXIT_TIMEOUT_S = 15
+# (image of the turn or None, the user's text)
+TURNS = (
+    (0, "What is in this picture?"),
+    (None, "And the colors?"),
+    (1, "Compare it with this one."),
+    (None, "Which is brighter?"),
+    (None, "Say it in one word."),
+)
+
+
+def _images() -> list[Image.Image]:
+    generator = np.random.default_rng(0)
+    return [Image.fromarray(generator.integers(0, 256, (16, 16, 3), dtype=np.uint8), mode="RGB") for _ in range(2)]
+
+
+def _user_message(image_index, text: str, image_content) -> dict:
+    content = [] if image_index is None else [image_content(image_index)]
+    return {"role": "user", "content": [*content, {"type": "text", "text": text}]}
+
+
+def _reference_chat(checkpoint: Path, images) -> tuple[list[str], int, int]:
+    """The plain class's greedy answers, turn by turn, and the minimum prompt tokens a server must prefill: per turn,
+    the tokens not in the longest common prefix with the previous turn's prompt and answer (whose last token was
+    never fed to the model); and the last turn's prompt length."""
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint)
+    model = transformers.LlavaForConditionalGeneration.from_pretrained(checkpoint).eval()
+    messages, answers, minimum, previous = [], [], 0, []
+    for image_index, text in TURNS:
+        messages.append(_user_message(image_index, text, lambda index: {"type": "image", "image": images[index]}))
+        inputs = processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+        with torch.no_grad():
+            output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
+        prompt = inputs["input_ids"][0].tolist()
+        shared = 0
+        while shared < min(len(prompt), len(previous) - 1) and prompt[shared] == previous[shared]:
+            shared += 1
+        minimum += len(prompt) - shared
+        previous = output[0].tolist()
+        answer = processor.decode(output[0, len(prompt) :], skip_special_tokens=True)
+        answers.append(answer)
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+    return answers, minimum, len(prompt)
+
+
+def _serve_chat(
+    tmp_path: Path, checkpoint: Path, images, extra_args: list[str], other_tenant: bool
+) -> tuple[list[str], dict]:
+    port = free_loopback_port()
+    stats_path = tmp_path / "stats.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        SERVE_STATS_ENV: str(stats_path),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), *extra_args]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"]
+    log = tmp_path / "server.log"
+    with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
+        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_DEADLINE_S
+    urls = [data_url(image) for image in images]
+    answers, messages = [], []
+    try:
+        base_url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(base_url, server, log, deadline)
+        for image_index, text in TURNS:
+            image_part = lambda index: {"type": "image_url", "image_url": {"url": urls[index]}}  # noqa: E731
+            messages.append(_user_message(image_index, text, image_part))
+            payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS, "cache_salt": "alice"}
+            status, answer = _post(f"{base_url}/v1/chat/completions", payload, deadline)
+            assert status == 200, (answer, log.read_text())
+            answers.append(answer)
+            messages.append({"role": "assistant", "content": answer})
+        if other_tenant:  # the last turn again, from another tenant
+            payload = {**payload, "messages": messages[:-1], "cache_salt": "bob"}
+            status, answer = _post(f"{base_url}/v1/chat/completions", payload, deadline)
+            assert status == 200, (answer, log.read_text())
+            answers.append(answer)
+        server.send_signal(signal.SIGTERM)  # a graceful stop: the server writes its stats, then exits
+        server.wait(timeout=min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, log.read_text()
+    (stats,) = json.loads(stats_path.read_text()).values()
+    return answers, stats
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("chat")
+    checkpoint = build_llava_checkpoint(directory / "checkpoint")
+    images = _images()
+    answers, minimum, last_prompt = _reference_chat(checkpoint, images)
+    # The tiny model must be able to fail: its answers depend on the image (the same question, another image)
+    other, _, _ = _reference_chat(checkpoint, images[::-1])
+    assert other != answers
+    return checkpoint, images, answers, minimum, last_prompt
+
+
+@needs_serving
+@pytest.mark.parametrize("mode", ["sequential", "continuous_batching"])
+def test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once(tmp_path, chat, mode):
+    checkpoint, images, expected, minimum, last_prompt = chat
+    sequential = mode == "sequential"
+    answers, stats = _serve_chat(
+        tmp_path, checkpoint, images, [] if sequential else ["--continuous-batching"], sequential
+    )
+    assert answers == (expected + expected[-1:] if sequential else expected)
+    media = stats["media_cache"]
+    # 1 + 1 + 2 + 2 + 2 images sent, each image decoded and encoded once (and once more for the other tenant)
+    assert (media["decodes"], media["decode_hits"]) == ((4, 6) if sequential else (2, 6)), media
+    assert stats["encoder_cache"]["misses"] == (4 if sequential else 2), stats["encoder_cache"]
+    if sequential:
+        prefilled = stats["prefix_cache"]["tokens_prefilled"] - last_prompt  # the other tenant prefills it all
+        assert minimum <= prefilled <= 1.02 * minimum, (prefilled, minimum, stats)
+    else:
+        prefilled = stats["engine_prefill"]["tokens_prefilled"]
+        assert minimum <= prefilled <= minimum + (CHAT_ENGINE_PAGE_SIZE - 1) * len(TURNS), (prefilled, minimum, stats)

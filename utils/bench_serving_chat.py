@@ -1,0 +1,192 @@
+"""A 5-turn, 2-image chat through `vlmprep serve` (sequential and `--continuous-batching`) and `transformers serve`.
+
+The chat app's way: every turn re-sends the whole conversation, earlier images as base64 PNG data URLs of photo size
+(1280x960), earlier answers as the server gave them. The checkpoint is `bench_serving.py`'s `small` LLaVA (decoder
+hidden size 512, 4 layers, the tiny vision tower). The servers (vlmprep sequential, vlmprep with continuous batching
+and its default 16-token pages, the same with 256-token pages, transformers serve) run one after the other on a loopback port; each
+is warmed up with one chat of other images, then runs the chat `--repeat` times (new images each time, the same for
+every server). Reported: the median time to first token (first streamed content chunk) per turn, the answers'
+agreement, and the vlmprep servers' cache counters (`VLMPREP_SERVE_STATS`).
+
+Usage:
+
+```bash
+python utils/bench_serving_chat.py --repeat 3 --json bench_serving_chat.json
+python utils/bench_serving.py --chat                 # the same
+```
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_serving import REQUEST_TIMEOUT_S, SRC, _free_port, _start_server, build_checkpoint  # noqa: E402
+
+TURNS = (
+    (0, "What is in this picture?"),
+    (None, "And the colors?"),
+    (1, "Compare it with this one."),
+    (None, "Which is brighter?"),
+    (None, "Say it in one word."),
+)
+PHOTO_SIZE = (1280, 960)
+SERVERS = {
+    "vlmprep": ("vlmprep", ()),
+    "vlmprep --continuous-batching": ("vlmprep", ("--continuous-batching",)),
+    # The engine as sized before chat-sized pages (256-token pages, the same KV and batch tokens): what the page size
+    # buys a chat
+    "vlmprep CB, 256-token pages": (
+        "vlmprep",
+        ("--continuous-batching", "--cb-block-size", "256", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "2048"),
+    ),
+    "transformers serve": ("transformers", ()),
+}
+
+
+def photo_data_url(seed: int, size: tuple[int, int] = PHOTO_SIZE) -> str:
+    """A photo-size PNG (smooth shapes and grain, so it compresses like a photo rather than noise) as a data URL."""
+    generator = np.random.default_rng(seed)
+    width, height = size
+    y, x = np.mgrid[0:height, 0:width] / max(height, width)
+    base = np.stack([np.sin(6 * x + seed), np.cos(5 * y - seed), np.sin(4 * (x + y))], axis=-1)
+    pixels = 127.5 * (base + 1) + generator.normal(0, 6, (height, width, 3))
+    buffer = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), mode="RGB").save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _stream(url: str, messages: list, max_tokens: int) -> tuple[str, float]:
+    payload = {"messages": messages, "temperature": 0, "max_tokens": max_tokens, "stream": True}
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    start = time.perf_counter()
+    first, text = None, []
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+        for raw_line in response:
+            line = raw_line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            if "error" in chunk:
+                raise RuntimeError(chunk["error"])
+            content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
+            if content:
+                first = first or time.perf_counter() - start
+                text.append(content)
+    return "".join(text), first or time.perf_counter() - start
+
+
+def run_chat(port: int, images: list[str], max_tokens: int) -> tuple[list[str], list[float]]:
+    """One 5-turn chat: its answers and the time to first token of each turn."""
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    messages, answers, ttfts = [], [], []
+    for image, text in TURNS:
+        parts = [] if image is None else [{"type": "image_url", "image_url": {"url": images[image]}}]
+        messages.append({"role": "user", "content": [*parts, {"type": "text", "text": text}]})
+        answer, ttft = _stream(url, messages, max_tokens)
+        messages.append({"role": "assistant", "content": answer})
+        answers.append(answer)
+        ttfts.append(ttft)
+    return answers, ttfts
+
+
+def bench_one(name: str, checkpoint: Path, chats: list[list[str]], max_tokens: int, work: Path, size) -> dict:
+    kind, modes = SERVERS[name]
+    slug = "".join(character if character.isalnum() else "-" for character in name)
+    port, stats_path = _free_port(), work / f"stats-{slug}.json"
+    env = {"VLMPREP_SERVE_STATS": str(stats_path)} if kind == "vlmprep" else {}
+    log = work / f"{slug}.log"
+    server = _start_server(kind, checkpoint, port, log, SRC, modes, env)
+    try:
+        run_chat(
+            port, [photo_data_url(10**6, size), photo_data_url(10**6 + 1, size)], max_tokens
+        )  # warm-up, not measured
+        runs = [run_chat(port, images, max_tokens) for images in chats]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    stats = next(iter(json.loads(stats_path.read_text()).values())) if stats_path.exists() else None
+    return {"answers": [answers for answers, _ in runs], "ttfts_s": [ttfts for _, ttfts in runs], "stats": stats}
+
+
+def format_table(results: dict) -> str:
+    names = list(results)
+    medians = {
+        name: [statistics.median(run[t] for run in results[name]["ttfts_s"]) for t in range(5)] for name in names
+    }
+    header = "turn  " + "  ".join(f"{name + ' TTFT (s)':>36}" for name in names) + "  transformers / vlmprep"
+    lines = [header, "-" * len(header)]
+    reference = medians.get("transformers serve")
+    for turn in range(len(TURNS)):
+        cells = "  ".join(f"{medians[name][turn]:>36.3f}" for name in names)
+        ratios = (
+            " / ".join(
+                f"{reference[turn] / medians[name][turn]:.1f}x" for name in names if name != "transformers serve"
+            )
+            if reference
+            else ""
+        )
+        lines.append(f"{turn + 1:>4}  {cells}  {ratios}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the chat benchmark; prints the table (and writes every measurement with `--json`).
+
+    Args:
+        argv (`list[str]`, *optional*): command-line arguments; defaults to `sys.argv[1:]`.
+
+    Returns:
+        `int`: 0, or 1 when the servers' answers differ.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="chats per server (new images each); medians shown")
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--json", type=Path, help="where to write every measurement")
+    parser.add_argument("--image-size", type=int, nargs=2, default=PHOTO_SIZE, metavar=("W", "H"))
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(SRC))
+    size = tuple(args.image_size)
+    chats = [[photo_data_url(2 * r, size), photo_data_url(2 * r + 1, size)] for r in range(args.repeat)]
+    with tempfile.TemporaryDirectory(prefix="bench-serving-chat-") as work:
+        work = Path(work)
+        checkpoint = build_checkpoint(work / "checkpoints", "small")
+        results = {name: bench_one(name, checkpoint, chats, args.max_tokens, work, size) for name in SERVERS}
+    print(f"5-turn, 2-image chat ({size[0]}x{size[1]} PNG data URLs), small LLaVA, median of {args.repeat}:")
+    print(format_table(results))
+    for name, result in results.items():
+        if result["stats"]:
+            stats = {
+                key: result["stats"].get(key)
+                for key in ("encoder_cache", "prefix_cache", "media_cache", "engine_prefill")
+            }
+            print(f"{name} stats: {json.dumps(stats)}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    answers = [result["answers"] for result in results.values()]
+    same = all(other == answers[0] for other in answers)
+    print("same answers:", "yes" if same else "NO")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
