@@ -265,8 +265,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "qwen2_5_vl": drop_in("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration", "patch_grid", QWEN2_DECODER),
         "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", "patch_grid", QWEN2_DECODER),
-        "qwen3_5": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
-        "qwen3_5_moe": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
+        "qwen3_5": drop_in("qwen3_5.Qwen3_5ForConditionalGeneration", "patch_grid_per_frame"),
+        "qwen3_5_moe": drop_in("qwen3_5_moe.Qwen3_5MoeForConditionalGeneration", "patch_grid_per_frame"),
         "qwen3_omni_moe_thinker": blocked_upstream(
             f"{_AUDIO_IN_FORWARD}; its images and videos are Qwen3-VL's (multimodal rope, deepstack)"
         ),

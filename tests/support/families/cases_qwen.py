@@ -1,4 +1,4 @@
-"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`) and GLM-4.6V (`glm46v`): prompts as their
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), Qwen3.5(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`) and GLM-4.6V (`glm46v`): prompts as their
 processors build them, `mm_token_type_ids` 1 for images and 2 for videos.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
@@ -48,7 +48,7 @@ def video_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], li
             ids += [GLM_IMAGE_START, *[TINY_IMAGE_TOKEN_ID] * frame_tokens, GLM_IMAGE_END, 90 + index]
             types += [0, *[2] * frame_tokens, 0, 0]
         return [*ids, GLM_VIDEO_END], [*types, 0]
-    if config.model_type.startswith("qwen3_vl"):
+    if config.model_type.startswith(("qwen3_vl", "qwen3_5")):
         ids, types = [], []
         for index in range(t):  # `<{time} seconds>` then the frame
             ids += [90 + index, VISION_START, *[TINY_VIDEO_TOKEN_ID] * frame_tokens, VISION_END]
@@ -91,7 +91,7 @@ def upstream_beam_skips(model_type: str) -> dict[str, str]:
     }
 
 
-for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", *GLM_TYPES):
+for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", *GLM_TYPES):
     register(
         FamilyCase(
             name,
