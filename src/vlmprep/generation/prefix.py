@@ -23,10 +23,19 @@ from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, StaticSli
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from ..cache.identity import any_module_training, cache_identity, salt_namespace
-from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_array, key_material_layout
+from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
+from ..cache.recurrent_state import (
+    RecurrentCapture,
+    StateSnapshot,
+    capture_recurrent_states,
+    recurrent_layer_indices,
+    restore_snapshot,
+    snapshot_of_row,
+)
 from ..utils.logging import get_logger
 from .assisted import is_assisted
-from .spans import resolve_resume_point
+from .prefix_rows import PrefixRow, host_array, leading_padding, row_inputs
+from .spans import resolve_resume_point, split_chunks_at
 
 if TYPE_CHECKING:
     from .plan import PromptPlan
@@ -38,8 +47,10 @@ PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids"
 # Positions when the call has no `position_ids`: the model then uses absolute (padded) cache positions.
 _ABSOLUTE_POSITIONS = "absolute_positions"
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
-# Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store.
-_RUNNING_STATE_LAYER_TYPES = {"conv", "linear_attention", "hybrid", "hybrid_sliding"}
+# Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store, only
+# snapshots of the state (`vlmprep.cache.recurrent_state`). Layers with both a state and KV are not supported yet.
+_RUNNING_STATE_LAYER_TYPES = {"conv", "linear_attention"}
+_STATE_AND_KV_LAYER_TYPES = {"hybrid", "hybrid_sliding"}
 
 
 class PrefixRequest:
@@ -56,11 +67,26 @@ class PrefixRequest:
         self.lookup = True  # False: the prompt is prefilled whole, and only stored afterwards (`store_only_reason`)
         self.cache: Cache | None = None
         self.root: bytes | None = None
-        self.rows: list[_Row] = []
+        self.rows: list[PrefixRow] = []
         self.prompt_length = 0
         self.per_token: dict[str, torch.Tensor] = {}  # the prompt's per-token inputs, whole batch
         self.update_model_kwargs = None  # the model's own rule extending them by one generated token
         self.adopted: list[tuple[DynamicLayer, torch.Tensor]] = []  # layers holding views of stored KV (`_adopt`)
+        self.recurrent = False  # a hybrid decoder: resumes only where a snapshot of its recurrent states is stored
+        self.captures: dict[int, RecurrentCapture] = {}  # recurrent states after prefill forwards, by their end
+
+    def chunks_with_snapshot_points(self, chunks: list, prepared, cache: Cache) -> list[tuple[int, int]]:
+        """A hybrid decoder's prefill chunks also cut at each item's and block's end: its states are known only where a
+        forward ends, and there a later prompt sharing this one up to that point (a system prompt with an image)
+        resumes. Other calls' chunks are returned as they are."""
+        if not self.recurrent or not self.lookup or cache is not self.cache:
+            return chunks  # (a call that is not looked up returns what each forward computed: one forward, as asked)
+        return split_chunks_at(chunks, [span.end for span in prepared.spans] + [end for _, end in prepared.intervals])
+
+    def capture(self, cache: Cache, position: int) -> None:
+        """Keep the recurrent states a prefill forward ending at `position` left (a snapshot point, stored later)."""
+        if self.recurrent and cache is self.cache and position < self.prompt_length:
+            self.captures[position] = capture_recurrent_states(cache)
 
     @staticmethod
     def applies(model, generation_config, batch_size: int) -> bool:
@@ -76,11 +102,13 @@ class PrefixRequest:
             )
             return False
         reason = None
-        state_layers = sorted(set(_layer_types(model)) & _RUNNING_STATE_LAYER_TYPES)
-        if state_layers:
+        state_layers = sorted(set(_layer_types(model)) & (_RUNNING_STATE_LAYER_TYPES | _STATE_AND_KV_LAYER_TYPES))
+        if set(state_layers) & _STATE_AND_KV_LAYER_TYPES:
+            reason = f"this model's {state_layers} decoder layers (a state and KV in one layer is not supported yet)"
+        elif state_layers and generation_config.cache_implementation not in _DYNAMIC_KINDS:
             reason = (
-                f"this model's {state_layers} decoder layers (they keep a running state, not per-token keys and "
-                "values, so no prefix of it can be stored or restored)"
+                f"this model's {state_layers} decoder layers in a static cache (their states are snapshotted from a "
+                "dynamic cache's recorded inputs: use the default cache)"
             )
         elif not generation_config.use_cache:
             reason = "`use_cache=False` (no KV is kept to store)"
@@ -149,20 +177,25 @@ class PrefixRequest:
                 "stores its prompt and answer for later calls."
             )
         cache = self.cache = _new_cache(model, generation_config, batch_size, width)
+        state_layers = recurrent_layer_indices(cache)
+        self.recurrent = bool(state_layers)
 
         # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
         # overhead, and a numpy operation costs a fraction of a torch one (docs/benchmarks.md).
-        ids, per_token = _host(input_ids), {key: _host(value) for key, value in self.per_token.items()}
-        masks = _host(attention_mask) if attention_mask is not None else None
+        ids, per_token = host_array(input_ids), {key: host_array(value) for key, value in self.per_token.items()}
+        masks = host_array(attention_mask) if attention_mask is not None else None
         ends = []
         for row in range(batch_size):
-            pad, exact = _leading_padding(masks[row] if masks is not None else None, width)
+            pad, exact = leading_padding(masks[row] if masks is not None else None, width)
+            # A recurrent state runs through padding (its updates are not masked the way attention is): a padded row
+            # of a hybrid decoder is neither looked up nor stored
+            exact = exact and not (self.recurrent and pad > 0)
             row_spans = [(s.start - pad, s.end - pad, image_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
-            record = _Row(row, pad, row_spans, row_blocks, storable=exact)
+            record = PrefixRow(row, pad, row_spans, row_blocks, storable=exact)
             # Token keys (material and image columns) built in one array
             record.set_keys(
-                key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width), record.images_between)
+                key_material_array(ids[row, pad:], row_inputs(per_token, row, pad, width), record.images_between)
             )
             if exact and self.lookup:
                 record.match = self.store.match_keys(self.root, record.keys)
@@ -175,13 +208,21 @@ class PrefixRequest:
         resume = min(ends)
         if batch_size > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
             resume = resolve_resume_point(resume, intervals)
+        if self.recurrent:
+            # Only where every recurrent layer's state is stored too: the deepest snapshot at or before the hit
+            snapshots = self.rows[0].match.snapshots if batch_size == 1 else {}
+            resume = max((point for point in snapshots if point <= resume), default=0)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
         if resume > 0 and batch_size == 1 and self.rows[0].pad == 0:
             # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
             # them: stored KV is never written to)
             match, device = self.rows[0].match, input_ids.device
+            if self.recurrent:
+                restore_snapshot(cache, match.snapshots[resume], device)
             for layer_index in range(len(cache.layers)):
+                if layer_index in state_layers:
+                    continue  # no per-token KV: its state was restored from the snapshot
                 keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
                 if keys.device != device:
                     keys, values = keys.to(device), values.to(device)
@@ -217,6 +258,8 @@ class PrefixRequest:
                 layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
         length = int(self.cache.get_seq_length())
         states = [_all_states(layer, length) for layer in self.cache.layers]
+        for index in recurrent_layer_indices(self.cache):  # no per-token KV: an empty run keeps the layers aligned
+            states[index] = (self._empty_kv(length),) * 2
         if any(state is None for state in states):
             logger.warning_once(
                 "The prefix cache stored nothing from a call whose cache dropped states (a sliding-window layer kept "
@@ -224,15 +267,15 @@ class PrefixRequest:
                 "Use a dynamic cache without assisted decoding to store them too."
             )
             return
-        per_token = {key: _host(value) for key, value in self._with_generated(length).items()}
+        per_token = {key: host_array(value) for key, value in self._with_generated(length).items()}
         known = min(length, *(value.shape[-1] for value in per_token.values()))
-        tokens = _host(sequences)
+        tokens = host_array(sequences)
         for record in self.rows:
             if not record.storable:
                 continue
             row_keys = key_material_array(
                 tokens[record.row, record.pad : known],
-                _row_inputs(per_token, record.row, record.pad, known),
+                row_inputs(per_token, record.row, record.pad, known),
                 record.images_between,
             )
 
@@ -240,7 +283,25 @@ class PrefixRequest:
                 lo, hi = record.pad + start, record.pad + end
                 return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
-            self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys))
+            snapshots = self._row_snapshots(record.row, length)
+            self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys), snapshots)
+
+    def _empty_kv(self, length: int) -> torch.Tensor:
+        return torch.empty((len(self.rows), 0, length, 0))  # (batch, no heads, tokens, no head dim)
+
+    def _row_snapshots(self, row: int, length: int) -> dict[int, StateSnapshot] | None:
+        """A hybrid row's snapshots: after each prefill forward, and at the end of the row (where the next turn goes
+        on); points whose states are not all known are left out."""
+        if not self.recurrent:
+            return None
+        points = {position: self.captures[position] for position in self.captures if position < length}
+        points[length] = None  # the cache's own states, after the last token fed
+        snapshots = {}
+        for position, captured in points.items():
+            snapshot = snapshot_of_row(self.cache, row, length, position, captured)
+            if snapshot is not None and position > 0:
+                snapshots[position] = snapshot
+        return snapshots
 
     def _adopt(self, layer_index: int, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Make views of stored KV a dynamic layer's states without copying them, as `DynamicLayer.update` would.
@@ -273,50 +334,6 @@ class PrefixRequest:
         return extended
 
 
-class _Row:
-    """One batch row: its token keys without padding, its images and blocks, and what the store matched."""
-
-    def __init__(self, row: int, pad: int, spans: list, blocks: list, storable: bool):
-        self.row, self.pad, self.spans = row, pad, spans
-        self.blocks = [(start, end) for start, end in blocks if end - start > 1 and start >= 0]
-        self.storable = storable  # False for rows whose mask has holes: neither looked up nor stored
-        self.keys = np.zeros((0, 1), dtype=np.int64)
-        self.intervals: list[Interval] = []
-        self.match = PrefixMatch()
-        self.hit = 0
-
-    def set_keys(self, keys: np.ndarray) -> None:
-        """The row's token keys (`key_material_array` with the row's images), and its blocks' digests from them."""
-        self.keys = keys
-        self.intervals = self.intervals_with(keys)
-
-    def images_between(self, start: int, end: int) -> list[str]:
-        return [digest for lo, hi, digest in self.spans if lo < end and hi > start]
-
-    def intervals_with(self, keys: np.ndarray) -> list[Interval]:
-        """The row's bidirectional blocks with the digest of what each holds (see `PrefixCache.interval_digest`)."""
-        return [
-            (start, end, PrefixCache.interval_digest(keys[start:end], self.images_between(start, end)))
-            for start, end in self.blocks
-        ]
-
-    def usable_hit(self) -> int:
-        """The matched length, capped so the last prompt token is computed, and exact with respect to blocks.
-
-        KV before a resume point is exact when the stored row had the very same bidirectional blocks before it
-        (same positions, same key material, same images), including those that go on after it: then every stored
-        token saw what the new prompt shows it. Otherwise the hit moves back to the first block that differs.
-        """
-        hit = min(self.match.tokens, len(self.keys) - 1)
-        stored, own = set(self.match.open_intervals), set(self.intervals)
-        while hit > 0:
-            differing = {interval for interval in stored ^ own if interval[0] < hit}
-            if not differing:
-                return hit
-            hit = min(start for start, _, _ in differing)
-        return 0
-
-
 def _layer_types(model) -> list[str]:
     text_config = model.config.get_text_config(decoder=True)
     return list(getattr(text_config, "layer_types", None) or ())
@@ -333,39 +350,10 @@ def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> 
     return inputs
 
 
-def _host(value: torch.Tensor | np.ndarray) -> np.ndarray:
-    """A numpy view of a tensor (copied to the host first when it lives on an accelerator)."""
-    if isinstance(value, np.ndarray):
-        return value
-    try:
-        return value.numpy()  # a CPU tensor without grad: a view, one call
-    except (RuntimeError, TypeError):  # an accelerator's tensor, or one that requires grad
-        return value.numpy(force=True)
-
-
 @functools.lru_cache(maxsize=256)
 def _root_key(namespace: tuple[str, ...]) -> bytes:
     # The same few namespaces come back call after call: their digest is computed once
     return PrefixCache.root_key(namespace)
-
-
-def _row_inputs(per_token: dict[str, np.ndarray], row: int, start: int, end: int) -> dict[str, np.ndarray]:
-    # Per-token inputs are `(batch, seq)` or `(..., batch, seq)` (M-RoPE rows); a batch dimension of 1 is shared.
-    def select(value: np.ndarray) -> np.ndarray:
-        value = value if value.ndim > 1 else value[None]
-        return value[..., row if value.shape[-2] > 1 else 0, start:end]
-
-    return {key: select(value) for key, value in per_token.items()}
-
-
-def _leading_padding(mask: np.ndarray | None, width: int) -> tuple[int, bool]:
-    """Left-padding length of a row, and whether the rest of the row is unmasked (no hole the keys cannot see)."""
-    if mask is None:
-        return 0, True
-    pad = int(mask.argmax())  # the first attended position, or 0 when none is
-    if not mask[pad]:
-        return width, False
-    return pad, bool(mask[pad:].all())
 
 
 def _new_cache(model, generation_config, batch_size: int, prompt_length: int) -> Cache:
