@@ -47,6 +47,7 @@ from .text_only_rules import (
     COHERE2_VISION,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
+    QWEN3_5_DECODER,
     QWEN3_DECODER,
     QWEN3_MOE_DECODER,
     TEXT_MODEL,
@@ -265,8 +266,10 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "qwen2_5_vl": drop_in("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration", "patch_grid", QWEN2_DECODER),
         "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", "patch_grid", QWEN2_DECODER),
-        "qwen3_5": drop_in("qwen3_5.Qwen3_5ForConditionalGeneration", "patch_grid_per_frame"),
-        "qwen3_5_moe": drop_in("qwen3_5_moe.Qwen3_5MoeForConditionalGeneration", "patch_grid_per_frame"),
+        "qwen3_5": drop_in("qwen3_5.Qwen3_5ForConditionalGeneration", "patch_grid_per_frame", QWEN3_5_DECODER),
+        "qwen3_5_moe": drop_in(
+            "qwen3_5_moe.Qwen3_5MoeForConditionalGeneration", "patch_grid_per_frame", QWEN3_5_DECODER
+        ),
         "qwen3_omni_moe_thinker": blocked_upstream(
             f"{_AUDIO_IN_FORWARD}; its images and videos are Qwen3-VL's (multimodal rope, deepstack)"
         ),
