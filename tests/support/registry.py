@@ -37,7 +37,7 @@ __all__ = [
 # on the model upstream and tell videos from images by `mm_token_type_ids`; GLM's video frames are image placeholders,
 # so (as upstream) one forward holds images or a video, never both; LLaVA-OneVision's and LLaVA-NeXT-Video's videos
 # are one placeholder run each.
-QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"]
 GLM_FAMILIES = ["glm4v", "glm4v_moe", "glm46v"]
 LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video"]
 IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES]  # an image and a video in one prompt
