@@ -34,7 +34,7 @@ from ..cache.recurrent_state import (
 )
 from ..utils.logging import get_logger
 from .assisted import is_assisted
-from .prefix_rows import PrefixRow, host_array, leading_padding, row_inputs
+from .prefix_rows import ABSOLUTE_POSITIONS, PrefixRow, host, leading_padding, per_token_inputs, row_inputs
 from .spans import resolve_resume_point, split_chunks_at
 
 if TYPE_CHECKING:
@@ -42,10 +42,6 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-# Per-token inputs besides the ids that change a token's KV (the mask of bidirectional families, multimodal rope).
-PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids", "position_ids")
-# Positions when the call has no `position_ids`: the model then uses absolute (padded) cache positions.
-_ABSOLUTE_POSITIONS = "absolute_positions"
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
 # Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store, only
 # snapshots of the state (`vlmprep.cache.recurrent_state`). Layers with both a state and KV are not supported yet.
@@ -161,12 +157,25 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        spans, image_hashes, blocks, intervals = plan.spans, plan.image_hashes, plan.blocks, plan.intervals
+        self._start(model, input_ids, model_kwargs, salt, generation_config)
+        ends = self._match_rows(input_ids, model_kwargs.get("attention_mask"), plan)
+        resume = self._resume_point(ends, plan.intervals)
+        if resume > 0 and len(self.rows) == 1 and self.rows[0].pad == 0:
+            self._load_unpadded_row(resume, input_ids.device)
+        elif resume > 0:
+            self._load_rows(resume, input_ids.device)
+        for record in self.rows:
+            reused = max(0, resume - record.pad)
+            self.store.record_use(reused, len(record.keys) - reused)
+        return self.cache, resume
+
+    def _start(
+        self, model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], salt: str | None, generation_config
+    ):
+        # The per-token inputs and the keys' root, whether the store is looked up, and the call's fresh cache.
         namespace = (*cache_identity(model, part="model"), salt_namespace(salt))
-        batch_size, width = input_ids.shape
-        attention_mask = model_kwargs.get("attention_mask")
-        self.per_token = _per_token_inputs(model_kwargs, input_ids)
-        self.prompt_length = width
+        self.per_token = per_token_inputs(model_kwargs, input_ids)
+        self.prompt_length = input_ids.shape[1]
         self.update_model_kwargs = model._update_model_kwargs_for_generation
         self.root = _root_key((*namespace, *key_material_layout(self.per_token)))
         store_only = self.store_only_reason(generation_config)
@@ -176,26 +185,29 @@ class PrefixRequest:
                 f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
                 "stores its prompt and answer for later calls."
             )
-        cache = self.cache = _new_cache(model, generation_config, batch_size, width)
-        state_layers = recurrent_layer_indices(cache)
-        self.recurrent = bool(state_layers)
+        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
+        self.recurrent = bool(recurrent_layer_indices(self.cache))
 
+    def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
+        """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
+        spans, item_hashes, blocks = plan.spans, plan.item_hashes, plan.blocks
+        batch_size, width = input_ids.shape
         # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
         # overhead, and a numpy operation costs a fraction of a torch one (docs/benchmarks.md).
-        ids, per_token = host_array(input_ids), {key: host_array(value) for key, value in self.per_token.items()}
-        masks = host_array(attention_mask) if attention_mask is not None else None
+        ids, per_token = host(input_ids), {key: host(value) for key, value in self.per_token.items()}
+        masks = host(attention_mask) if attention_mask is not None else None
         ends = []
         for row in range(batch_size):
             pad, exact = leading_padding(masks[row] if masks is not None else None, width)
             # A recurrent state runs through padding (its updates are not masked the way attention is): a padded row
             # of a hybrid decoder is neither looked up nor stored
             exact = exact and not (self.recurrent and pad > 0)
-            row_spans = [(s.start - pad, s.end - pad, image_hashes[s.item_index]) for s in spans if s.row == row]
+            row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = PrefixRow(row, pad, row_spans, row_blocks, storable=exact)
             # Token keys (material and image columns) built in one array
             record.set_keys(
-                key_material_array(ids[row, pad:], row_inputs(per_token, row, pad, width), record.images_between)
+                key_material_array(ids[row, pad:], row_inputs(per_token, row, pad, width), record.items_between)
             )
             if exact and self.lookup:
                 record.match = self.store.match_keys(self.root, record.keys)
@@ -204,50 +216,54 @@ class PrefixRequest:
             # A row with nothing to reuse allows a resume point up to its padding (padding KV is never attended to),
             # except a fully padded row, whose last (padding) position's logits are returned: computed, not restored.
             ends.append(pad + record.hit if pad < width else 0)
+        return ends
 
+    def _resume_point(self, ends: list[int], intervals) -> int:
+        # Where every row can resume, never strictly inside a block unless one row's stored KV saw the same blocks.
         resume = min(ends)
-        if batch_size > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
+        if len(self.rows) > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
             resume = resolve_resume_point(resume, intervals)
-        if self.recurrent:
-            # Only where every recurrent layer's state is stored too: the deepest snapshot at or before the hit
-            snapshots = self.rows[0].match.snapshots if batch_size == 1 else {}
-            resume = max((point for point in snapshots if point <= resume), default=0)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
-        if resume > 0 and batch_size == 1 and self.rows[0].pad == 0:
-            # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
-            # them: stored KV is never written to)
-            match, device = self.rows[0].match, input_ids.device
-            if self.recurrent:
-                restore_snapshot(cache, match.snapshots[resume], device)
-            for layer_index in range(len(cache.layers)):
-                if layer_index in state_layers:
-                    continue  # no per-token KV: its state was restored from the snapshot
-                keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
-                if keys.device != device:
-                    keys, values = keys.to(device), values.to(device)
-                if not self._adopt(layer_index, keys, values):
-                    cache.update(keys, values, layer_index)
-        elif resume > 0:
-            device = input_ids.device
-            for layer_index in range(len(cache.layers)):
-                keys = values = None
-                for record in self.rows:
-                    length = resume - record.pad
-                    if length <= 0:
-                        continue
-                    row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
-                    if keys is None:
-                        shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
-                        keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
-                        values = row_values.new_zeros(shape, device=device)
-                    keys[record.row, :, record.pad : resume] = row_keys.to(device)
-                    values[record.row, :, record.pad : resume] = row_values.to(device)
-                cache.update(keys, values, layer_index)
-        for record in self.rows:
-            reused = max(0, resume - record.pad)
-            self.store.record_use(reused, len(record.keys) - reused)
-        return cache, resume
+        if self.recurrent:
+            # Only where every recurrent layer's state is stored too: the deepest snapshot at or before the hit
+            snapshots = self.rows[0].match.snapshots if len(self.rows) == 1 else {}
+            resume = max((point for point in snapshots if point <= resume), default=0)
+        return resume
+
+    def _load_unpadded_row(self, resume: int, device: torch.device) -> None:
+        # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
+        # them: stored KV is never written to)
+        match = self.rows[0].match
+        state_layers = recurrent_layer_indices(self.cache)
+        if state_layers:
+            restore_snapshot(self.cache, match.snapshots[resume], device)
+        for layer_index in range(len(self.cache.layers)):
+            if layer_index in state_layers:
+                continue  # no per-token KV: its state was restored from the snapshot
+            keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
+            if keys.device != device:
+                keys, values = keys.to(device), values.to(device)
+            if not self._adopt(layer_index, keys, values):
+                self.cache.update(keys, values, layer_index)
+
+    def _load_rows(self, resume: int, device: torch.device) -> None:
+        # Several rows, or a padded one: each row's stored KV after its padding, the padding slots left at zero.
+        batch_size = len(self.rows)
+        for layer_index in range(len(self.cache.layers)):
+            keys = values = None
+            for record in self.rows:
+                length = resume - record.pad
+                if length <= 0:
+                    continue
+                row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
+                if keys is None:
+                    shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
+                    keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
+                    values = row_values.new_zeros(shape, device=device)
+                keys[record.row, :, record.pad : resume] = row_keys.to(device)
+                values[record.row, :, record.pad : resume] = row_values.to(device)
+            self.cache.update(keys, values, layer_index)
 
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""
@@ -259,7 +275,7 @@ class PrefixRequest:
         length = int(self.cache.get_seq_length())
         states = [_all_states(layer, length) for layer in self.cache.layers]
         for index in recurrent_layer_indices(self.cache):  # no per-token KV: an empty run keeps the layers aligned
-            states[index] = (self._empty_kv(length),) * 2
+            states[index] = (torch.empty((len(self.rows), 0, length, 0)),) * 2  # (batch, no heads, tokens, no dim)
         if any(state is None for state in states):
             logger.warning_once(
                 "The prefix cache stored nothing from a call whose cache dropped states (a sliding-window layer kept "
@@ -267,16 +283,16 @@ class PrefixRequest:
                 "Use a dynamic cache without assisted decoding to store them too."
             )
             return
-        per_token = {key: host_array(value) for key, value in self._with_generated(length).items()}
+        per_token = {key: host(value) for key, value in self._with_generated(length).items()}
         known = min(length, *(value.shape[-1] for value in per_token.values()))
-        tokens = host_array(sequences)
+        tokens = host(sequences)
         for record in self.rows:
             if not record.storable:
                 continue
             row_keys = key_material_array(
                 tokens[record.row, record.pad : known],
                 row_inputs(per_token, record.row, record.pad, known),
-                record.images_between,
+                record.items_between,
             )
 
             def kv_between(start: int, end: int, record=record) -> list:
@@ -285,9 +301,6 @@ class PrefixRequest:
 
             snapshots = self._row_snapshots(record.row, length)
             self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys), snapshots)
-
-    def _empty_kv(self, length: int) -> torch.Tensor:
-        return torch.empty((len(self.rows), 0, length, 0))  # (batch, no heads, tokens, no head dim)
 
     def _row_snapshots(self, row: int, length: int) -> dict[int, StateSnapshot] | None:
         """A hybrid row's snapshots: after each prefill forward, and at the end of the row (where the next turn goes
@@ -325,29 +338,18 @@ class PrefixRequest:
         # PaliGemma's generated tokens are suffix, Qwen-VL's positions continue from the last one), one token a step.
         # An input the rule does not extend stays short, and only the tokens it covers are stored.
         generated = max(0, length - self.prompt_length)
-        kwargs = {key: value for key, value in self.per_token.items() if key != _ABSOLUTE_POSITIONS}
+        kwargs = {key: value for key, value in self.per_token.items() if key != ABSOLUTE_POSITIONS}
         for _ in range(generated):
             kwargs = self.update_model_kwargs({}, dict(kwargs), num_new_tokens=1)
         extended = {key: kwargs[key] for key in self.per_token if key in kwargs}
-        if _ABSOLUTE_POSITIONS in self.per_token:
-            extended[_ABSOLUTE_POSITIONS] = np.arange(self.prompt_length + generated)[None]
+        if ABSOLUTE_POSITIONS in self.per_token:
+            extended[ABSOLUTE_POSITIONS] = np.arange(self.prompt_length + generated)[None]
         return extended
 
 
 def _layer_types(model) -> list[str]:
     text_config = model.config.get_text_config(decoder=True)
     return list(getattr(text_config, "layer_types", None) or ())
-
-
-def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:
-    inputs: dict[str, torch.Tensor | np.ndarray] = {
-        key: model_kwargs[key]
-        for key in PER_TOKEN_KEYS
-        if isinstance(model_kwargs.get(key), torch.Tensor) and model_kwargs[key].shape[-1] == input_ids.shape[-1]
-    }
-    if "position_ids" not in inputs:
-        inputs[_ABSOLUTE_POSITIONS] = np.arange(input_ids.shape[-1])[None]
-    return inputs
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,16 +1,23 @@
-"""One batch row of a prefix-cache call: its token keys without padding, its items and blocks, what the store matched.
+"""The rows of a prefix request: each row's token keys, its blocks' digests and how much of a match it can use.
 
-Also the small numpy helpers the prefix request reads the batch with (`vlmprep.generation.prefix`).
+Every input is read as numpy (`host`): a lookup costs mostly per-operation overhead, and a numpy operation costs a
+fraction of a torch one (docs/benchmarks.md).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch
+from .facts import TOKEN_TYPE_KEYS
 
-__all__ = ["PrefixRow", "host_array", "leading_padding", "row_inputs"]
+# Per-token inputs besides the ids that change a token's KV (the mask of bidirectional families, multimodal rope).
+KV_INPUT_KEYS = (*TOKEN_TYPE_KEYS, "position_ids")
+# Positions when the call has no `position_ids`: the model then uses absolute (padded) cache positions.
+ABSOLUTE_POSITIONS = "absolute_positions"
 
 
 class PrefixRow:
@@ -30,13 +37,13 @@ class PrefixRow:
         self.keys = keys
         self.intervals = self.intervals_with(keys)
 
-    def images_between(self, start: int, end: int) -> list[str]:
+    def items_between(self, start: int, end: int) -> list[str]:
         return [digest for lo, hi, digest in self.spans if lo < end and hi > start]
 
     def intervals_with(self, keys: np.ndarray) -> list[Interval]:
         """The row's bidirectional blocks with the digest of what each holds (see `PrefixCache.interval_digest`)."""
         return [
-            (start, end, PrefixCache.interval_digest(keys[start:end], self.images_between(start, end)))
+            (start, end, PrefixCache.interval_digest(keys[start:end], self.items_between(start, end)))
             for start, end in self.blocks
         ]
 
@@ -57,7 +64,18 @@ class PrefixRow:
         return 0
 
 
-def host_array(value: torch.Tensor | np.ndarray) -> np.ndarray:
+def per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:
+    inputs: dict[str, torch.Tensor | np.ndarray] = {
+        key: model_kwargs[key]
+        for key in KV_INPUT_KEYS
+        if isinstance(model_kwargs.get(key), torch.Tensor) and model_kwargs[key].shape[-1] == input_ids.shape[-1]
+    }
+    if "position_ids" not in inputs:
+        inputs[ABSOLUTE_POSITIONS] = np.arange(input_ids.shape[-1])[None]
+    return inputs
+
+
+def host(value: torch.Tensor | np.ndarray) -> np.ndarray:
     """A numpy view of a tensor (copied to the host first when it lives on an accelerator)."""
     if isinstance(value, np.ndarray):
         return value
