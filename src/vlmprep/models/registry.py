@@ -263,7 +263,12 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),
-        "qwen4_exp": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
+        "qwen4_exp": candidate(
+            f"{_PATCH_GRID}; a Gated-DeltaNet decoder whose attention layers are `indexed_attention` (an indexer "
+            "with cached keys of its own, which the prefix store does not hold yet) and whose per-layer embeddings "
+            "hash n-grams of the preceding tokens: not written yet (qwen3_5's prefix snapshots cover its recurrent "
+            "layers)"
+        ),
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": candidate(
