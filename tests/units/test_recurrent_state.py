@@ -90,3 +90,12 @@ def test_snapshots_are_read_from_the_recorded_inputs_and_restored_as_a_forward_w
     restore_snapshot(fresh, at_two, torch.device("cpu"))
     assert torch.equal(fresh.get_conv_state(0)[0], at_two.states[0][3])
     assert torch.equal(fresh.get_recurrent_state(0)[0], torch.ones(5))
+
+
+def test_under_a_tight_budget_the_row_end_snapshot_is_kept_and_the_row_never_trimmed_for_snapshots():
+    tokens = list(range(10, 20))
+    store = PrefixCache(max_bytes=10 * 48 + 300)  # the row (48 bytes a token) and one 256-byte snapshot
+    store.insert_keys(ROOT, _keys(tokens), _kv, snapshots={4: _snapshot(4.0, numbers=64), 10: _snapshot(1.0, 64)})
+    stats = store.stats
+    assert stats.tokens == 10 and stats.snapshots == 1 and stats.bytes <= stats.max_bytes
+    assert sorted(store.match_keys(ROOT, _keys(tokens)).snapshots) == [10]

@@ -118,18 +118,21 @@ class RadixTree:
         """Store the tokens of `keys` after their longest stored prefix (as many as fit), then the snapshots (token
         count -> states there) at stored positions, an edge split where one falls inside it; returns tokens stored."""
         stored = self._insert_tokens(root, keys, kv_between, intervals)
-        for position, snapshot in sorted((snapshots or {}).items()):
-            self._place_snapshot(root, keys[:position], snapshot)
+        if snapshots:
+            # The row's own edges are never evicted for its snapshots; the deepest (where a next turn goes on) first
+            row = {node.uid for node, _ in self.walk(root, keys)}
+            for position, snapshot in sorted(snapshots.items(), reverse=True):
+                self._place_snapshot(root, keys[:position], snapshot, row)
         return stored
 
-    def _place_snapshot(self, root: bytes, keys: np.ndarray, snapshot: StateSnapshot) -> None:
+    def _place_snapshot(self, root: bytes, keys: np.ndarray, snapshot: StateSnapshot, row: set[int]) -> None:
         path = self.walk(root, keys)
         if len(keys) == 0 or sum(common for _, common in path) < len(keys):
             return  # not stored (the budget held fewer tokens)
         node, common = path[-1]
         if node.snapshot is not None and common == len(node.keys):
             return
-        protect, ancestor = set(), node
+        protect, ancestor = set(row), node
         while ancestor is not None:
             protect.add(ancestor.uid)
             ancestor = ancestor.parent
