@@ -9,6 +9,9 @@ The restored prefix becomes the call's cache, of the kind the call asks for (`ca
   sliding-window layer keeps only its window): otherwise the call restores but stores nothing.
 - `"quantized"`: the prefix cache is not used (a quantized cache keeps no exact KV to store, and a restored prefix
   would be attended to quantized where transformers attends to it exact); a warning is logged once.
+
+A hybrid decoder (convolution or Gated DeltaNet layers) uses a dynamic cache only, and resumes only where the store
+holds a snapshot of every recurrent layer's state (`vlmprep.cache.recurrent_state`, docs/prefix_cache.md).
 """
 
 from __future__ import annotations
