@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
+import vlmprep
 from conftest import model_pair
 from support.references import Prompt, assert_close, generate_logits
 from vlmprep import PrefixCache
-from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter
+from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config, tiny_model
 
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33, 34]], [[35], IMAGE, [36, 37]], [[38, 39]], [[40, 41, 42]]]
@@ -99,3 +101,24 @@ def test_two_conversations_share_a_system_prompt_with_an_image(family):
     assert runs.batch_sizes == [], "the shared image is inside the restored prefix"
     # Resumed right after the image: only the new user text (and what follows the image's end) is fed
     assert sum(counter.lengths) <= 2 + 2, counter.lengths
+
+
+def test_attention_first_and_a_two_input_convolution_as_transformers_tester_builds_it():
+    # transformers' own Qwen3.5 tester puts the attention layer first and uses a convolution of 2 inputs: snapshots
+    # follow the cache's layer classes, whatever their order and window
+    config = tiny_config("qwen3_5")
+    config.text_config.layer_types = ["full_attention", "linear_attention"]
+    config.text_config.linear_conv_kernel_dim = 2
+    upstream = tiny_model(transformers.Qwen3_5ForConditionalGeneration, config, seed=1)
+    ours = vlmprep.Qwen3_5ForConditionalGeneration(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    store = PrefixCache()
+    segments = [SYSTEM, IMAGE, [30, 31]]
+    for turn in range(3):
+        prompt = Prompt(config, segments, image_seeds=[5])
+        sequences, logits = generate_logits(
+            ours, prompt.inputs(), max_new_tokens=3, prefix_cache=store, **_suppressed(ours)
+        )
+        assert_close(logits[0], _uncached_logits(upstream, prompt.inputs()))
+        segments = [*segments, sequences[0, prompt.length :].tolist(), [40 + turn, 41]]
+    assert store.stats.hits == 2
