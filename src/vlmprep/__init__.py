@@ -88,6 +88,8 @@ if TYPE_CHECKING:
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration
     from .models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
     from .models.qwen2_vl import Qwen2VLForConditionalGeneration
+    from .models.qwen3_5 import Qwen3_5ForConditionalGeneration
+    from .models.qwen3_5_moe import Qwen3_5MoeForConditionalGeneration
     from .models.qwen3_vl import Qwen3VLForConditionalGeneration
     from .models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration

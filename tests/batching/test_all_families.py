@@ -19,6 +19,8 @@ REFUSED = {
     "glm5_next": "paged cache does not hold",
     "inkling2": "paged cache does not hold",
     "inkling2_loop": "paged cache does not hold",
+    "qwen3_5": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
+    "qwen3_5_moe": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
 }
 # A step holds a bidirectional image block whole: Gemma3's 16-token images need a budget of at least 16 (20 still
 # splits its prompts, and moves cuts that fall inside images back to the image start).

@@ -23,7 +23,7 @@ import dataclasses
 import os
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -139,6 +139,10 @@ def part_in_train_mode(models: tuple[torch.nn.Module, ...], part: str | None) ->
 def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options: CallOptions, returned_cache):
     """One drop-in `generate`, checked against transformers; returns its output."""
     upstream, ours = state.upstream, state.ours
+    if "linear_attention" in (getattr(ours.config.get_text_config(), "layer_types", None) or ()):
+        # A Gated DeltaNet's recurrent state only moves forward: transformers refuses assisted decoding on it, and
+        # `DynamicCache.crop` (how `callers_cache` is built) cannot roll it back
+        options = replace(options, assistant=None, cached_fraction=None)
     kwargs = {}
     if options.chunk_size is not None:
         kwargs["prefill_chunk_size"] = options.chunk_size

@@ -25,6 +25,7 @@ from .prefix_keys import (
     key_material_layout,
 )
 from .radix_tree import BlockKV, Interval, RadixTree
+from .recurrent_state import StateSnapshot
 
 __all__ = [
     "PrefixCache",
@@ -49,6 +50,8 @@ class PrefixCacheStats:
         entries (`int`): stored edges of the tree (runs of tokens stored together).
         evictions (`int`): leaf edges trimmed or dropped to make room.
         max_bytes (`int`): the byte budget.
+        snapshots (`int`): stored snapshots of a hybrid decoder's recurrent states (docs/prefix_cache.md).
+        snapshot_bytes (`int`): their bytes (part of `bytes`).
     """
 
     lookups: int = 0
@@ -60,6 +63,8 @@ class PrefixCacheStats:
     entries: int = 0
     evictions: int = 0
     max_bytes: int = 0
+    snapshots: int = 0
+    snapshot_bytes: int = 0
 
 
 class PrefixMatch:
@@ -72,14 +77,17 @@ class PrefixMatch:
             never written to: eviction and splits replace an edge's tensors, so a match stays valid.
         open_intervals (`list[tuple[int, int, bytes]]`):
             bidirectional blocks (start, end, digest) the matched KV was computed with.
+        snapshots (`dict[int, StateSnapshot]`):
+            recurrent-state snapshots at matched token counts (hybrid decoders resume only at one of them).
     """
 
-    __slots__ = ("tokens", "runs", "open_intervals")
+    __slots__ = ("tokens", "runs", "open_intervals", "snapshots")
 
     def __init__(self, tokens: int = 0, runs: list | None = None, open_intervals: list | None = None):
         self.tokens = tokens
         self.runs: list[tuple[BlockKV, int]] = runs if runs is not None else []
         self.open_intervals: list[Interval] = open_intervals if open_intervals is not None else []
+        self.snapshots: dict[int, StateSnapshot] = {}
 
     @property
     def kv(self) -> list[BlockKV]:
@@ -169,6 +177,8 @@ class PrefixCache:
                 entries=tree.entries,
                 evictions=tree.evictions,
                 max_bytes=tree.max_bytes,
+                snapshots=tree.snapshots,
+                snapshot_bytes=tree.snapshot_bytes,
             )
 
     def clear(self) -> None:
@@ -209,6 +219,8 @@ class PrefixCache:
                 end = node.start + common
                 match.open_intervals.extend(interval for interval in node.intervals if interval[0] < end)
                 match.tokens = end
+                if node.snapshot is not None and common == len(node.keys):
+                    match.snapshots[end] = node.snapshot
         return match
 
     def record_use(self, reused: int, prefilled: int) -> None:
@@ -224,6 +236,7 @@ class PrefixCache:
         keys: np.ndarray,
         kv_between: Callable[[int, int], BlockKV],
         intervals: Sequence[Interval] = (),
+        snapshots: dict[int, StateSnapshot] | None = None,
     ) -> int:
         """Store a finished row: the tokens after its longest stored prefix; the stored prefix is only refreshed.
 
@@ -237,12 +250,15 @@ class PrefixCache:
             kv_between (`Callable[[int, int], BlockKV]`):
                 KV of positions `[start, end)`, per layer, `(heads, end - start, head_dim)` (copied here).
             intervals (`Sequence[tuple[int, int, bytes]]`): the row's bidirectional blocks (see `interval_digest`).
+            snapshots (`dict[int, StateSnapshot]`, *optional*):
+                a hybrid decoder's recurrent states after the first `n` tokens, by `n` (kept where those tokens are
+                stored; an edge is split to end at `n`).
 
         Returns:
             `int`: tokens newly stored.
         """
         with self._lock:
-            return self._tree.insert(root, keys, kv_between, intervals)
+            return self._tree.insert(root, keys, kv_between, intervals, snapshots)
 
     # -- copies ----------------------------------------------------------------------------------------------------
 

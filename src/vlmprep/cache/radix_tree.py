@@ -2,8 +2,10 @@
 
 Each stored row is a path from a root (model identity, cache salt, key layout) to a node. Edges split where stored rows
 diverge, so a walk finds the longest stored prefix to the token. Eviction trims or drops least-recently-used leaf
-edges, so every stored edge keeps its whole path to the root. The tree is not thread-safe: its owner holds a lock
-around every call.
+edges, so every stored edge keeps its whole path to the root. A node of a hybrid decoder's row may also hold a snapshot of
+every recurrent layer's state at the token its edge ends at (`StateSnapshot`): its bytes count in the budget, it goes
+with its node when evicted, and trimming an edge's tail drops it (it no longer ends there). The tree is not
+thread-safe: its owner holds a lock around every call.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+
+from .recurrent_state import StateSnapshot
 
 __all__ = ["BlockKV", "Interval", "RadixNode", "RadixTree"]
 
@@ -37,7 +41,7 @@ class RadixNode:
             resume point is exact only where the new prompt has the very same blocks before it.
     """
 
-    __slots__ = ("uid", "keys", "kv", "start", "parent", "children", "intervals", "nbytes")
+    __slots__ = ("uid", "keys", "kv", "start", "parent", "children", "intervals", "nbytes", "snapshot")
 
     def __init__(
         self, uid: int, keys: np.ndarray, kv: BlockKV, start: int, parent: RadixNode | None, intervals: tuple
@@ -45,6 +49,7 @@ class RadixNode:
         self.uid, self.keys, self.kv, self.start, self.parent = uid, keys, kv, start, parent
         self.children: dict[bytes, RadixNode] = {}  # first token key of the child's edge -> child
         self.intervals = intervals
+        self.snapshot: StateSnapshot | None = None  # recurrent layers' states after the edge's last token
         self.nbytes = _node_bytes(keys, kv)
 
     @property
@@ -70,6 +75,7 @@ class RadixTree:
         self.recency: OrderedDict[int, RadixNode] = OrderedDict()  # every non-root node, least recently used first
         self.uids = itertools.count()
         self.bytes = self.tokens = self.entries = self.evictions = 0
+        self.snapshot_bytes = self.snapshots = 0  # of the recurrent-state snapshots (part of `bytes`)
 
     def __len__(self) -> int:
         return len(self.recency)
@@ -77,7 +83,7 @@ class RadixTree:
     def clear(self) -> None:
         self.roots.clear()
         self.recency.clear()
-        self.bytes = self.tokens = self.entries = 0
+        self.bytes = self.tokens = self.entries = self.snapshot_bytes = self.snapshots = 0
 
     def walk(self, root: bytes, keys: np.ndarray) -> list[tuple[RadixNode, int]]:
         """The nodes along the longest stored prefix of `keys` (each marked recently used), each with how many of its
@@ -102,9 +108,47 @@ class RadixTree:
         return path
 
     def insert(
+        self,
+        root: bytes,
+        keys: np.ndarray,
+        kv_between: Callable[[int, int], BlockKV],
+        intervals: Sequence[Interval],
+        snapshots: dict[int, StateSnapshot] | None = None,
+    ) -> int:
+        """Store the tokens of `keys` after their longest stored prefix (as many as fit), then the snapshots (token
+        count -> states there) at stored positions, an edge split where one falls inside it; returns tokens stored."""
+        stored = self._insert_tokens(root, keys, kv_between, intervals)
+        if snapshots:
+            # The row's own edges are never evicted for its snapshots; the deepest (where a next turn goes on) first
+            row = {node.uid for node, _ in self.walk(root, keys)}
+            for position, snapshot in sorted(snapshots.items(), reverse=True):
+                self._place_snapshot(root, keys[:position], snapshot, row)
+        return stored
+
+    def _place_snapshot(self, root: bytes, keys: np.ndarray, snapshot: StateSnapshot, row: set[int]) -> None:
+        path = self.walk(root, keys)
+        if len(keys) == 0 or sum(common for _, common in path) < len(keys):
+            return  # not stored (the budget held fewer tokens)
+        node, common = path[-1]
+        if node.snapshot is not None and common == len(node.keys):
+            return
+        protect, ancestor = set(row), node
+        while ancestor is not None:
+            protect.add(ancestor.uid)
+            ancestor = ancestor.parent
+        if self._make_room(snapshot.nbytes, protect) < snapshot.nbytes:
+            return
+        if common < len(node.keys):
+            node = self._split(node, common)
+        node.snapshot = snapshot
+        node.nbytes += snapshot.nbytes
+        self.bytes += snapshot.nbytes
+        self.snapshot_bytes += snapshot.nbytes
+        self.snapshots += 1
+
+    def _insert_tokens(
         self, root: bytes, keys: np.ndarray, kv_between: Callable[[int, int], BlockKV], intervals: Sequence[Interval]
     ) -> int:
-        """Store the tokens of `keys` after their longest stored prefix (as many as fit); returns how many."""
         if len(keys) == 0:
             return 0
         parent = self.roots.get(root)
@@ -153,7 +197,7 @@ class RadixTree:
         )
         node.parent.children[upper.first] = upper
         # Copies, not views: the halves may be evicted apart, and a view would keep the whole edge's memory alive
-        self._resize(node, slice(length, None))
+        self._resize(node, slice(length, None), keeps_end=True)
         node.start, node.parent, node.intervals = middle, upper, tuple(i for i in node.intervals if i[1] > middle)
         upper.children[node.first] = node
         self.recency[upper.uid] = upper
@@ -163,12 +207,17 @@ class RadixTree:
         self.entries += 1
         return upper
 
-    def _resize(self, node: RadixNode, kept: slice) -> None:
-        """Keep only the `kept` tokens of `node`'s edge (new tensors: the old ones are freed, not kept by views)."""
+    def _resize(self, node: RadixNode, kept: slice, keeps_end: bool = False) -> None:
+        """Keep only the `kept` tokens of `node`'s edge (new tensors: the old ones are freed, not kept by views); its
+        snapshot stays only while the edge still ends where it did."""
         before, count = node.nbytes, len(node.keys)
         node.keys = node.keys[kept].copy()
         node.kv = [(k[:, kept].clone(), v[:, kept].clone()) for k, v in node.kv]
-        node.nbytes = _node_bytes(node.keys, node.kv)
+        if not keeps_end and node.snapshot is not None:
+            self.snapshot_bytes -= node.snapshot.nbytes
+            self.snapshots -= 1
+            node.snapshot = None
+        node.nbytes = _node_bytes(node.keys, node.kv) + (node.snapshot.nbytes if node.snapshot is not None else 0)
         self.bytes -= before - node.nbytes
         self.tokens -= count - len(node.keys)
 
@@ -197,6 +246,9 @@ class RadixTree:
         self.bytes -= node.nbytes
         self.tokens -= len(node.keys)
         self.entries -= 1
+        if node.snapshot is not None:
+            self.snapshot_bytes -= node.snapshot.nbytes
+            self.snapshots -= 1
         if node.parent.parent is None and not node.parent.children:
             self.roots = {key: root for key, root in self.roots.items() if root is not node.parent}
 

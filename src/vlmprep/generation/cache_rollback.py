@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import torch
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 
 def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
     """Crop `cache` from `past_length` back to `resume_point` tokens.
 
     A layer that can no longer crop that far (a sliding-window layer that already dropped the states the window
-    would need) cannot be rolled back exactly; the cache is then emptied and prefill starts from 0, always exact.
+    would need, a linear-attention layer holding a recurrent state, which only moves forward) cannot be rolled back
+    exactly; the cache is then emptied and prefill starts from 0, always exact.
 
     Args:
         cache (`Cache`): the cache to crop in place.
@@ -33,6 +35,8 @@ def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
 
 
 def _layer_can_roll_back(layer, past_length: int, resume_point: int) -> bool:
+    if isinstance(layer, LinearAttentionCacheLayerMixin) and not layer.is_croppable:
+        return False
     keys = getattr(layer, "keys", None)
     if not isinstance(keys, torch.Tensor) or keys.ndim != 4:
         return not getattr(layer, "is_initialized", False)

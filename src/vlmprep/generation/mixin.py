@@ -36,7 +36,6 @@ from .model_caches import ModelCachesMixin
 from .plan import plan_prompt
 from .prefix import PrefixRequest
 from .prepared import PlannedEncoderOutputs, PreparedItems
-from .spans import join_single_padding_chunks, padded_positions, plan_prefill_chunks
 from .validation import check_no_block_after_cache_in_static_cache, check_prefill_chunk_size
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
@@ -175,7 +174,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                     item_extras[key] = value
         # The features travel as upstream's own `mm_encoder_outputs` (rows of every placeholder after the resume
         # point), so every upstream path that runs the rest of the prompt in one forward is exact as it is.
-        model_kwargs["mm_encoder_outputs"] = PlannedEncoderOutputs(prepared, plan.end, item_extras)
+        model_kwargs["mm_encoder_outputs"] = PlannedEncoderOutputs(prepared, plan.end, item_extras, request)
         return model_kwargs
 
     # -- Step 5: `GenerationMixin._expand_inputs_for_generation` --------------------------------------------------
@@ -216,8 +215,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         cache = model_kwargs.get("cache")
         start = cache.get_seq_length() if cache is not None else 0
         chunk_size = check_prefill_chunk_size(generation_config.prefill_chunk_size, cache)
-        chunks = plan_prefill_chunks(start, planned.end, chunk_size, planned.prepared.intervals)
-        chunks = join_single_padding_chunks(chunks, padded_positions(model_kwargs.get("attention_mask"), planned.end))
+        chunks = planned.plan_chunks(start, chunk_size, cache, model_kwargs.get("attention_mask"))
         check_no_block_after_cache_in_static_cache(cache, chunks, planned.prepared.intervals)
         if len(chunks) == 1:
             # One forward over the rest of the prompt: upstream's prefill as it is (run eagerly, as upstream does,
@@ -242,6 +240,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 chunk_ids = input_ids[:, chunk_start - offset : chunk_end - offset]
                 outputs = super()._prefill(chunk_ids, generation_config, model_kwargs, is_first_iteration=True)
                 model_kwargs["cache"] = outputs.cache
+                planned.after_prefill_forward(outputs.cache, chunk_end)  # keeps a hybrid decoder's states
         finally:
             generation_config.prefill_chunk_size = chunk_size
             model_kwargs.update(whole)

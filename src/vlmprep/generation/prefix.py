@@ -9,6 +9,9 @@ The restored prefix becomes the call's cache, of the kind the call asks for (`ca
   sliding-window layer keeps only its window): otherwise the call restores but stores nothing.
 - `"quantized"`: the prefix cache is not used (a quantized cache keeps no exact KV to store, and a restored prefix
   would be attended to quantized where transformers attends to it exact); a warning is logged once.
+
+A hybrid decoder (convolution or Gated DeltaNet layers) uses a dynamic cache only, and resumes only where the store
+holds a snapshot of every recurrent layer's state (`vlmprep.cache.recurrent_state`, docs/prefix_cache.md).
 """
 
 from __future__ import annotations
@@ -24,10 +27,19 @@ from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEME
 
 from ..cache.identity import any_module_training, cache_identity, salt_namespace
 from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
+from ..cache.recurrent_state import (
+    RecurrentCapture,
+    StateSnapshot,
+    capture_recurrent_states,
+    indexed_cache_layers,
+    recurrent_layer_indices,
+    restore_snapshot,
+    snapshot_of_row,
+)
 from ..utils.logging import get_logger
 from .assisted import is_assisted
 from .prefix_rows import ABSOLUTE_POSITIONS, PrefixRow, host, leading_padding, per_token_inputs, row_inputs
-from .spans import resolve_resume_point
+from .spans import resolve_resume_point, split_chunks_at
 
 if TYPE_CHECKING:
     from .plan import PromptPlan
@@ -35,8 +47,10 @@ if TYPE_CHECKING:
 logger = get_logger(__name__)
 
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
-# Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store.
-_RUNNING_STATE_LAYER_TYPES = {"conv", "linear_attention", "hybrid", "hybrid_sliding"}
+# Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store, only
+# snapshots of the state (`vlmprep.cache.recurrent_state`). Layers with both a state and KV are not supported yet.
+_RUNNING_STATE_LAYER_TYPES = {"conv", "linear_attention"}
+_STATE_AND_KV_LAYER_TYPES = {"hybrid", "hybrid_sliding"}
 
 
 class PrefixRequest:
@@ -58,6 +72,21 @@ class PrefixRequest:
         self.per_token: dict[str, torch.Tensor] = {}  # the prompt's per-token inputs, whole batch
         self.update_model_kwargs = None  # the model's own rule extending them by one generated token
         self.adopted: list[tuple[DynamicLayer, torch.Tensor]] = []  # layers holding views of stored KV (`_adopt`)
+        self.recurrent = False  # a hybrid decoder: resumes only where a snapshot of its recurrent states is stored
+        self.captures: dict[int, RecurrentCapture] = {}  # recurrent states after prefill forwards, by their end
+
+    def chunks_with_snapshot_points(self, chunks: list, prepared, cache: Cache) -> list[tuple[int, int]]:
+        """A hybrid decoder's prefill chunks also cut at each item's and block's end: its states are known only where a
+        forward ends, and there a later prompt sharing this one up to that point (a system prompt with an image)
+        resumes. Other calls' chunks are returned as they are."""
+        if not self.recurrent or not self.lookup or cache is not self.cache:
+            return chunks  # (a call that is not looked up returns what each forward computed: one forward, as asked)
+        return split_chunks_at(chunks, [span.end for span in prepared.spans] + [end for _, end in prepared.intervals])
+
+    def capture(self, cache: Cache, position: int) -> None:
+        """Keep the recurrent states a prefill forward ending at `position` left (a snapshot point, stored later)."""
+        if self.recurrent and cache is self.cache and position < self.prompt_length:
+            self.captures[position] = capture_recurrent_states(cache)
 
     @staticmethod
     def applies(model, generation_config, batch_size: int) -> bool:
@@ -73,11 +102,15 @@ class PrefixRequest:
             )
             return False
         reason = None
-        state_layers = sorted(set(_layer_types(model)) & _RUNNING_STATE_LAYER_TYPES)
-        if state_layers:
+        state_layers = sorted(set(_layer_types(model)) & (_RUNNING_STATE_LAYER_TYPES | _STATE_AND_KV_LAYER_TYPES))
+        if set(state_layers) & _STATE_AND_KV_LAYER_TYPES:
+            reason = f"this model's {state_layers} decoder layers (a state and KV in one layer is not supported yet)"
+        elif indexed := indexed_cache_layers(model):
+            reason = f"this model's {indexed} cache layers (an attention indexer's cached keys are not stored yet)"
+        elif state_layers and generation_config.cache_implementation not in _DYNAMIC_KINDS:
             reason = (
-                f"this model's {state_layers} decoder layers (they keep a running state, not per-token keys and "
-                "values, so no prefix of it can be stored or restored)"
+                f"this model's {state_layers} decoder layers in a static cache (their states are snapshotted from a "
+                "dynamic cache's recorded inputs: use the default cache)"
             )
         elif not generation_config.use_cache:
             reason = "`use_cache=False` (no KV is kept to store)"
@@ -159,6 +192,7 @@ class PrefixRequest:
                 "stores its prompt and answer for later calls."
             )
         self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
+        self.recurrent = bool(recurrent_layer_indices(self.cache))
 
     def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
         """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
@@ -171,6 +205,9 @@ class PrefixRequest:
         ends = []
         for row in range(batch_size):
             pad, exact = leading_padding(masks[row] if masks is not None else None, width)
+            # A recurrent state runs through padding (its updates are not masked the way attention is): a padded row
+            # of a hybrid decoder is neither looked up nor stored
+            exact = exact and not (self.recurrent and pad > 0)
             row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = PrefixRow(row, pad, row_spans, row_blocks, storable=exact)
@@ -194,13 +231,22 @@ class PrefixRequest:
             resume = resolve_resume_point(resume, intervals)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
+        if self.recurrent:
+            # Only where every recurrent layer's state is stored too: the deepest snapshot at or before the hit
+            snapshots = self.rows[0].match.snapshots if len(self.rows) == 1 else {}
+            resume = max((point for point in snapshots if point <= resume), default=0)
         return resume
 
     def _load_unpadded_row(self, resume: int, device: torch.device) -> None:
         # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
         # them: stored KV is never written to)
         match = self.rows[0].match
+        state_layers = recurrent_layer_indices(self.cache)
+        if state_layers:
+            restore_snapshot(self.cache, match.snapshots[resume], device)
         for layer_index in range(len(self.cache.layers)):
+            if layer_index in state_layers:
+                continue  # no per-token KV: its state was restored from the snapshot
             keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
             if keys.device != device:
                 keys, values = keys.to(device), values.to(device)
@@ -234,6 +280,8 @@ class PrefixRequest:
                 layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
         length = int(self.cache.get_seq_length())
         states = [_all_states(layer, length) for layer in self.cache.layers]
+        for index in recurrent_layer_indices(self.cache):  # no per-token KV: an empty run keeps the layers aligned
+            states[index] = (torch.empty((len(self.rows), 0, length, 0)),) * 2  # (batch, no heads, tokens, no dim)
         if any(state is None for state in states):
             logger.warning_once(
                 "The prefix cache stored nothing from a call whose cache dropped states (a sliding-window layer kept "
@@ -257,7 +305,22 @@ class PrefixRequest:
                 lo, hi = record.pad + start, record.pad + end
                 return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
-            self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys))
+            snapshots = self._row_snapshots(record.row, length)
+            self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys), snapshots)
+
+    def _row_snapshots(self, row: int, length: int) -> dict[int, StateSnapshot] | None:
+        """A hybrid row's snapshots: after each prefill forward, and at the end of the row (where the next turn goes
+        on); points whose states are not all known are left out."""
+        if not self.recurrent:
+            return None
+        points = {position: self.captures[position] for position in self.captures if position < length}
+        points[length] = None  # the cache's own states, after the last token fed
+        snapshots = {}
+        for position, captured in points.items():
+            snapshot = snapshot_of_row(self.cache, row, length, position, captured)
+            if snapshot is not None and position > 0:
+                snapshots[position] = snapshot
+        return snapshots
 
     def _adopt(self, layer_index: int, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Make views of stored KV a dynamic layer's states without copying them, as `DynamicLayer.update` would.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from .spans import ItemSpan
+from .spans import ItemSpan, join_single_padding_chunks, padded_positions, plan_prefill_chunks
 
 
 @dataclass
@@ -129,13 +129,30 @@ class PlannedEncoderOutputs(dict):
         item_extras (`dict`, *optional*):
             the per-item inputs besides pixels that input preparation took out of the kwargs (grids, image sizes), for
             an assistant model that needs them for its positions.
+        prefix_request (`PrefixRequest`, *optional*):
+            the call's prefix-cache request, which keeps a hybrid decoder's states after each prefill forward.
     """
 
-    def __init__(self, prepared: PreparedItems, end: int, item_extras: dict | None = None):
+    def __init__(self, prepared: PreparedItems, end: int, item_extras: dict | None = None, prefix_request=None):
         super().__init__(prepared.encoder_outputs_between(prepared.resume_point, end) or {})
         self.prepared = prepared
         self.end = end
         self.item_extras = item_extras or {}
+        self.prefix_request = prefix_request
+
+    def plan_chunks(self, start: int, chunk_size: int | None, cache, attention_mask=None) -> list[tuple[int, int]]:
+        """The prefill chunks from `start` (`plan_prefill_chunks`), also cut where the prefix request snapshots a
+        hybrid decoder's states; a one-token chunk at a padded position joins the next (`join_single_padding_chunks`:
+        a recurrent layer would take its pad token into its state)."""
+        chunks = plan_prefill_chunks(start, self.end, chunk_size, self.prepared.intervals)
+        if self.prefix_request is not None:
+            chunks = self.prefix_request.chunks_with_snapshot_points(chunks, self.prepared, cache)
+        return join_single_padding_chunks(chunks, padded_positions(attention_mask, self.end))
+
+    def after_prefill_forward(self, cache, position: int) -> None:
+        """Hands the prefix request the cache after a prefill forward ending at `position` (a snapshot point)."""
+        if self.prefix_request is not None:
+            self.prefix_request.capture(cache, position)
 
     def to(self, *args, **kwargs) -> PlannedEncoderOutputs:
         """Itself: the model moves the rows to its embeddings' device and dtype where it scatters them.

@@ -327,6 +327,27 @@ def join_single_padding_chunks(chunks: Sequence[tuple[int, int]], padded: Sequen
     return joined
 
 
+def split_chunks_at(chunks: Sequence[tuple[int, int]], cuts: Sequence[int]) -> list[tuple[int, int]]:
+    """Prefill chunks also cut at `cuts` (positions strictly inside a chunk), e.g. where a hybrid decoder's recurrent
+    states are snapshotted; the cuts must not fall inside a bidirectional block (item and block ends never do).
+
+    Example:
+
+    ```python
+    >>> split_chunks_at([(0, 10)], [4, 10])
+    [(0, 4), (4, 10)]
+
+    ```
+    """
+    result = []
+    for start, end in chunks:
+        for cut in sorted({cut for cut in cuts if start < cut < end}):
+            result.append((start, cut))
+            start = cut
+        result.append((start, end))
+    return result
+
+
 def shift_spans(spans: Sequence[ItemSpan], offset: int) -> list[ItemSpan]:
     """Spans moved by `offset` positions (input ids that start after cached tokens they do not repeat)."""
     return [replace(span, start=span.start + offset, end=span.end + offset) for span in spans]

@@ -50,6 +50,8 @@ DROP_IN_MODULES: dict[str, str] = {
     "QianfanOCRForConditionalGeneration": "qianfan_ocr",
     "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
     "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe",
     "SmolVLMForConditionalGeneration": "smolvlm",

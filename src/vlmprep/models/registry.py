@@ -48,6 +48,7 @@ from .text_only_rules import (
     INKLING2_DECODER,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
+    QWEN3_5_DECODER,
     QWEN3_DECODER,
     QWEN3_MOE_DECODER,
     TEXT_MODEL,
@@ -81,7 +82,7 @@ _AUDIO_IN_FORWARD = (
     "not written yet"
 )
 _TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be built or tested here"
-_HYBRID = "hybrid decoder (layers with a running state: the prefix cache is not used with it)"
+_HYBRID = "hybrid decoder (layers with a running state)"
 
 
 # model_type -> spec. Every model type of transformers' image-text-to-text mapping has an entry, and so does every
@@ -255,15 +256,20 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "qwen2_5_vl": drop_in("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration", QWEN2_DECODER),
         "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", QWEN2_DECODER),
-        "qwen3_5": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
-        "qwen3_5_moe": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
+        "qwen3_5": drop_in("qwen3_5.Qwen3_5ForConditionalGeneration", QWEN3_5_DECODER),
+        "qwen3_5_moe": drop_in("qwen3_5_moe.Qwen3_5MoeForConditionalGeneration", QWEN3_5_DECODER),
         "qwen3_omni_moe_thinker": candidate(
             f"{_AUDIO_IN_FORWARD}; its images and videos are Qwen3-VL's (multimodal rope, deepstack), interleaved with "
             "audio under `use_audio_in_video` as qwen2_5_omni_thinker's"
         ),
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),
-        "qwen4_exp": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
+        "qwen4_exp": candidate(
+            f"{_PATCH_GRID}; a Gated-DeltaNet decoder whose attention layers are `indexed_attention` (an indexer "
+            "with cached keys of its own, which the prefix store does not hold yet) and whose per-layer embeddings "
+            "hash n-grams of the preceding tokens: not written yet (qwen3_5's prefix snapshots cover its recurrent "
+            "layers)"
+        ),
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": candidate(

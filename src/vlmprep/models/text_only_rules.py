@@ -14,6 +14,7 @@ __all__ = [
     "INKLING2_DECODER",
     "LANGUAGE_MODEL",
     "QWEN2_DECODER",
+    "QWEN3_5_DECODER",
     "QWEN3_DECODER",
     "QWEN3_MOE_DECODER",
     "TEXT_MODEL",
@@ -83,6 +84,10 @@ QWEN3_MOE_DECODER = TextOnlyFamily(
     decoder_config_overrides=(("norm_topk_prob", True),),
     decoder_model_type="qwen3_moe",
 )
+
+# Qwen3.5's text config (`qwen3_5_text`, `qwen3_5_moe_text`) has a causal LM of its own, whose rotary embedding takes the
+# same multimodal rope parameters (1D positions are expanded to three equal rows): the decoder as saved.
+QWEN3_5_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS)
 
 # Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
 # it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).

@@ -4,7 +4,8 @@
   (a tiny decoder, tiny vision towers) and their shared special token ids; `tiny_config(model_type)` looks a family's
   up in the registry;
 - `weights`: `tiny_model`, upstream's initialisation with the image path's vanishing tensors redrawn
-  (`make_image_sensitive`), so that every image changes the logits;
+  (`make_image_sensitive`), so that every image changes the logits, and a hybrid decoder's recurrent layers made to
+  matter (`make_state_sensitive`);
 - `prompts`: token ids with image runs (`build_prompt`, `IMAGE`; `VIDEO` marks a video) and deterministic random
   pixels;
 - `counters`: the one vision-run counter (`VisionRunCounter`) and the one prefill counter (`PrefillCounter`).
@@ -35,7 +36,7 @@ from .configs.parts import (
 )
 from .counters import PrefillCounter, VisionRunCounter
 from .prompts import AUDIO, IMAGE, VIDEO, build_prompt, random_pixels, tokens_per_image
-from .weights import IMAGE_PATH_INIT_STD, make_image_sensitive, tiny_model
+from .weights import IMAGE_PATH_INIT_STD, make_image_sensitive, make_state_sensitive, tiny_model
 
 __all__ = [
     "AUDIO",
@@ -56,6 +57,7 @@ __all__ = [
     "VisionRunCounter",
     "build_prompt",
     "make_image_sensitive",
+    "make_state_sensitive",
     "random_pixels",
     "tiny_config",
     "tiny_gemma3_config",

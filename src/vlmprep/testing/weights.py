@@ -61,11 +61,45 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
     return redrawn
 
 
+# Upstream initialises a Gated DeltaNet's decay rates `A` uniformly in (0.01, 16): most heads forget their state within a
+# token or two, so a tiny model resumed from a wrong recurrent state still gives the right logits to 1e-5. Rates are
+# drawn in (0.01, 0.1) instead (a state lasts tens of tokens). LFM2's short convolution is a product of three small
+# projections (zeroing it moves the logits by 2e-4): its weights are scaled up until its state shows in the logits.
+_SLOW_DECAY = (0.01, 0.1)
+_SHORT_CONV_SCALES = (("conv", 20.0), ("in_proj", 4.0))
+
+
+def make_state_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
+    """Makes a hybrid decoder's recurrent layers matter, in place: slow Gated DeltaNet decays, stronger short convolutions.
+
+    Args:
+        model (`torch.nn.Module`): a freshly initialised transformers model.
+        seed (`int`, *optional*, defaults to 0): seed of the drawn decay rates.
+
+    Returns:
+        `list[str]`: names of the changed parameters (empty for a decoder without such layers).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    changed = []
+    with torch.no_grad():
+        for name, module in model.get_decoder().named_modules():  # the text decoder's layers only
+            if isinstance(getattr(module, "A_log", None), torch.nn.Parameter):
+                low, high = _SLOW_DECAY
+                rates = torch.rand(module.A_log.shape, generator=generator) * (high - low) + low
+                module.A_log.copy_(rates.log().to(module.A_log.dtype))
+                changed.append(f"{name}.A_log")
+            elif type(module).__name__.endswith("ShortConv"):
+                for child, scale in _SHORT_CONV_SCALES:
+                    getattr(module, child).weight.mul_(scale)
+                    changed.append(f"{name}.{child}.weight")
+    return changed
+
+
 def tiny_model(model_class: type, config: PreTrainedConfig, seed: int = 0) -> torch.nn.Module:
     """A model of `model_class` with random weights under which every image changes the logits.
 
     The weights are upstream's initialisation with `torch.manual_seed(seed)` (the caller's random state is left as
-    it was), then `make_image_sensitive`. A random-weight model that checks image handling (a test model, a demo or
+    it was), then `make_image_sensitive` and `make_state_sensitive`. A random-weight model that checks image handling (a test model, a demo or
     benchmark checkpoint) should be built here: with upstream's initialisation alone, some families ignore images.
 
     Args:
@@ -80,4 +114,5 @@ def tiny_model(model_class: type, config: PreTrainedConfig, seed: int = 0) -> to
         torch.manual_seed(seed)
         model = model_class(config)
     make_image_sensitive(model, seed)
+    make_state_sensitive(model, seed)
     return model.eval()

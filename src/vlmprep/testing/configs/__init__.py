@@ -59,6 +59,8 @@ from .patch_grid import (
     tiny_patch_merger_vision_config,
     tiny_qwen2_5_vl_config,
     tiny_qwen2_vl_config,
+    tiny_qwen3_5_config,
+    tiny_qwen3_5_moe_config,
     tiny_qwen3_vl_config,
     tiny_qwen3_vl_moe_config,
 )
@@ -129,6 +131,8 @@ __all__ = [
     "tiny_qianfan_ocr_config",
     "tiny_qwen2_5_vl_config",
     "tiny_qwen2_vl_config",
+    "tiny_qwen3_5_config",
+    "tiny_qwen3_5_moe_config",
     "tiny_qwen3_vl_config",
     "tiny_qwen3_vl_moe_config",
     "tiny_sam_vision_config",

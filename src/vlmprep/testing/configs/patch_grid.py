@@ -1,6 +1,6 @@
 """Tiny configs of the patch-grid families: flattened patches with one `(t, h, w)` grid row per image or video.
 
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5,
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), Qwen3.5(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5,
 HyperCLOVAX-Vision v2, LFM3-VL, Muse Glimmer and Inkling2 (1D positions). Every tower reads 4 px patches, 2 frames per
 temporal patch, and merges 2x2 patches into one token, so an image of `(t, h, w)` patches has `t * h * w / 4`
 placeholders (Inkling2's grid counts the merged squares: `t * h * w` placeholders).
@@ -117,6 +117,47 @@ def tiny_qwen3_vl_moe_config() -> transformers.Qwen3VLMoeConfig:
     return transformers.Qwen3VLMoeConfig(
         text_config=text, vision_config=qwen3.vision_config.to_dict(), **_QWEN_SPECIAL_TOKENS
     )
+
+
+def _gated_delta_net_text(**overrides: Any) -> dict[str, Any]:
+    # One Gated DeltaNet layer (conv kernel 4, 2 key heads shared by 4 value heads) then one attention layer; half the
+    # head dim is rotary, its 4 frequencies interleaved over the (t, h, w) position rows.
+    text = {key: value for key, value in _mrope_text().items() if key != "pad_token_id"}
+    rope = {"mrope_section": [2, 1, 1], "mrope_interleaved": True, "partial_rotary_factor": 0.5}
+    text["rope_parameters"] = {**text["rope_parameters"], **rope}
+    text.update(layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4)
+    text.update(linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4)
+    return {**text, **overrides}
+
+
+def tiny_qwen3_5_config() -> transformers.Qwen3_5Config:
+    """A tiny Qwen3.5 config: a Qwen3-VL-like tower without deepstack, a hybrid decoder of one Gated DeltaNet layer and
+    one attention layer with interleaved multimodal rope.
+
+    Returns:
+        `transformers.Qwen3_5Config`
+    """
+    vision = _two_layer_tower(num_position_embeddings=16)
+    config = transformers.Qwen3_5Config(
+        text_config=_gated_delta_net_text(), vision_config=vision, **_QWEN_SPECIAL_TOKENS
+    )
+    config.text_config.pad_token_id = 0
+    return config
+
+
+def tiny_qwen3_5_moe_config() -> transformers.Qwen3_5MoeConfig:
+    """A tiny Qwen3.5-MoE config: Qwen3.5's tower and hybrid decoder, each layer routing to 2 of 4 experts plus a
+    shared one.
+
+    Returns:
+        `transformers.Qwen3_5MoeConfig`
+    """
+    text = _gated_delta_net_text(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+    text.update(shared_expert_intermediate_size=16)
+    vision = _two_layer_tower(num_position_embeddings=16)
+    config = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision, **_QWEN_SPECIAL_TOKENS)
+    config.text_config.pad_token_id = 0
+    return config
 
 
 def _glm_tower() -> dict[str, Any]:
