@@ -79,7 +79,7 @@ def plan_prompt(
 ) -> PromptPlan:
     """Check a call's inputs against its prompt and cache, and plan its prefill.
 
-    `model_kwargs` is completed on the way, as the forward needs it: token types derived or padded, multimodal
+    `model_kwargs` is completed on the way, as the forward needs it: token types padded, multimodal
     positions, and the cache (restored from the prefix cache, or rolled back out of a bidirectional block).
 
     Args:
@@ -103,8 +103,8 @@ def plan_prompt(
         check_cache_matches_model(cache, model.config, batch_size)
     offset = _prompt_offset(model_kwargs, generation_config, batch_size, prompt_length, past_length)
 
-    # 4.2 Token types: derived from the placeholders when the family needs them and the caller left them out.
-    token_types = _prepare_token_types(model, input_ids, model_kwargs, past_length, offset)
+    # 4.2 Token types: the caller's, padded over the cached part or the generated tokens (none: causal, as upstream).
+    token_types = _prepare_token_types(model, input_ids, model_kwargs, offset)
 
     # 4.3 Spans, and which items the prompt refers to.
     spans = shift_spans(find_item_spans(model, input_ids, model_kwargs, token_types), offset)
@@ -208,7 +208,7 @@ def _prompt_offset(
 
 
 def _prepare_token_types(
-    model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], past_length: int, offset: int
+    model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], offset: int
 ) -> torch.Tensor | None:
     facts = model.vision_facts
     batch_size, prompt_length = input_ids.shape
@@ -220,37 +220,12 @@ def _prepare_token_types(
         token_types = torch.nn.functional.pad(token_types, (0, prompt_length - token_types.shape[-1]), value=fill)
         model_kwargs[facts.token_type_key] = token_types
     check_sequence_input(facts.token_type_key, token_types, batch_size, {prompt_length, offset + prompt_length})
-    if facts.bidirectional is None:
+    if facts.bidirectional is None or token_types is None:
+        # Left out, they leave upstream's forward causal everywhere (no bidirectional block): so here too.
         return token_types
-    if token_types is None:
-        token_types = derive_token_types(model, input_ids, past_length - offset if past_length else None)
     if token_types.shape[-1] < offset + prompt_length:
         token_types = torch.nn.functional.pad(token_types, (offset, 0))  # cached part: text
     model_kwargs[facts.token_type_key] = token_types
-    return token_types
-
-
-def derive_token_types(model, input_ids: torch.Tensor, cached: int | None) -> torch.Tensor:
-    """The token types the family's processor would have returned for `input_ids`.
-
-    1 on image placeholders (Gemma3), or an all-0 prefix covering the whole prompt (PaliGemma without a suffix).
-    Continuing from a cache (`cached` of these ids are in it), PaliGemma's new tokens are the generated suffix, as
-    upstream treats them: causal, type 1.
-
-    Args:
-        model: the drop-in model.
-        input_ids (`torch.Tensor`): the prompt.
-        cached (`int`, *optional*): how many of these ids the cache holds; `None` without a cache.
-
-    Returns:
-        `torch.Tensor` shaped like `input_ids`
-    """
-    facts = model.vision_facts
-    if facts.bidirectional == "image":
-        return (input_ids == facts.placeholder_id(model.config)).long()
-    token_types = torch.zeros_like(input_ids)
-    if cached is not None:
-        token_types[:, max(cached, 0) :] = 1
     return token_types
 
 
