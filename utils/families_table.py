@@ -2,7 +2,7 @@
 
 For each model type of `MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES` the table states the transformers class and what
 the registry (`vlmprep.models.registry.FAMILY_SPECS`) says of it: its status, the vlmprep drop-in class it loads and
-its layout, or what stands in the way of one today, and whether `vlmprep.loading.text_only` loads its text decoder
+its layout, or what stands in the way of one today, and whether `vlmprep.text_only` loads its text decoder
 alone. From the tests it reads only what they
 alone know, from `tests/support/registry.py`: the conformance scenarios the test files declare (`@scenario`) and the ones
 each drop-in's case skips, with their reasons (`FAMILY_CASES`).
@@ -132,7 +132,7 @@ def build_table(
         "not written yet), not placeholder-based, or blocked upstream; the last column says what stands in the way "
         "today. *Conformance* counts the scenarios of `tests/scenarios/` "
         "the drop-in runs (see [Conformance scenarios per drop-in](#conformance-scenarios-per-drop-in)); "
-        "*text-only* says whether `vlmprep.loading.text_only` loads the text decoder alone, without reading "
+        "*text-only* says whether `vlmprep.text_only` loads the text decoder alone, without reading "
         "vision weights. *Layout* is how a drop-in's pixel inputs split into items and placeholders (see "
         "[Layouts](#layouts)); all of it is read from `vlmprep.models.registry`.",
         "",

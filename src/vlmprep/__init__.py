@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 # public name -> submodule of `vlmprep` that defines it
 _LAZY_EXPORTS: dict[str, str] = {
-    "AutoModelForCausalLM": ".loading.text_only",
+    "AutoModelForCausalLM": ".text_only",
     "AutoModelForImageTextToText": ".models.auto",
     "EncoderCache": ".cache.encoder_cache",
     "EncoderCacheStats": ".cache.encoder_cache",
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from .cache.encoder_cache import EncoderCache, EncoderCacheStats
     from .cache.prefix_cache import PrefixCache, PrefixCacheStats
     from .generation import VisionFacts, VisionPrepGenerationMixin
-    from .loading.text_only import AutoModelForCausalLM
     from .models.aria import AriaForConditionalGeneration
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration
@@ -96,4 +95,5 @@ if TYPE_CHECKING:
     from .models.video_llava import VideoLlavaForConditionalGeneration
     from .models.vipllava import VipLlavaForConditionalGeneration
     from .registration import register, unregister
+    from .text_only import AutoModelForCausalLM
 # </type-checking-imports>

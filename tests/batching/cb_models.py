@@ -4,8 +4,9 @@ model), small engines and greedy configs, waiting on a manager. Requests and ref
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -96,6 +97,35 @@ class TokensFed:
 
     def remove(self) -> None:
         self._handle.remove()
+
+
+@contextlib.contextmanager
+def one_by_one(ours, max_new_tokens: int, max_batch_tokens: int = 64) -> Iterator[Callable[..., int]]:
+    """An engine of `ours` running one request at a time, and the tokens each request's prompt feeds the decoder.
+
+    Yields `run(reference, request, **kwargs)`: queues `request` (a prompt or a processor output, with `kwargs` for
+    `add_request`), checks its answer against `reference` (the plain transformers class) and returns how many of its
+    prompt tokens were computed (the rest were shared pages); `run.manager` is the engine's manager.
+    """
+    manager = ours.init_continuous_batching(
+        generation_config=greedy(max_new_tokens),
+        continuous_batching_config=engine_config(max_batch_tokens=max_batch_tokens),
+    )
+    fed = TokensFed(ours)
+
+    def run(reference, request, **kwargs) -> int:
+        queued = dict(request) if isinstance(request, Mapping) else request
+        output = wait_for(manager, manager.add_request(queued, **kwargs))
+        assert_matches_reference(reference, request, output, max_new_tokens)
+        return fed.take() - (max_new_tokens - 1)  # the answer tokens after the first are decoded one by one
+
+    run.manager = manager
+    manager.start()
+    try:
+        yield run
+    finally:
+        fed.remove()
+        manager.stop(block=True)
 
 
 def cb_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:

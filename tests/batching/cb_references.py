@@ -18,7 +18,8 @@ def image_run(model) -> list[int]:
     return [model.config.image_token_id] * 16
 
 
-PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "attention_mask")
+# The per-token inputs a reference extends over the answer's tokens.
+ANSWER_EXTENDED_KEYS = ("token_type_ids", "mm_token_type_ids", "attention_mask")
 
 
 def split_request(request) -> tuple[list[int], dict]:
@@ -46,7 +47,7 @@ def reference_logprobs(upstream, request, generated: list[int]) -> torch.Tensor:
     placeholders = {getattr(upstream.config, name, None) for name in ("image_token_id", "video_token_id")}
     cut = next((step for step, token in enumerate(generated) if token in placeholders), len(generated))
     fed = generated[:cut]
-    for key in PER_TOKEN_KEYS:
+    for key in ANSWER_EXTENDED_KEYS:
         if key in inputs:  # the answer is text: type 0, attended
             fill = 1 if key == "attention_mask" else 0
             inputs[key] = torch.nn.functional.pad(torch.as_tensor(inputs[key]), (0, len(fed)), value=fill)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import TokensFed, assert_matches_reference, cb_pair, engine_config, greedy, wait_for
+from cb_models import assert_matches_reference, cb_pair, engine_config, greedy, one_by_one
 from cb_references import reference_logprobs, reference_tokens
 
 from support.references import VIDEO
@@ -111,19 +111,8 @@ def test_video_frame_spacing_travels_with_the_request():
     # video differs from the first's only by its spacing: its pages are not shared (only the 8 text tokens before it)
     upstream, ours = cb_pair("qwen2_5_vl")
     one, four = frame_spacings(upstream)
-    manager = ours.init_continuous_batching(
-        generation_config=greedy(3), continuous_batching_config=engine_config(max_batch_tokens=64)
-    )
-    fed = TokensFed(ours)
-    manager.start()
-    try:
-        for request, expected_fed in ((one, 25), (four, 17), (one, 1)):
-            output = wait_for(manager, manager.add_request(request))
-            assert_matches_reference(upstream, request, output, 3)
-            assert fed.take() - 2 == expected_fed  # the 2 answer tokens after the first are decoded one by one
-    finally:
-        fed.remove()
-        manager.stop(block=True)
+    with one_by_one(ours, max_new_tokens=3) as run:
+        assert [run(upstream, request) for request in (one, four, one)] == [25, 17, 1]
 
 
 def test_paged_generate_passes_the_frame_spacing():

@@ -13,14 +13,13 @@ import pytest
 import torch
 import transformers
 from cb_models import (
-    TokensFed,
     assert_matches_reference,
     cb_pair,
     engine_config,
     greedy,
+    one_by_one,
     pixels,
     reference_tokens,
-    wait_for,
     within,
 )
 from test_families import MAX_NEW_TOKENS, family_requests, generate_batch
@@ -96,19 +95,8 @@ def test_gemma3_shared_prefix_ending_inside_an_image():
     request = FAMILY_CASES["gemma3"].build_inputs(upstream.config, [[15], IMAGE, [17]], [1])
     length, shared = request["input_ids"].shape[-1], 16
     assert (length, _blocks(request)) == (20, [(2, 18)])
-    manager = ours.init_continuous_batching(
-        generation_config=greedy(3), continuous_batching_config=engine_config(max_batch_tokens=64)
-    )
-    fed = TokensFed(ours)
-    manager.start()
-    try:
-        for expected_fed in (length, length - shared):
-            output = wait_for(manager, manager.add_request(request))
-            assert_matches_reference(upstream, request, output, 3)
-            assert fed.take() - 2 == expected_fed  # the 2 answer tokens after the first are decoded one by one
-    finally:
-        fed.remove()
-        manager.stop(block=True)
+    with one_by_one(ours, max_new_tokens=3) as run:
+        assert [run(upstream, request), run(upstream, request)] == [length, length - shared]
 
 
 def test_gemma3_images_in_one_block_are_shared_only_together():
@@ -122,20 +110,9 @@ def test_gemma3_images_in_one_block_are_shared_only_together():
     def request(first: int, second: int) -> dict:
         return {"input_ids": torch.tensor([ids]), "token_type_ids": token_types, "pixel_values": pixels(first, second)}
 
-    manager = ours.init_continuous_batching(
-        generation_config=greedy(3), continuous_batching_config=engine_config(max_batch_tokens=64)
-    )
-    fed = TokensFed(ours)
-    manager.start()
-    try:
+    with one_by_one(ours, max_new_tokens=3) as run:
         # The same block again shares its 32 tokens before the last page; another second image shares nothing
-        for seeds, expected_fed in (((1, 2), 36), ((1, 3), 36), ((1, 2), 4)):
-            output = wait_for(manager, manager.add_request(request(*seeds)))
-            assert_matches_reference(upstream, request(*seeds), output, 3)
-            assert fed.take() - 2 == expected_fed
-    finally:
-        fed.remove()
-        manager.stop(block=True)
+        assert [run(upstream, request(*seeds)) for seeds in ((1, 2), (1, 3), (1, 2))] == [36, 36, 4]
 
 
 def test_gemma3_block_longer_than_a_step_fails_alone():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import socket
 import struct
 import subprocess
@@ -15,12 +16,39 @@ import zlib
 from pathlib import Path
 
 import pytest
+import torch
 
 from vlmprep.serving import SERVING_INSTALL_COMMAND, missing_serving_packages
+
+MAX_NEW_TOKENS = 6  # what the served chats ask for, and what the references generate
+QUESTION = "What is in this picture?"
+_SRC = Path(__file__).resolve().parents[2] / "src"
 
 needs_serving = pytest.mark.skipif(
     bool(missing_serving_packages()), reason=f"transformers' serving dependencies: {SERVING_INSTALL_COMMAND}"
 )
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    """The environment of a `vlmprep serve` process: this checkout's package first on the path, one OpenMP thread."""
+    path = os.pathsep.join([str(_SRC), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **extra}
+
+
+def transformers_answer(model, processor, images: list, question: str = QUESTION) -> str:
+    """The plain transformers class's greedy answer to one user turn (the images, then the question), decoded as
+    transformers serve decodes it."""
+    content = [*({"type": "image", "image": image} for image in images), {"type": "text", "text": question}]
+    inputs = processor.apply_chat_template(
+        [{"role": "user", "content": content}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+    )
+    with torch.no_grad():
+        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
+    return processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def free_loopback_port() -> int:

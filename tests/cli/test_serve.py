@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -22,9 +21,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 import transformers
-from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
+from serve_client import (
+    MAX_NEW_TOKENS,
+    QUESTION,
+    data_url,
+    free_loopback_port,
+    needs_serving,
+    server_env,
+    time_left,
+    transformers_answer,
+    wait_until_healthy,
+)
 
 from vlmprep.cli.demo_checkpoint import build_demo_checkpoint, demo_images
 from vlmprep.registration import registered, unregister
@@ -34,9 +42,6 @@ from vlmprep.serving import (
     serve,
 )
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-MAX_NEW_TOKENS = 6
-QUESTION = "What is in this picture?"
 # From the server's start to its last answer: importing torch and transformers' server takes most of it (about 30 s
 # on a busy 2-core machine). Every wait takes what is left of it, so the test never runs much longer.
 SERVER_DEADLINE_S = 60
@@ -63,13 +68,7 @@ def _transformers_answer(checkpoint: Path, image) -> str:
     """The plain transformers class's greedy answer, decoded as transformers serve decodes it."""
     processor = transformers.AutoProcessor.from_pretrained(checkpoint)
     model = transformers.Gemma3ForConditionalGeneration.from_pretrained(checkpoint).eval()
-    messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": QUESTION}]}]
-    inputs = processor.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-    )
-    with torch.no_grad():
-        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
-    return processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    return transformers_answer(model, processor, [image])
 
 
 @needs_serving
@@ -77,12 +76,7 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
     checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
     port = free_loopback_port()
     stats_path = tmp_path / "stats.json"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-        SERVE_STATS_ENV: str(stats_path),
-        "OMP_NUM_THREADS": "1",
-    }
+    env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--device", "cpu"]
     log = tmp_path / "server.log"

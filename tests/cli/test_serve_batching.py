@@ -10,7 +10,6 @@ log must show that the chats ran in continuous batching.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,12 +24,19 @@ import pytest
 import torch
 import transformers
 from PIL import Image
-from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
+from serve_client import (
+    MAX_NEW_TOKENS,
+    data_url,
+    free_loopback_port,
+    needs_serving,
+    server_env,
+    time_left,
+    transformers_answer,
+    wait_until_healthy,
+)
 
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-MAX_NEW_TOKENS = 6
 NUM_CHATS = 16
 QUESTIONS = ("What is in this picture?", "Describe the colors you see.")
 # From the server's start to its last answer; the server's start (imports) takes most of it on a busy 2-core machine.
@@ -101,20 +107,7 @@ def _transformers_answers(checkpoint: Path, images, chats) -> list[str]:
         key = (tuple(indices), question)
         if key in answers:
             continue
-        content = [
-            *({"type": "image", "image": images[index]} for index in indices),
-            {"type": "text", "text": question},
-        ]
-        inputs = processor.apply_chat_template(
-            [{"role": "user", "content": content}],
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=True,
-            return_tensors="pt",
-        )
-        with torch.no_grad():
-            output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
-        answers[key] = processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        answers[key] = transformers_answer(model, processor, [images[index] for index in indices], question)
     return [answers[(tuple(indices), question)] for indices, question in chats]
 
 
@@ -122,11 +115,7 @@ def _transformers_answers(checkpoint: Path, images, chats) -> list[str]:
 def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     checkpoint = build_llava_checkpoint(tmp_path / "checkpoint")
     port = free_loopback_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
+    env = server_env()
     command = [
         *(sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--continuous-batching"),
         *("--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"),

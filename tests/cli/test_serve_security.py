@@ -12,7 +12,6 @@ import base64
 import contextlib
 import http.server
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -26,23 +25,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import transformers
 from PIL import Image
 from serve_client import (
+    MAX_NEW_TOKENS,
+    QUESTION,
     data_url,
     free_loopback_port,
     huge_png_header,
     needs_serving,
+    server_env,
     time_left,
+    transformers_answer,
     wait_until_healthy,
 )
 
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-MAX_NEW_TOKENS = 6
-QUESTION = "What is in this picture?"
 START_DEADLINE_S = 90
 REQUEST_TIMEOUT_S = 60
 HEALTH_LIMIT_S = 1.0
@@ -90,17 +89,7 @@ class Served:
 
     def expected(self, image: Image.Image, question: str = QUESTION) -> str:
         """The plain transformers class's greedy answer, decoded as transformers serve decodes it."""
-        content = [{"type": "image", "image": image}, {"type": "text", "text": question}]
-        inputs = self.processor.apply_chat_template(
-            [{"role": "user", "content": content}],
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=True,
-            return_tensors="pt",
-        )
-        with torch.no_grad():
-            output = self.model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
-        return self.processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        return transformers_answer(self.model, self.processor, [image], question)
 
     def health_seconds(self) -> float:
         started = time.monotonic()
@@ -122,8 +111,7 @@ def _server(work: Path, extra_args: list[str]):
     """A `vlmprep serve` process on a tiny LLaVA, with the plain transformers model beside it for the references."""
     checkpoint = build_llava_checkpoint(work / "checkpoint")
     port = free_loopback_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    env["OMP_NUM_THREADS"] = "1"
+    env = server_env()
     command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--device", "cpu"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info", *extra_args]
     log = work / "server.log"

@@ -20,10 +20,9 @@ from transformers import CONFIG_MAPPING, AutoModelForImageTextToText, LlamaConfi
 from transformers.utils import is_accelerate_available
 
 from support.registry import QWEN_FAMILIES
-from vlmprep.loading import text_only
-from vlmprep.loading.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, load_text_decoder
 from vlmprep.models.text_only_rules import LANGUAGE_MODEL
 from vlmprep.testing import TINY_CONFIG_BUILDERS, tiny_config, tiny_text_config, tiny_vision_config
+from vlmprep.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, decoder, load_text_decoder
 
 FAMILIES = sorted(TEXT_ONLY_FAMILIES)
 # One family per key layout and lm_head arrangement, for the error cases.
@@ -190,7 +189,7 @@ class TextOnlyLoadingTest(unittest.TestCase):
         family = TEXT_ONLY_FAMILIES[model_type]
         recorder, upstream = _RecordingSafeOpen(), _RecordingSafeOpen()
         with (
-            mock.patch.object(text_only, "safe_open", recorder),
+            mock.patch.object(decoder, "safe_open", recorder),
             mock.patch.object(transformers.modeling_utils, "safe_open", upstream),
         ):
             AutoModelForCausalLM.from_pretrained(checkpoint.single_dir)
@@ -214,7 +213,7 @@ class TextOnlyLoadingTest(unittest.TestCase):
         self.assertTrue(vision_only_shards, "the test needs at least one shard without decoder tensors")
 
         recorder = _RecordingSafeOpen()
-        with mock.patch.object(text_only, "safe_open", recorder):
+        with mock.patch.object(decoder, "safe_open", recorder):
             model = AutoModelForCausalLM.from_pretrained(checkpoint.sharded_dir)
         self.assertEqual(sorted(recorder.opened), sorted(decoder_shards))  # each decoder shard once, no other
         self.assertEqual(sorted(recorder.read), sorted(decoder_keys))
@@ -357,6 +356,6 @@ class QwenVLDecoderConfigTest(unittest.TestCase):
     def test_published_mrope_config_becomes_1d_rope(self, _, config_class, decoder_type):
         # Published Qwen-VL configs state `rope_scaling: {"type": "mrope", "mrope_section": [...]}`.
         text_config = {"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "rope_theta": 1e6}
-        decoder_config = text_only.text_decoder_config(config_class(text_config=text_config))
+        decoder_config = decoder.text_decoder_config(config_class(text_config=text_config))
         self.assertEqual(decoder_config.model_type, decoder_type)
         self.assertEqual(decoder_config.rope_parameters, {"rope_type": "default", "rope_theta": 1e6})

@@ -97,6 +97,32 @@ class ItemBatchingManager(ContinuousBatchingManager):
         Raises:
             `ValueError` or `TypeError`: the request cannot run (see `build_item_prompt`); nothing is queued.
         """
+        prompt, kwargs = self._prompt_of(input_ids, kwargs, cache_salt)
+        if prompt.items is None and prompt.error is None:
+            return super().add_request(
+                list(prompt), request_id, max_new_tokens, streaming, record_timestamps, eos_token_id, **kwargs
+            )
+        if not self.is_tp_driver:
+            return None
+        refusal = self.background_thread_status.can_accept_new_requests()
+        if refusal is not None:
+            logger.warning(f"{refusal} A request with images was dropped.")
+            return None
+        state = self._item_state(
+            prompt, request_id, max_new_tokens, streaming, record_timestamps, eos_token_id, kwargs
+        )
+        if prompt.error is not None:
+            # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
+            self._fail(state, ValueError(prompt.error))
+            return state.request_id
+        # Not upstream's queue yet: its loop drains that queue at any time, and would schedule a request whose images
+        # are not encoded. The loop thread moves it there once encoded (`_admit_queued_requests`).
+        self._requests_to_admit.put(state, block=True, timeout=10)
+        self._wake_up_loop.set()
+        return state.request_id
+
+    def _prompt_of(self, input_ids: Any, kwargs: dict[str, Any], cache_salt: str | None) -> tuple[ItemPrompt, dict]:
+        # The request's prompt (checked, its items hashed), and the kwargs left for upstream's logits processors.
         if isinstance(input_ids, Mapping):
             input_ids, inputs = split_request(input_ids)
             kwargs = {**inputs, **kwargs}
@@ -110,24 +136,25 @@ class ItemBatchingManager(ContinuousBatchingManager):
                 f"logits-processor kwargs ({sorted(self.logit_processor.supported_keys)}). Check the names."
             )
         if isinstance(input_ids, ItemPrompt):
-            prompt = input_ids
-        else:
-            prompt = build_item_prompt(self.model, input_ids, request_inputs, cache_salt)
-        if prompt.items is None and prompt.error is None:
-            return super().add_request(
-                list(prompt), request_id, max_new_tokens, streaming, record_timestamps, eos_token_id, **kwargs
-            )
-        if not self.is_tp_driver:
-            return None
-        refusal = self.background_thread_status.can_accept_new_requests()
-        if refusal is not None:
-            logger.warning(f"{refusal} A request with images was dropped.")
-            return None
+            return input_ids, kwargs
+        return build_item_prompt(self.model, input_ids, request_inputs, cache_salt), kwargs
+
+    def _item_state(
+        self,
+        prompt: ItemPrompt,
+        request_id: str | None,
+        max_new_tokens: int | None,
+        streaming: bool,
+        record_timestamps: bool,
+        eos_token_id: int | list[int] | None,
+        logit_processor_kwargs: dict[str, Any],
+    ) -> ItemRequestState:
+        # The request's state as upstream's `add_request` builds it, carrying the request's items.
         if request_id is None:
             with self._request_lock:
                 request_id = f"req_{self._request_counter}"
                 self._request_counter += 1
-        state = ItemRequestState(
+        return ItemRequestState(
             request_id=request_id,
             initial_tokens=list(prompt),
             num_children=self.num_return_sequences - 1,
@@ -135,18 +162,9 @@ class ItemBatchingManager(ContinuousBatchingManager):
             max_new_tokens=self.generation_config.max_new_tokens if max_new_tokens is None else max_new_tokens,
             eos_token_id=self.generation_config.eos_token_id if eos_token_id is None else eos_token_id,
             streaming=streaming,
-            logit_processor_kwargs=kwargs,
+            logit_processor_kwargs=logit_processor_kwargs,
             items=prompt.items,
         )
-        if prompt.error is not None:
-            # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
-            self._fail(state, ValueError(prompt.error))
-            return request_id
-        # Not upstream's queue yet: its loop drains that queue at any time, and would schedule a request whose images
-        # are not encoded. The loop thread moves it there once encoded (`_admit_queued_requests`).
-        self._requests_to_admit.put(state, block=True, timeout=10)
-        self._wake_up_loop.set()
-        return request_id
 
     # -- The generation loop (background thread) -----------------------------------------------------------------
 

@@ -156,7 +156,7 @@ class ContinuousBatchingMixin:
         check_items_match_spans(self, spans, inputs, past_length=0)
         prompts = []
         for row, ids in enumerate(rows):
-            # The caller's token types, as `generate` uses them: re-derived ones could draw other blocks
+            # Each row keeps the caller's token types, as `generate` uses them (none: causal, as upstream)
             row_inputs = {} if token_types is None else {token_type_key: torch.as_tensor(token_types)[row : row + 1]}
             for modality in self.vision_facts.modalities:
                 items = sorted({s.input_index for s in spans if s.row == row and s.modality == modality.name})

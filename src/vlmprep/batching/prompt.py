@@ -21,7 +21,7 @@ import torch
 from ..cache.hashing import hash_item_inputs
 from ..generation.encoding import ItemEncoder, check_finite_pixels
 from ..generation.hooks import select_items
-from ..generation.plan import bidirectional_blocks, check_items_match_spans, derive_token_types, find_item_spans
+from ..generation.plan import bidirectional_blocks, check_items_match_spans, find_item_spans
 from ..generation.prepared import PreparedItems
 from ..generation.spans import ItemSpan
 from .support import check_batching_support
@@ -293,10 +293,10 @@ def build_item_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: st
 
 
 def _image_blocks(model, prompt: torch.Tensor, token_types: Any) -> tuple[tuple[int, int], ...]:
-    # The blocks `generate` builds: from the caller's token types, or those the processor would have returned
-    if model.vision_facts.bidirectional != "image":
+    # The blocks `generate` builds: from the caller's token types; none without them (causal, as upstream's forward)
+    if model.vision_facts.bidirectional != "image" or token_types is None:
         return ()
-    token_types = derive_token_types(model, prompt, None) if token_types is None else torch.as_tensor(token_types)
+    token_types = torch.as_tensor(token_types)
     if token_types.numel() != prompt.shape[-1]:
         key = model.vision_facts.token_type_key
         raise ValueError(f"A request's `{key}` must have one entry per input id ({prompt.shape[-1]}).")

@@ -1,7 +1,7 @@
 """Side-by-side: text-only loading of a multimodal checkpoint vs transformers' `AutoModelForCausalLM`.
 
 Builds a small Gemma3 checkpoint whose vision tower (SigLIP) and projector hold ~15-20% of the weights, then loads
-it with `vlmprep.loading.text_only.AutoModelForCausalLM` and with `transformers.AutoModelForCausalLM` (which maps
+it with `vlmprep.text_only.AutoModelForCausalLM` and with `transformers.AutoModelForCausalLM` (which maps
 `gemma3` to the whole `Gemma3ForConditionalGeneration`). Each load runs in a fresh subprocess so that its peak
 resident memory belongs to that load alone; memory is reported above the RSS just before the load (after imports).
 `vlmprep.bench.run_bench` runs the same measurement on its own bench checkpoint (workload 6).
@@ -27,7 +27,7 @@ from collections.abc import Callable
 _MEASURE = r"""
 import json, sys, time
 import torch, transformers
-from vlmprep.loading import text_only
+from vlmprep import text_only
 
 def status_mib(field):
     with open("/proc/self/status") as f:

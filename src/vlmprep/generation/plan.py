@@ -79,7 +79,7 @@ def plan_prompt(
 ) -> PromptPlan:
     """Check a call's inputs against its prompt and cache, and plan its prefill.
 
-    `model_kwargs` is completed on the way, as the forward needs it: token types derived or padded, multimodal
+    `model_kwargs` is completed on the way, as the forward needs it: token types padded, multimodal
     positions, and the cache (restored from the prefix cache, or rolled back out of a bidirectional block).
 
     Args:
@@ -94,7 +94,6 @@ def plan_prompt(
     Returns:
         `PromptPlan`
     """
-    facts = model.vision_facts
     batch_size, prompt_length = input_ids.shape
 
     # 4.1 The cache: what it holds, and that it can belong to this model and this prompt.
@@ -104,8 +103,8 @@ def plan_prompt(
         check_cache_matches_model(cache, model.config, batch_size, model.cached_key_shape())
     offset = _prompt_offset(model_kwargs, generation_config, batch_size, prompt_length, past_length)
 
-    # 4.2 Token types: derived from the placeholders when the family needs them and the caller left them out.
-    token_types = _prepare_token_types(model, input_ids, model_kwargs, past_length, offset)
+    # 4.2 Token types: the caller's, padded over the cached part or the generated tokens (none: causal, as upstream).
+    token_types = _prepare_token_types(model, input_ids, model_kwargs, offset)
 
     # 4.3 Spans, and which items the prompt refers to.
     spans = shift_spans(find_item_spans(model, input_ids, model_kwargs, token_types), offset)
@@ -116,6 +115,30 @@ def plan_prompt(
     check_items_match_spans(model, spans, model_kwargs, past_length, set(given[0]))
     if given[0]:
         prefix_request = None  # features without pixels have no content hash to key a stored prefix by
+    _set_multimodal_positions(model, input_ids, model_kwargs, offset)
+
+    blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask"))
+    plan = PromptPlan(offset, prompt_length, spans, blocks, merge_blocks(blocks), past_length, encoder, given)
+
+    # 4.4 A prefix-cache hit becomes the cache (when the caller passed none), with its exact resume point;
+    # 4.5 otherwise the caller's cache: resume never strictly inside a bidirectional block.
+    if prefix_request is not None and cache is not None:
+        logger.warning_once(
+            "The prefix cache is not used when a `cache` is passed: the call resumes from that cache as it is."
+        )
+    if prefix_request is not None and cache is None and prefix_request.applies(model, generation_config, batch_size):
+        plan.item_hashes = encoder.hashes(sorted({span.item_index for span in spans}))
+        model_kwargs["cache"], plan.resume_point = prefix_request.restore(
+            model, input_ids, model_kwargs, plan, salt, generation_config
+        )
+    else:
+        plan.resume_point = _resume_in_callers_cache(cache, past_length, offset, plan.intervals)
+    return plan
+
+
+def _set_multimodal_positions(model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], offset: int) -> None:
+    # The family's multimodal positions of the whole prompt, as `position_ids` (none for a decoder that ignores them).
+    prompt_length = input_ids.shape[1]
     position_ids = model.vision_position_ids(input_ids, model_kwargs)
     if position_ids is not None:
         if position_ids.shape[-1] != offset + prompt_length:
@@ -125,27 +148,14 @@ def plan_prompt(
                 "as `input_ids` (with its pixel inputs and token types) together with the cache."
             )
         model_kwargs["position_ids"] = position_ids
-    if facts.positions_from_cache_length:
+    if model.vision_facts.positions_from_cache_length:
         # The decoder ignores them (its positions count padding): keys must not take them for the real ones
         model_kwargs.pop("position_ids", None)
 
-    blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask"))
-    plan = PromptPlan(offset, prompt_length, spans, blocks, merge_blocks(blocks), past_length, encoder, given)
 
-    # 4.4 A prefix-cache hit becomes the cache (when the caller passed none), with its exact resume point.
-    if prefix_request is not None and cache is not None:
-        logger.warning_once(
-            "The prefix cache is not used when a `cache` is passed: the call resumes from that cache as it is."
-        )
-    elif prefix_request is not None and prefix_request.applies(model, generation_config, batch_size):
-        plan.item_hashes = encoder.hashes(sorted({span.item_index for span in spans}))
-        model_kwargs["cache"], plan.resume_point = prefix_request.restore(
-            model, input_ids, model_kwargs, plan, salt, generation_config
-        )
-        return plan
-
-    # 4.5 Otherwise the caller's cache: resume never strictly inside a bidirectional block.
-    resume_point = resolve_resume_point(past_length, plan.intervals)
+def _resume_in_callers_cache(cache, past_length: int, offset: int, intervals) -> int:
+    # Where prefill resumes on the caller's cache: at its end, or rolled back to the start of the block it cuts.
+    resume_point = resolve_resume_point(past_length, intervals)
     if resume_point < offset:
         raise ValueError(
             f"The cache ends at position {past_length}, inside a bidirectional block that starts at "
@@ -154,8 +164,7 @@ def plan_prompt(
         )
     if resume_point < past_length:
         resume_point = roll_back_cache(cache, past_length, resume_point)
-    plan.resume_point = resume_point
-    return plan
+    return resume_point
 
 
 def _check_assistant_has_every_item(spans: list[ItemSpan], past_length: int, given: set[int], main_resume: int):
@@ -199,7 +208,7 @@ def _prompt_offset(
 
 
 def _prepare_token_types(
-    model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], past_length: int, offset: int
+    model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], offset: int
 ) -> torch.Tensor | None:
     facts = model.vision_facts
     batch_size, prompt_length = input_ids.shape
@@ -211,40 +220,12 @@ def _prepare_token_types(
         token_types = torch.nn.functional.pad(token_types, (0, prompt_length - token_types.shape[-1]), value=fill)
         model_kwargs[facts.token_type_key] = token_types
     check_sequence_input(facts.token_type_key, token_types, batch_size, {prompt_length, offset + prompt_length})
-    if facts.bidirectional is None:
+    if facts.bidirectional is None or token_types is None:
+        # Left out, they leave upstream's forward causal everywhere (no bidirectional block): so here too.
         return token_types
-    if token_types is None:
-        token_types = derive_token_types(model, input_ids, past_length - offset if past_length else None)
     if token_types.shape[-1] < offset + prompt_length:
         token_types = torch.nn.functional.pad(token_types, (offset, 0))  # cached part: text
     model_kwargs[facts.token_type_key] = token_types
-    return token_types
-
-
-def derive_token_types(model, input_ids: torch.Tensor, cached: int | None) -> torch.Tensor:
-    """The token types the family's processor would have returned for `input_ids`.
-
-    Per modality placeholders, its `VisionFacts.modality_token_types` value (1 on Gemma3's images), or an all-0 prefix covering the whole prompt (PaliGemma without a suffix).
-    Continuing from a cache (`cached` of these ids are in it), PaliGemma's new tokens are the generated suffix, as
-    upstream treats them: causal, type 1.
-
-    Args:
-        model: the drop-in model.
-        input_ids (`torch.Tensor`): the prompt.
-        cached (`int`, *optional*): how many of these ids the cache holds; `None` without a cache.
-
-    Returns:
-        `torch.Tensor` shaped like `input_ids`
-    """
-    facts = model.vision_facts
-    if facts.bidirectional == "image":
-        token_types = torch.zeros_like(input_ids)
-        for name, value in facts.modality_token_types:
-            token_types[input_ids == facts.modality(name).placeholder_id(model.config)] = value
-        return token_types
-    token_types = torch.zeros_like(input_ids)
-    if cached is not None:
-        token_types[:, max(cached, 0) :] = 1
     return token_types
 
 

@@ -16,7 +16,7 @@ and tiny test config, or what stands in the way of a drop-in today.
   vlmprep does not depend on).
 
 A reason says what stands in the way with transformers as it is now (the lowest supported version's source), not how
-it came to be. Any spec may have a text-only rule (`vlmprep.models.text_only_rules`), which `vlmprep.loading.text_only`
+it came to be. Any spec may have a text-only rule (`vlmprep.models.text_only_rules`), which `vlmprep.text_only`
 applies. `utils/families_table.py` writes the table into docs/families.md and fails when an image-text-to-text model
 type of transformers has no entry; `utils/check_exports.py` checks each drop-in against its module, class and layout.
 

@@ -1,7 +1,7 @@
 """The named text-only rules families pick from: how to take the text decoder out of a multimodal checkpoint.
 
 `vlmprep.models.registry` gives each model type whose decoder loads alone one of these rules;
-`vlmprep.loading.text_only` applies it. Plain data: importing this module imports no model code.
+`vlmprep.text_only` applies it. Plain data: importing this module imports no model code.
 """
 
 from __future__ import annotations

@@ -308,7 +308,7 @@ class AutoModelForCausalLM:
     Example:
 
     ```python
-    >>> from vlmprep.loading.text_only import AutoModelForCausalLM
+    >>> from vlmprep.text_only import AutoModelForCausalLM
     >>> from vlmprep.testing import tiny_gemma3_config
     >>> model = AutoModelForCausalLM.from_config(tiny_gemma3_config())  # or .from_pretrained(path, dtype="auto")
     >>> type(model).__name__
