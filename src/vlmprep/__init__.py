@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from .models.glm4v import Glm4vForConditionalGeneration
     from .models.glm4v_moe import Glm4vMoeForConditionalGeneration
     from .models.glm46v import Glm46VForConditionalGeneration
+    from .models.glm_ocr import GlmOcrForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration

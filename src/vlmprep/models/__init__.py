@@ -29,6 +29,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Glm46VForConditionalGeneration": "glm46v",
     "Glm4vForConditionalGeneration": "glm4v",
     "Glm4vMoeForConditionalGeneration": "glm4v_moe",
+    "GlmOcrForConditionalGeneration": "glm_ocr",
     "GotOcr2ForConditionalGeneration": "got_ocr2",
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
     "Idefics3ForConditionalGeneration": "idefics3",

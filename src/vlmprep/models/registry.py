@@ -149,7 +149,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration", "patch_grid_per_frame"),
         "glm4v_moe": drop_in("glm4v_moe.Glm4vMoeForConditionalGeneration", "patch_grid_per_frame"),
         "glm5_next": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
-        "glm_ocr": candidate(_PATCH_GRID),
+        "glm_ocr": drop_in("glm_ocr.GlmOcrForConditionalGeneration", "patch_grid_per_frame"),
         "glmga": alias("glm46v"),
         "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", "tiles", LANGUAGE_MODEL),
         "granite4_vision": candidate(

@@ -27,7 +27,7 @@ from vlmprep.testing.configs.patch_grid import (
     VISION_START,
 )
 
-GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v")
+GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm_ocr")
 
 
 def image_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:

@@ -157,6 +157,16 @@ def tiny_glm46v_config() -> transformers.Glm46VConfig:
     )
 
 
+def tiny_glm_ocr_config() -> transformers.GlmOcrConfig:
+    """A tiny GLM-OCR config: GLM-4V's tower (here with q/k norms and biased attention), a decoder with multimodal
+    rope.
+
+    Returns:
+        `transformers.GlmOcrConfig`
+    """
+    return transformers.GlmOcrConfig(text_config=_mrope_text(), vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
+
+
 def tiny_exaone4_5_config() -> transformers.Exaone4_5_Config:
     """A tiny EXAONE 4.5 config: Qwen2.5-VL's windowed tower, a decoder with one sliding and one full layer.
 
