@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .models.aya_vision import AyaVisionForConditionalGeneration
     from .models.base import VisionPrepMixin
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
+    from .models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
+    from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration
     from .models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration

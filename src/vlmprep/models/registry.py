@@ -104,7 +104,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "cohere2_vision.Cohere2VisionForConditionalGeneration", "pixel_shuffled_tiles", COHERE2_VISION
         ),
         "cohere_compass": candidate(f"{_PATCH_GRID} (deepstack features as qwen3_vl's: `patch_grid_per_frame`)"),
-        "cosmos3_edge": candidate(_PATCH_GRID),
+        "cosmos3_edge": drop_in("cosmos3_edge.Cosmos3EdgeForConditionalGeneration", "patch_grid_per_frame"),
         "cosmos3_omni": blocked_upstream(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
         "deepseek_ocr2": candidate(
             "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
@@ -244,7 +244,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
             "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
         ),
-        "paddleocr_vl": candidate(_PATCH_GRID),
+        "paddleocr_vl": drop_in("paddleocr_vl.PaddleOCRVLForConditionalGeneration", "patch_grid"),
         "paligemma": drop_in("paligemma.PaliGemmaForConditionalGeneration", "fixed_image", LANGUAGE_MODEL),
         "perception_lm": candidate(f"the vision tower is a timm Perception Encoder: {_TIMM}"),
         "pi0": not_placeholder_based(

@@ -1,5 +1,6 @@
-"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`) and GLM-4.6V (`glm46v`): prompts as their
-processors build them, `mm_token_type_ids` 1 for images and 2 for videos.
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`), GLM-4.6V (`glm46v`), GLM-OCR, PaddleOCR-VL
+(images only) and Cosmos3 Edge: prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for
+videos.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
 110-121, text 3..99. Images of one prompt have different grids (sizes), so their placeholder runs differ in length
@@ -23,11 +24,17 @@ from vlmprep.testing.configs.patch_grid import (
     GLM_VIDEO_END,
     GLM_VIDEO_START,
     MERGE_SIZE,
+    PATCH_SIZE,
     VISION_END,
     VISION_START,
 )
 
 GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm_ocr")
+# Video frames as Qwen3-VL's: one run per frame, after the frame's timestamp, between vision start and end.
+PER_FRAME_TYPES = ("qwen3_vl", "qwen3_vl_moe", "cosmos3_edge")
+# Towers that read one frame per patch (the processors' `temporal_patch_size` 1): PaddleOCR-VL's patches are small
+# images for its convolutional embedding, Cosmos3 Edge's flattened rows.
+ONE_FRAME_PATCH_SHAPES = {"paddleocr_vl": (3, PATCH_SIZE, PATCH_SIZE), "cosmos3_edge": (3 * PATCH_SIZE**2,)}
 
 
 def image_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
@@ -48,7 +55,7 @@ def video_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], li
             ids += [GLM_IMAGE_START, *[TINY_IMAGE_TOKEN_ID] * frame_tokens, GLM_IMAGE_END, 90 + index]
             types += [0, *[2] * frame_tokens, 0, 0]
         return [*ids, GLM_VIDEO_END], [*types, 0]
-    if config.model_type.startswith("qwen3_vl"):
+    if config.model_type in PER_FRAME_TYPES:
         ids, types = [], []
         for index in range(t):  # `<{time} seconds>` then the frame
             ids += [90 + index, VISION_START, *[TINY_VIDEO_TOKEN_ID] * frame_tokens, VISION_END]
@@ -70,6 +77,7 @@ def build_qwen_inputs(config, segments: list, image_seeds: list[int]) -> dict:
         image_seeds,
         lambda seed: IMAGE_GRIDS[seed % len(IMAGE_GRIDS)],
         functools.partial(placeholder, config),
+        *[ONE_FRAME_PATCH_SHAPES[config.model_type]] if config.model_type in ONE_FRAME_PATCH_SHAPES else [],
     )
     inputs = {"input_ids": torch.tensor([ids]), "mm_token_type_ids": torch.tensor([types]), **pixel_inputs}
     if video_seeds and config.model_type == "qwen2_5_vl":
@@ -91,7 +99,7 @@ def upstream_beam_skips(model_type: str) -> dict[str, str]:
     }
 
 
-for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", *GLM_TYPES):
+for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "cosmos3_edge", *GLM_TYPES):
     register(
         FamilyCase(
             name,
@@ -107,3 +115,11 @@ for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", *GLM_TYPES):
             skip=upstream_beam_skips(name) if name in GLM_TYPES else {},
         )
     )
+register(
+    FamilyCase(
+        "paddleocr_vl",
+        build_qwen_inputs,
+        per_token_keys=("mm_token_type_ids",),
+        pixel_keys=("pixel_values", "image_grid_thw"),
+    )
+)

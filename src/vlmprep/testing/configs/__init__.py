@@ -45,6 +45,7 @@ from .fixed_size import (
 )
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
+    tiny_cosmos3_edge_config,
     tiny_exaone4_5_config,
     tiny_glm4v_config,
     tiny_glm4v_moe_config,
@@ -53,6 +54,7 @@ from .patch_grid import (
     tiny_hyperclovax_vision_v2_config,
     tiny_lfm3_vl_config,
     tiny_muse_glimmer_config,
+    tiny_paddleocr_vl_config,
     tiny_patch_merger_vision_config,
     tiny_qwen2_5_vl_config,
     tiny_qwen2_vl_config,
@@ -102,6 +104,8 @@ __all__ = [
     "tiny_exaone4_5_config",
     "tiny_gemma3_config",
     "tiny_glm46v_config",
+    "tiny_cosmos3_edge_config",
+    "tiny_paddleocr_vl_config",
     "tiny_glm_ocr_config",
     "tiny_glm4v_config",
     "tiny_glm4v_moe_config",

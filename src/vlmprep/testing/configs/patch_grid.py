@@ -167,6 +167,40 @@ def tiny_glm_ocr_config() -> transformers.GlmOcrConfig:
     return transformers.GlmOcrConfig(text_config=_mrope_text(), vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
 
 
+def _one_frame_tower(**overrides: Any) -> dict[str, Any]:
+    """A SigLIP-like tower reading one frame per 4 px patch, with a learned 4x4 position grid resampled to each
+    image's grid (PaddleOCR-VL, Cosmos3 Edge), merging 2x2 patches."""
+    return tiny_vision_config(
+        num_hidden_layers=2, patch_size=PATCH_SIZE, num_channels=3, spatial_merge_size=MERGE_SIZE, **overrides
+    )
+
+
+def tiny_paddleocr_vl_config() -> transformers.PaddleOCRVLConfig:
+    """A tiny PaddleOCR-VL config: images only, each patch a `(3, 4, 4)` image for a convolutional embedding; a
+    decoder with multimodal rope.
+
+    Returns:
+        `transformers.PaddleOCRVLConfig`
+    """
+    return transformers.PaddleOCRVLConfig(
+        text_config=_mrope_text(), vision_config=_one_frame_tower(), **_QWEN_SPECIAL_TOKENS
+    )
+
+
+def tiny_cosmos3_edge_config() -> transformers.Cosmos3EdgeConfig:
+    """A tiny Cosmos3 Edge config: flattened one-frame patches, a video one run per frame; multimodal rope.
+
+    Returns:
+        `transformers.Cosmos3EdgeConfig`
+    """
+    return transformers.Cosmos3EdgeConfig(
+        text_config=_mrope_text(),
+        vision_config=_one_frame_tower(image_size=None, num_patches=16),
+        projector_hidden_size=32,
+        **_QWEN_SPECIAL_TOKENS,
+    )
+
+
 def tiny_exaone4_5_config() -> transformers.Exaone4_5_Config:
     """A tiny EXAONE 4.5 config: Qwen2.5-VL's windowed tower, a decoder with one sliding and one full layer.
 
