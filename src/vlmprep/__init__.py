@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
+    from .models.kimi_k25 import Kimi_K25ForConditionalGeneration
     from .models.lfm2_vl import Lfm2VlForConditionalGeneration
     from .models.lfm3_vl import Lfm3VlForConditionalGeneration
     from .models.lighton_ocr import LightOnOcrForConditionalGeneration

@@ -24,6 +24,7 @@ from support.references import (
     reference_next_logits,
 )
 from support.registry import GLM_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
+from vlmprep.generation.validation import cached_key_shape
 from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
@@ -41,10 +42,6 @@ def _filled_cache(num_layers: int, heads: int, head_dim: int, length: int, batch
 
 def _text_config(model):
     return model.config.get_text_config(decoder=True)
-
-
-def _head_dim(config) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def _pixel_inputs(prompt: Prompt) -> dict:
@@ -82,19 +79,20 @@ def _case_placeholders_without_pixels(model, prompt):
 
 def _case_cache_longer_than_prompt(model, prompt):
     config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads, _head_dim(config), prompt.length + 2)
+    cache = _filled_cache(config.num_hidden_layers, *cached_key_shape(config), prompt.length + 2)
     return {**prompt.inputs(), "cache": cache}, "the cache already holds"
 
 
 def _case_cache_from_other_layer_count(model, prompt):
     config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers + 1, config.num_key_value_heads, _head_dim(config), 3)
+    cache = _filled_cache(config.num_hidden_layers + 1, *cached_key_shape(config), 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 
 def _case_cache_from_other_head_shape(model, prompt):
     config = _text_config(model)
-    cache = _filled_cache(config.num_hidden_layers, config.num_key_value_heads + 1, _head_dim(config) * 2, 3)
+    heads, head_dim = cached_key_shape(config)
+    cache = _filled_cache(config.num_hidden_layers, heads + 1, head_dim * 2, 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 

@@ -55,6 +55,12 @@ def check_batching_support(model, with_items: bool = True) -> None:
             f"{name}'s decoder has {other_layers} layers, which transformers' paged cache does not hold (it keeps "
             "attention layers only), also for text. Use `generate` for this model."
         )
+    if getattr(model.config.get_text_config(), "kv_lora_rank", None):
+        raise ValueError(
+            f"{name}'s decoder uses latent attention (it caches one compressed `kv_lora_rank` head per token), which "
+            "transformers' paged cache does not hold (it keeps `num_key_value_heads` heads of `head_dim`), also for "
+            "text. Use `generate` for this model."
+        )
     # PaliGemma's prefix (image and prompt text) is bidirectional in every prompt, images or not. Gemma3's image
     # blocks are run exactly (`vlmprep.batching.blocks`), the checks that need the engine happen at admission.
     if facts.bidirectional == "prefix":

@@ -35,6 +35,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
     "Idefics3ForConditionalGeneration": "idefics3",
     "InternVLForConditionalGeneration": "internvl",
+    "Kimi_K25ForConditionalGeneration": "kimi_k25",
     "Lfm2VlForConditionalGeneration": "lfm2_vl",
     "Lfm3VlForConditionalGeneration": "lfm3_vl",
     "LightOnOcrForConditionalGeneration": "lighton_ocr",

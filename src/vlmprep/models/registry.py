@@ -187,7 +187,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "janus": candidate(
             "fixed `num_image_tokens` between start/end tokens; its `generate` delegates text mode to transformers'"
         ),
-        "kimi_k25": candidate("flattened patches + `image_grid_thw`, 1D positions"),
+        "kimi_k25": drop_in("kimi_k25.Kimi_K25ForConditionalGeneration", "patch_grid_text_positions"),
         "kosmos-2": not_placeholder_based(
             "own `generate`: image features are placed by `image_embeds_position_mask`, not `mm_encoder_outputs`"
         ),

@@ -201,6 +201,45 @@ def tiny_cosmos3_edge_config() -> transformers.Cosmos3EdgeConfig:
     )
 
 
+def tiny_kimi_k25_config() -> transformers.Kimi_K25Config:
+    """A tiny Kimi K2.5 config: a one-layer tower pooling a chunk's frames into one, 2x2 merge kernel; a DeepSeek-V3
+    decoder (latent attention; layer 0 dense, layer 1 routing to 2 of 4 experts plus a shared one).
+
+    Returns:
+        `transformers.Kimi_K25Config`
+    """
+    vision = tiny_vision_config(
+        image_size=None,
+        patch_size=PATCH_SIZE,
+        pos_emb_height=4,
+        pos_emb_width=4,
+        pos_emb_time=4,
+        merge_kernel_size=[MERGE_SIZE, MERGE_SIZE],
+    )
+    text = tiny_text_config(
+        "deepseek_v3",
+        num_key_value_heads=2,  # latent attention expands keys and values to every head
+        kv_lora_rank=16,
+        q_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        moe_intermediate_size=16,
+        first_k_dense_replace=1,
+        n_group=1,
+        topk_group=1,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return transformers.Kimi_K25Config(
+        text_config=text, vision_config=vision, projection_hidden_size=32, **_QWEN_SPECIAL_TOKENS
+    )
+
+
 def tiny_exaone4_5_config() -> transformers.Exaone4_5_Config:
     """A tiny EXAONE 4.5 config: Qwen2.5-VL's windowed tower, a decoder with one sliding and one full layer.
 
