@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .models.aya_vision import AyaVisionForConditionalGeneration
     from .models.base import VisionPrepMixin
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
+    from .models.cohere_compass import CohereCompassForConditionalGeneration
     from .models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration

@@ -22,6 +22,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "AriaForConditionalGeneration": "aria",
     "AyaVisionForConditionalGeneration": "aya_vision",
     "Cohere2VisionForConditionalGeneration": "cohere2_vision",
+    "CohereCompassForConditionalGeneration": "cohere_compass",
     "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",
     "DeepseekVLForConditionalGeneration": "deepseek_vl",
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",

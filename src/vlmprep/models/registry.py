@@ -103,7 +103,9 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "cohere2_vision": drop_in(
             "cohere2_vision.Cohere2VisionForConditionalGeneration", "pixel_shuffled_tiles", COHERE2_VISION
         ),
-        "cohere_compass": candidate(f"{_PATCH_GRID} (deepstack features as qwen3_vl's: `patch_grid_per_frame`)"),
+        "cohere_compass": drop_in(
+            "cohere_compass.CohereCompassForConditionalGeneration", "patch_grid_per_frame", LANGUAGE_MODEL
+        ),
         "cosmos3_edge": drop_in("cosmos3_edge.Cosmos3EdgeForConditionalGeneration", "patch_grid_per_frame"),
         "cosmos3_omni": blocked_upstream(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
         "deepseek_ocr2": candidate(

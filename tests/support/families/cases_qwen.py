@@ -1,5 +1,5 @@
 """Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`), GLM-4.6V (`glm46v`), GLM-OCR, PaddleOCR-VL
-(images only) and Cosmos3 Edge: prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for
+(images only), Cosmos3 Edge and Cohere Compass: prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for
 videos.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
@@ -31,7 +31,7 @@ from vlmprep.testing.configs.patch_grid import (
 
 GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm_ocr")
 # Video frames as Qwen3-VL's: one run per frame, after the frame's timestamp, between vision start and end.
-PER_FRAME_TYPES = ("qwen3_vl", "qwen3_vl_moe", "cosmos3_edge")
+PER_FRAME_TYPES = ("qwen3_vl", "qwen3_vl_moe", "cosmos3_edge", "cohere_compass")
 # Towers that read one frame per patch (the processors' `temporal_patch_size` 1): PaddleOCR-VL's patches are small
 # images for its convolutional embedding, Cosmos3 Edge's flattened rows.
 ONE_FRAME_PATCH_SHAPES = {"paddleocr_vl": (3, PATCH_SIZE, PATCH_SIZE), "cosmos3_edge": (3 * PATCH_SIZE**2,)}
@@ -99,7 +99,7 @@ def upstream_beam_skips(model_type: str) -> dict[str, str]:
     }
 
 
-for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "cosmos3_edge", *GLM_TYPES):
+for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "cosmos3_edge", "cohere_compass", *GLM_TYPES):
     register(
         FamilyCase(
             name,

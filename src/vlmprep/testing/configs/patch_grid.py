@@ -118,6 +118,31 @@ def tiny_qwen3_vl_moe_config() -> transformers.Qwen3VLMoeConfig:
     )
 
 
+def tiny_cohere_compass_config() -> transformers.CohereCompassConfig:
+    """A tiny Cohere Compass config: Qwen3-VL's tower (deepstack from vision layer 0); a decoder of one sliding-window
+    layer (a window of 6 tokens, interleaved multimodal rope) and one full-attention layer without rope (NoPE), its
+    logits scaled.
+
+    Returns:
+        `transformers.CohereCompassConfig`
+    """
+    rope = {**tiny_qwen3_vl_config().text_config.rope_parameters, "rope_type": "default", "rope_theta": 10000.0}
+    text = tiny_text_config(
+        None,
+        head_dim=16,
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": rope, "full_attention": None},
+        max_position_embeddings=1024,
+        logit_scale=0.5,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=1,
+    )
+    vision = _two_layer_tower(num_position_embeddings=16, deepstack_visual_indexes=[0])
+    return transformers.CohereCompassConfig(text_config=text, vision_config=vision, **_QWEN_SPECIAL_TOKENS)
+
+
 def _glm_tower() -> dict[str, Any]:
     return _two_layer_tower(image_size=16)
 
