@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from .models.glm_ocr import GlmOcrForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
+    from .models.idefics2 import Idefics2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
     from .models.kimi_k25 import Kimi_K25ForConditionalGeneration

@@ -34,6 +34,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "GlmOcrForConditionalGeneration": "glm_ocr",
     "GotOcr2ForConditionalGeneration": "got_ocr2",
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
+    "Idefics2ForConditionalGeneration": "idefics2",
     "Idefics3ForConditionalGeneration": "idefics3",
     "InternVLForConditionalGeneration": "internvl",
     "Kimi_K25ForConditionalGeneration": "kimi_k25",

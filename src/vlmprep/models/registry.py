@@ -170,9 +170,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "idefics": not_placeholder_based(
             "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens"
         ),
-        "idefics2": candidate(
-            "each crop is one 64-token perceiver run between `<fake_token_around_image>` tokens", TEXT_MODEL
-        ),
+        "idefics2": drop_in("idefics2.Idefics2ForConditionalGeneration", "sub_images", TEXT_MODEL),
         "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", "sub_images", TEXT_MODEL),
         "inkling2": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
         "inkling2_loop": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
