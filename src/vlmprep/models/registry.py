@@ -162,8 +162,15 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image, as idefics3's "
             "sub-images), with deepstack features: not written yet"
         ),
-        "hunyuan_vl": candidate(_PATCH_GRID),
-        "hy_v4_vl": candidate(f"{_PATCH_GRID}; indexed-attention decoder"),
+        "hunyuan_vl": candidate(
+            "flattened patches + `image_grid_thw`, but an image's run also takes features at its row separators and "
+            "its start/end tokens (`h * (w + 1) + 2`), and its rope has `len(mrope_section)` axes whose image axis "
+            "numbers images across the whole batch: a layout of its own; not written yet"
+        ),
+        "hy_v4_vl": candidate(
+            f"{_PATCH_GRID}; its latent-attention decoder's indexer keeps its own keys in the cache "
+            "(`update_indexer`), which the prefix store and the KV restore would have to hold; not written yet"
+        ),
         "hyperclovax_vision_v2": drop_in(
             "hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration", "patch_grid_text_positions"
         ),
@@ -221,12 +228,16 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "minicpmv4_7": candidate(f"an image is several runs (global view, then one per slice); {_MROPE}"),
         "minimax_m3_vl": candidate(
-            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions"
+            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers "
+            "keep a lightning indexer's keys in a cache layer of their own (`MiniMaxM3VLSparseCacheLayer`), which "
+            "the prefix store and the KV restore would have to hold; not written yet"
         ),
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", "pixtral_rows", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
         "mistral_large4": candidate(
-            "Pixtral rows (the `pixtral_rows` layout fits), with an indexed-attention MoE decoder; not written yet"
+            "Pixtral rows (the `pixtral_rows` layout fits), with an indexed-attention MoE decoder whose indexer keeps "
+            "its own keys in the cache (`update_indexer`) and whose layers share KV: the prefix store and the KV "
+            "restore would have to hold both; not written yet"
         ),
         "mllama": not_placeholder_based(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
@@ -291,7 +302,11 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "its own `_prefill` (a reference sliding-window cache that pins the prefill region) is the hook the "
             "vlmprep mixin replaces; the two need merging"
         ),
-        "video_llama_3": candidate("flattened patches + `image_grid_thw` and `image_merge_sizes`, 1D positions"),
+        "video_llama_3": candidate(
+            "flattened patches + `image_grid_thw` with per-item `image_merge_sizes`, 1D positions; a video's runs "
+            "(one per frame) have the lengths of its `video_compression_mask`, which the model applies to the whole "
+            "call's video features, so the drop-in would have to apply it per video in preparation; not written yet"
+        ),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
         "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
         "vision-encoder-decoder": not_placeholder_based(
