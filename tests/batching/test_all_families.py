@@ -17,6 +17,7 @@ REFUSED = {
     "lfm2_vl": "paged cache does not hold",
     "lfm3_vl": "paged cache does not hold",
     "kimi_k25": "latent attention",
+    "ernie4_5_vl_moe": "moe_mm_token_type_ids",
 }
 # A step holds a bidirectional image block whole: Gemma3's 16-token images need a budget of at least 16 (20 still
 # splits its prompts, and moves cuts that fall inside images back to the image start).

@@ -26,6 +26,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",
     "DeepseekVLForConditionalGeneration": "deepseek_vl",
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
+    "Ernie4_5_VLMoeForConditionalGeneration": "ernie4_5_vl_moe",
     "Exaone4_5_ForConditionalGeneration": "exaone4_5",
     "Gemma3ForConditionalGeneration": "gemma3",
     "Glm46VForConditionalGeneration": "glm46v",

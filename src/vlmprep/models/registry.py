@@ -116,9 +116,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "dots3_note": blocked_upstream(_AUDIO_IN_FORWARD),
         "emu3": candidate("VQ-VAE image tokens, `height * (width + 1)` placeholders per image from `image_sizes`"),
-        "ernie4_5_vl_moe": candidate(
-            f"{_PATCH_GRID}; its `moe_mm_token_type_ids` (modality-routed MoE) are already part of the prefix keys"
-        ),
+        "ernie4_5_vl_moe": drop_in("ernie4_5_vl_moe.Ernie4_5_VLMoeForConditionalGeneration"),
         "evolla": not_placeholder_based(
             "protein-text model: a SaProt protein encoder feeds the decoder through cross-attention; no placeholders"
         ),

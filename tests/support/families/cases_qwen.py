@@ -1,5 +1,5 @@
 """Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`), GLM-4.6V (`glm46v`), GLM-OCR, PaddleOCR-VL
-(images only), Cosmos3 Edge and Cohere Compass: prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for
+(images only), Cosmos3 Edge, Cohere Compass and ERNIE 4.5 VL MoE (`moe_mm_token_type_ids` too): prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for
 videos.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
@@ -19,6 +19,8 @@ from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
 from vlmprep.models.registry import FAMILY_SPECS
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
 from vlmprep.testing.configs.patch_grid import (
+    ERNIE_VIDEO_END,
+    ERNIE_VIDEO_START,
     GLM_IMAGE_END,
     GLM_IMAGE_START,
     GLM_VIDEO_END,
@@ -34,7 +36,11 @@ GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm_ocr")
 PER_FRAME_TYPES = ("qwen3_vl", "qwen3_vl_moe", "cosmos3_edge", "cohere_compass")
 # Towers that read one frame per patch (the processors' `temporal_patch_size` 1): PaddleOCR-VL's patches are small
 # images for its convolutional embedding, Cosmos3 Edge's flattened rows.
-ONE_FRAME_PATCH_SHAPES = {"paddleocr_vl": (3, PATCH_SIZE, PATCH_SIZE), "cosmos3_edge": (3 * PATCH_SIZE**2,)}
+ONE_FRAME_PATCH_SHAPES = {
+    "paddleocr_vl": (3, PATCH_SIZE, PATCH_SIZE),
+    "cosmos3_edge": (3 * PATCH_SIZE**2,),
+    "ernie4_5_vl_moe": (3 * PATCH_SIZE**2,),
+}
 
 
 def image_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
@@ -61,6 +67,9 @@ def video_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], li
             ids += [90 + index, VISION_START, *[TINY_VIDEO_TOKEN_ID] * frame_tokens, VISION_END]
             types += [0, 0, *[2] * frame_tokens, 0]
         return ids, types
+    if config.model_type == "ernie4_5_vl_moe":  # its resampler also merges pairs of frames
+        run = [TINY_VIDEO_TOKEN_ID] * (merged_tokens(grid) // config.vision_config.temporal_merge_size)
+        return [ERNIE_VIDEO_START, *run, ERNIE_VIDEO_END], [0, *[2] * len(run), 0]
     run = [TINY_VIDEO_TOKEN_ID] * merged_tokens(grid)
     return [VISION_START, *run, VISION_END], [0, *[2] * len(run), 0]
 
@@ -80,9 +89,23 @@ def build_qwen_inputs(config, segments: list, image_seeds: list[int]) -> dict:
         *[ONE_FRAME_PATCH_SHAPES[config.model_type]] if config.model_type in ONE_FRAME_PATCH_SHAPES else [],
     )
     inputs = {"input_ids": torch.tensor([ids]), "mm_token_type_ids": torch.tensor([types]), **pixel_inputs}
+    if config.model_type == "ernie4_5_vl_moe":
+        inputs["moe_mm_token_type_ids"] = ernie_moe_token_types(config, inputs["input_ids"])
     if video_seeds and config.model_type == "qwen2_5_vl":
         inputs["second_per_grid_ts"] = torch.tensor([1.0 + (seed % 2) for seed in video_seeds])
     return inputs
+
+
+def ernie_moe_token_types(config, input_ids: torch.Tensor) -> torch.Tensor:
+    """`Ernie4_5_VLMoeProcessor.create_moe_mm_token_type_ids`: image placeholders and the image start and end tokens
+    1, video ones 2 (the decoder routes them to its vision experts), text 0."""
+    types = torch.zeros_like(input_ids)
+    for value, ids in (
+        (1, (config.image_token_id, config.image_start_token_id, config.image_end_token_id)),
+        (2, (config.video_token_id, config.video_start_token_id, config.video_end_token_id)),
+    ):
+        types[torch.isin(input_ids, torch.tensor(ids))] = value
+    return types
 
 
 def upstream_beam_skips(model_type: str) -> dict[str, str]:
@@ -115,6 +138,14 @@ for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "cosmos3_edge
             skip=upstream_beam_skips(name) if name in GLM_TYPES else {},
         )
     )
+register(
+    FamilyCase(
+        "ernie4_5_vl_moe",
+        build_qwen_inputs,
+        per_token_keys=("mm_token_type_ids", "moe_mm_token_type_ids"),
+        pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
+    )
+)
 register(
     FamilyCase(
         "paddleocr_vl",

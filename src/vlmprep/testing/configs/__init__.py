@@ -48,6 +48,7 @@ from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_cohere_compass_config,
     tiny_cosmos3_edge_config,
+    tiny_ernie4_5_vl_moe_config,
     tiny_exaone4_5_config,
     tiny_glm4v_config,
     tiny_glm4v_moe_config,
@@ -107,6 +108,7 @@ __all__ = [
     "tiny_exaone4_5_config",
     "tiny_gemma3_config",
     "tiny_glm46v_config",
+    "tiny_ernie4_5_vl_moe_config",
     "tiny_cohere_compass_config",
     "tiny_kimi_k25_config",
     "tiny_cosmos3_edge_config",

@@ -19,6 +19,8 @@ MERGE_SIZE = 2
 # Vision start and end tokens around a run (Qwen-VL, LFM3-VL); GLM-4V's image and video start and end tokens.
 VISION_START, VISION_END = 110, 111
 GLM_IMAGE_START, GLM_IMAGE_END, GLM_VIDEO_START, GLM_VIDEO_END = 112, 113, 114, 115
+# ERNIE 4.5 VL's video start and end tokens (its images take the vision start and end tokens).
+ERNIE_VIDEO_START, ERNIE_VIDEO_END = 112, 113
 
 _PLACEHOLDER_TOKENS = {"image_token_id": TINY_IMAGE_TOKEN_ID, "video_token_id": TINY_VIDEO_TOKEN_ID}
 _QWEN_SPECIAL_TOKENS = {
@@ -262,6 +264,42 @@ def tiny_kimi_k25_config() -> transformers.Kimi_K25Config:
     )
     return transformers.Kimi_K25Config(
         text_config=text, vision_config=vision, projection_hidden_size=32, **_QWEN_SPECIAL_TOKENS
+    )
+
+
+def tiny_ernie4_5_vl_moe_config() -> transformers.Ernie4_5_VLMoeConfig:
+    """A tiny ERNIE 4.5 VL MoE config: a one-layer tower of one-frame patches whose resampler merges 2x2 patches and
+    pairs of video frames; layer 0 dense, layer 1 routing to 2 of 4 experts (text and vision tokens apart) plus a
+    shared one; multimodal rope (height and width sections equal, as its rotary embedding interleaves them).
+
+    Returns:
+        `transformers.Ernie4_5_VLMoeConfig`
+    """
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2]}
+    text = tiny_text_config(
+        None,
+        head_dim=16,
+        rope_parameters=rope,
+        moe_intermediate_size=[16, 16],
+        moe_k=2,
+        moe_num_experts=4,
+        moe_num_shared_experts=1,
+        mlp_layer_types=["dense", "sparse"],
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    vision = tiny_patch_merger_vision_config(intermediate_size=64, temporal_merge_size=2)
+    del vision["temporal_patch_size"]
+    return transformers.Ernie4_5_VLMoeConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        video_token_id=TINY_VIDEO_TOKEN_ID,
+        image_start_token_id=VISION_START,
+        image_end_token_id=VISION_END,
+        video_start_token_id=ERNIE_VIDEO_START,
+        video_end_token_id=ERNIE_VIDEO_END,
     )
 
 
