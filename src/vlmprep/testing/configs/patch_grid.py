@@ -247,6 +247,8 @@ def tiny_kimi_k25_config() -> transformers.Kimi_K25Config:
         "deepseek_v3",
         num_key_value_heads=2,  # latent attention expands keys and values to every head
         kv_lora_rank=16,
+        # With `q_lora_rank=None` (a plain `q_proj`), transformers 5.24 cannot load the model it saved: Kimi's weight
+        # conversion permutes that `q_proj` as a vision projection ("shape '[2, 2, 2, 32]' is invalid").
         q_lora_rank=16,
         qk_rope_head_dim=8,
         qk_nope_head_dim=8,
