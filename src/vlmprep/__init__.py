@@ -59,8 +59,11 @@ if TYPE_CHECKING:
     from .models.aya_vision import AyaVisionForConditionalGeneration
     from .models.base import VisionPrepMixin
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
+    from .models.cohere_compass import CohereCompassForConditionalGeneration
+    from .models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
+    from .models.ernie4_5_vl_moe import Ernie4_5_VLMoeForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
     from .models.gemma3 import Gemma3ForConditionalGeneration
     from .models.gemma4 import Gemma4ForConditionalGeneration
@@ -68,12 +71,15 @@ if TYPE_CHECKING:
     from .models.glm4v_moe import Glm4vMoeForConditionalGeneration
     from .models.glm5_next import Glm5NextForConditionalGeneration
     from .models.glm46v import Glm46VForConditionalGeneration
+    from .models.glm_ocr import GlmOcrForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
+    from .models.idefics2 import Idefics2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
     from .models.inkling2 import Inkling2ForConditionalGeneration
     from .models.inkling2_loop import Inkling2LoopForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
+    from .models.kimi_k25 import Kimi_K25ForConditionalGeneration
     from .models.lfm2_vl import Lfm2VlForConditionalGeneration
     from .models.lfm3_vl import Lfm3VlForConditionalGeneration
     from .models.lighton_ocr import LightOnOcrForConditionalGeneration
@@ -83,6 +89,7 @@ if TYPE_CHECKING:
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
+    from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration
     from .models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration

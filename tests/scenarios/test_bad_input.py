@@ -24,6 +24,7 @@ from support.references import (
     reference_next_logits,
 )
 from support.registry import GLM_MROPE_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
+from vlmprep.generation.validation import cached_key_shape
 from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
@@ -52,9 +53,7 @@ def _cache_layers(model) -> int:
 def _key_shape(model) -> tuple[int, int]:
     """`(heads, last dimension)` of the keys the model caches: its own statement (GLM-5-Next caches a compressed
     latent), or the text config's key-value heads and head dimension."""
-    config = _text_config(model)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return model.cached_key_shape() or (config.num_key_value_heads, head_dim)
+    return model.cached_key_shape() or cached_key_shape(_text_config(model))
 
 
 def _pixel_inputs(prompt: Prompt) -> dict:

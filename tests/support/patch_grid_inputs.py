@@ -29,8 +29,8 @@ def merged_tokens(grid: tuple[int, int, int]) -> int:
     return t * h * w // MERGE_SIZE**2
 
 
-def patches(rows: int, seed: int) -> torch.Tensor:
-    return torch.randn(rows, PATCH_DIM, generator=torch.Generator().manual_seed(seed))
+def patches(rows: int, seed: int, patch_shape: tuple[int, ...] = (PATCH_DIM,)) -> torch.Tensor:
+    return torch.randn(rows, *patch_shape, generator=torch.Generator().manual_seed(seed))
 
 
 def grid_prompt(
@@ -38,6 +38,7 @@ def grid_prompt(
     image_seeds: list[int],
     image_grid: Callable[[int], tuple[int, int, int]],
     placeholder: Callable[[str, tuple[int, int, int]], tuple[list[int], list[int]]],
+    patch_shape: tuple[int, ...] = (PATCH_DIM,),
 ) -> tuple[list[int], list[int], dict[str, torch.Tensor], list[int]]:
     """A prompt's ids and token types (0 text, 1 image, 2 video), its pixel inputs, and its videos' seeds.
 
@@ -45,6 +46,7 @@ def grid_prompt(
         segments: lists of text ids, `IMAGE` or `VIDEO`; images and videos take the seeds of `image_seeds` in order.
         image_grid: the grid of the image drawn with a seed (a video's is `VIDEO_GRIDS[seed % 2]`).
         placeholder: `(IMAGE or VIDEO, grid) -> (ids, token types)`, as the family's processor writes an item.
+        patch_shape: the shape of one patch row (flattened, by default; PaddleOCR-VL's are `(3, patch, patch)`).
 
     Returns:
         The ids, the token types, `pixel_values`/`image_grid_thw` and `pixel_values_videos`/`video_grid_thw` (where the
@@ -71,7 +73,7 @@ def grid_prompt(
         (("pixel_values_videos", "video_grid_thw"), VIDEO),
     ):
         if items[medium]:
-            rows = [patches(t * h * w, seed) for (t, h, w), seed in items[medium]]
-            pixel_inputs[pixel_key] = torch.cat(rows)  # (total_patches, patch_dim)
+            rows = [patches(t * h * w, seed, patch_shape) for (t, h, w), seed in items[medium]]
+            pixel_inputs[pixel_key] = torch.cat(rows)  # (total_patches, *patch_shape)
             pixel_inputs[grid_key] = torch.tensor([grid for grid, _ in items[medium]])
     return ids, types, pixel_inputs, [seed for _, seed in items[VIDEO]]

@@ -38,7 +38,7 @@ __all__ = [
 # so (as upstream) one forward holds images or a video, never both; LLaVA-OneVision's and LLaVA-NeXT-Video's videos
 # are one placeholder run each. GLM-5-Next writes GLM's prompts, with 1D positions.
 QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"]
-GLM_MROPE_FAMILIES = ["glm4v", "glm4v_moe", "glm46v"]
+GLM_MROPE_FAMILIES = ["glm4v", "glm4v_moe", "glm46v", "glm_ocr"]
 GLM_FAMILIES = [*GLM_MROPE_FAMILIES, "glm5_next"]
 LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video"]
 IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES]  # an image and a video in one prompt

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import transformers
 
 from ..generation.mixin import VisionPrepGenerationMixin
@@ -54,6 +56,18 @@ def check_batching_support(model, with_items: bool = True) -> None:
         raise ValueError(
             f"{name}'s decoder has {other_layers} layers, which transformers' paged cache does not hold (it keeps "
             "attention layers only), also for text. Use `generate` for this model."
+        )
+    if "moe_mm_token_type_ids" in inspect.signature(model.forward).parameters:
+        raise ValueError(
+            f"{name}'s decoder routes placeholder tokens to its vision experts by `moe_mm_token_type_ids`, a per-token "
+            "input the engine does not pass to its steps, so its answers would differ from `generate`'s. Use "
+            "`generate` for this model."
+        )
+    if getattr(model.config.get_text_config(), "kv_lora_rank", None):
+        raise ValueError(
+            f"{name}'s decoder uses latent attention (it caches one compressed `kv_lora_rank` head per token), which "
+            "transformers' paged cache does not hold (it keeps `num_key_value_heads` heads of `head_dim`), also for "
+            "text. Use `generate` for this model."
         )
     # PaliGemma's prefix (image and prompt text) is bidirectional in every prompt, images or not. Gemma3's image
     # blocks are run exactly (`vlmprep.batching.blocks`), the checks that need the engine happen at admission.

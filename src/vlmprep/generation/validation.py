@@ -49,6 +49,23 @@ def check_every_row_attends(attention_mask: torch.Tensor | None, needed_by: str)
         )
 
 
+def cached_key_shape(text_config: PreTrainedConfig) -> tuple[int, int]:
+    """`(heads, head_dim)` of the keys a decoder layer of this config writes to its cache.
+
+    Args:
+        text_config (`PreTrainedConfig`): the decoder's config.
+
+    Returns:
+        `tuple[int, int]`
+    """
+    if getattr(text_config, "kv_lora_rank", None):
+        # Latent attention (DeepSeek-V3 and its kin) caches the compressed KV as one head of `kv_lora_rank` keys
+        return 1, text_config.kv_lora_rank
+    num_kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    return num_kv_heads, head_dim
+
+
 def check_cache_matches_model(
     cache, config: PreTrainedConfig, batch_size: int, key_shape: tuple[int, int] | None = None
 ) -> None:
@@ -73,11 +90,7 @@ def check_cache_matches_model(
             f"The cache has {len(layers)} layers but this model's decoder has {expected_layers}: it was made by "
             "another model. Pass a cache filled by this model, or none."
         )
-    if key_shape is None:
-        num_kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
-        head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
-    else:
-        num_kv_heads, head_dim = key_shape
+    num_kv_heads, head_dim = cached_key_shape(text_config) if key_shape is None else key_shape
     for index, layer in enumerate(layers):
         keys = getattr(layer, "keys", None)
         if not isinstance(keys, torch.Tensor) or keys.ndim != 4 or keys.numel() == 0:

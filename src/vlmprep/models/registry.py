@@ -104,8 +104,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "chameleon": candidate("a VQ-VAE turns each image into `image_seq_length` vocabulary tokens"),
         "cohere2_vision": drop_in("cohere2_vision.Cohere2VisionForConditionalGeneration", COHERE2_VISION),
-        "cohere_compass": candidate(f"{_PATCH_GRID} (deepstack features as qwen3_vl's: `patch_grid_per_frame`)"),
-        "cosmos3_edge": candidate(_PATCH_GRID),
+        "cohere_compass": drop_in("cohere_compass.CohereCompassForConditionalGeneration", LANGUAGE_MODEL),
+        "cosmos3_edge": drop_in("cosmos3_edge.Cosmos3EdgeForConditionalGeneration"),
         "cosmos3_omni": candidate(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
         "deepseek_ocr2": candidate(
             "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
@@ -119,9 +119,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "dots3_note": candidate(_AUDIO_IN_FORWARD),
         "emu3": candidate("VQ-VAE image tokens, `height * (width + 1)` placeholders per image from `image_sizes`"),
-        "ernie4_5_vl_moe": candidate(
-            f"{_PATCH_GRID}; its `moe_mm_token_type_ids` (modality-routed MoE) are already part of the prefix keys"
-        ),
+        "ernie4_5_vl_moe": drop_in("ernie4_5_vl_moe.Ernie4_5_VLMoeForConditionalGeneration"),
         "evolla": not_placeholder_based(
             "protein-text model: a SaProt protein encoder feeds the decoder through cross-attention; no placeholders"
         ),
@@ -147,7 +145,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration"),
         "glm4v_moe": drop_in("glm4v_moe.Glm4vMoeForConditionalGeneration"),
         "glm5_next": drop_in("glm5_next.Glm5NextForConditionalGeneration"),
-        "glm_ocr": candidate(_PATCH_GRID),
+        "glm_ocr": drop_in("glm_ocr.GlmOcrForConditionalGeneration"),
         "glmga": alias("glm46v"),
         "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", LANGUAGE_MODEL),
         "granite4_vision": candidate(
@@ -158,15 +156,20 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image, as idefics3's "
             "sub-images), with deepstack features: not written yet"
         ),
-        "hunyuan_vl": candidate(_PATCH_GRID),
-        "hy_v4_vl": candidate(f"{_PATCH_GRID}; indexed-attention decoder"),
+        "hunyuan_vl": candidate(
+            "flattened patches + `image_grid_thw`, but an image's run also takes features at its row separators and "
+            "its start/end tokens (`h * (w + 1) + 2`), and its rope has `len(mrope_section)` axes whose image axis "
+            "numbers images across the whole batch: a layout of its own; not written yet"
+        ),
+        "hy_v4_vl": candidate(
+            f"{_PATCH_GRID}; its latent-attention decoder's indexer keeps its own keys in the cache "
+            "(`update_indexer`), which the prefix store and the KV restore would have to hold; not written yet"
+        ),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
         "idefics": not_placeholder_based(
             "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens"
         ),
-        "idefics2": candidate(
-            "each crop is one 64-token perceiver run between `<fake_token_around_image>` tokens", TEXT_MODEL
-        ),
+        "idefics2": drop_in("idefics2.Idefics2ForConditionalGeneration", TEXT_MODEL),
         "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", TEXT_MODEL),
         "inkling2": drop_in("inkling2.Inkling2ForConditionalGeneration", INKLING2_DECODER),
         "inkling2_loop": drop_in("inkling2_loop.Inkling2LoopForConditionalGeneration", INKLING2_DECODER),
@@ -183,7 +186,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "janus": candidate(
             "fixed `num_image_tokens` between start/end tokens; its `generate` delegates text mode to transformers'"
         ),
-        "kimi_k25": candidate("flattened patches + `image_grid_thw`, 1D positions"),
+        "kimi_k25": drop_in("kimi_k25.Kimi_K25ForConditionalGeneration"),
         "kosmos-2": not_placeholder_based(
             "own `generate`: image features are placed by `image_embeds_position_mask`, not `mm_encoder_outputs`"
         ),
@@ -213,12 +216,16 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "minicpmv4_7": candidate(f"an image is several runs (global view, then one per slice); {_MROPE}"),
         "minimax_m3_vl": candidate(
-            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions"
+            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers "
+            "keep a lightning indexer's keys in a cache layer of their own (`MiniMaxM3VLSparseCacheLayer`), which "
+            "the prefix store and the KV restore would have to hold; not written yet"
         ),
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
         "mistral_large4": candidate(
-            "Pixtral rows (the `pixtral_rows` layout fits), with an indexed-attention MoE decoder; not written yet"
+            "Pixtral rows (the `pixtral_rows` layout fits), with an indexed-attention MoE decoder whose indexer keeps "
+            "its own keys in the cache (`update_indexer`) and whose layers share KV: the prefix store and the KV "
+            "restore would have to hold both; not written yet"
         ),
         "mllama": not_placeholder_based(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
@@ -234,7 +241,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
             "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
         ),
-        "paddleocr_vl": candidate(_PATCH_GRID),
+        "paddleocr_vl": drop_in("paddleocr_vl.PaddleOCRVLForConditionalGeneration"),
         "paligemma": drop_in("paligemma.PaliGemmaForConditionalGeneration", LANGUAGE_MODEL),
         "perception_lm": candidate(f"the vision tower is a timm Perception Encoder: {_TIMM}"),
         "pi0": not_placeholder_based(
@@ -286,7 +293,11 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "its own `_prefill` (a reference sliding-window cache that pins the prefill region) is the hook the "
             "vlmprep mixin replaces; the two need merging"
         ),
-        "video_llama_3": candidate("flattened patches + `image_grid_thw` and `image_merge_sizes`, 1D positions"),
+        "video_llama_3": candidate(
+            "flattened patches + `image_grid_thw` with per-item `image_merge_sizes`, 1D positions; a video's runs "
+            "(one per frame) have the lengths of its `video_compression_mask`, which the model applies to the whole "
+            "call's video features, so the drop-in would have to apply it per video in preparation; not written yet"
+        ),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vision-encoder-decoder": not_placeholder_based(

@@ -1,4 +1,4 @@
-"""LLaVA-like families with one sub-image per item in `(batch, sub-images, C, H, W)`: Idefics3 and SmolVLM.
+"""LLaVA-like families with one sub-image per item in `(batch, sub-images, C, H, W)`: Idefics3, SmolVLM and Idefics2.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
 Placeholder counts follow each processor's own arithmetic (called on a stand-in where the processor can be imported),
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import collate_padded_patches, prompt_ids, tile_pixels, tiles_of
+from support.llava_like_inputs import collate_padded_patches, pixels, prompt_ids, tile_pixels, tiles_of
 
 # -- Idefics3 and SmolVLM: sub-images in (batch, sub-images, C, H, W) -------------------------------------------------
 
@@ -50,6 +50,46 @@ def build_idefics3_inputs(config, segments: list, image_seeds: list[int]) -> dic
 def collate_sub_images(prompts: list, pad_token_id: int) -> dict:
     """As the processor batches: samples' sub-image stacks padded with all-zero sub-images (masked out)."""
     return collate_padded_patches(prompts, pad_token_id, patch_keys=("pixel_values", "pixel_attention_mask"))
+
+
+# -- Idefics2: one sub-image per image, or five with `do_image_splitting` -----------------------------------------------
+
+
+def idefics2_sub_images(seed: int) -> int:
+    """Five sub-images (four crops, then the whole image) for the seeds `tiles_of` gives several tiles, else one."""
+    return 1 if tiles_of(seed) == 1 else 5
+
+
+def idefics2_image_tokens(config, sub_images: int) -> list[int]:
+    """`Idefics2Processor.__call__`: each sub-image a run of `image_seq_len` (the perceiver's latents) placeholders
+    between `<fake_token_around_image>` tokens, the doubled fake tokens between runs collapsed into one."""
+    run = [config.image_token_id] * config.perceiver_config.resampler_n_latents
+    return [token for _ in range(sub_images) for token in [FAKE_AROUND_IMAGE, *run]] + [FAKE_AROUND_IMAGE]
+
+
+def build_idefics2_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    counts = [idefics2_sub_images(seed) for seed in image_seeds]
+    runs = [idefics2_image_tokens(config, count) for count in counts]
+    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
+    if image_seeds:
+        size = config.vision_config.image_size
+        pixel_values = torch.cat(
+            [pixels((count, 3, size, size), seed) for count, seed in zip(counts, image_seeds, strict=True)]
+        )
+        inputs["pixel_values"] = pixel_values.unsqueeze(0)  # (1, sub-images, C, H, W)
+        inputs["pixel_attention_mask"] = torch.ones(1, pixel_values.shape[0], size, size, dtype=torch.long)
+    return inputs
+
+
+register(
+    FamilyCase(
+        "idefics2",
+        build_idefics2_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "pixel_attention_mask"),
+        collate=collate_sub_images,
+    )
+)
 
 
 # SmolVLM's processor writes images exactly as Idefics3's.

@@ -1,5 +1,7 @@
-"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), Qwen3.5(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`), GLM-4.6V (`glm46v`) and GLM-5-Next
-(`glm5_next`): prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for videos.
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), Qwen3.5(-MoE), GLM-4V, GLM-4.5V (`glm4v_moe`), GLM-4.6V (`glm46v`), GLM-5-Next
+(`glm5_next`), GLM-OCR, PaddleOCR-VL (images only), Cosmos3 Edge, Cohere Compass and ERNIE 4.5 VL MoE
+(`moe_mm_token_type_ids` too): prompts as their processors build them, `mm_token_type_ids` 1 for images and 2 for
+videos.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
 110-121, text 3..99. Images of one prompt have different grids (sizes), so their placeholder runs differ in length
@@ -18,16 +20,28 @@ from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
 from vlmprep.models.registry import FAMILY_SPECS
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
 from vlmprep.testing.configs.patch_grid import (
+    ERNIE_VIDEO_END,
+    ERNIE_VIDEO_START,
     GLM_IMAGE_END,
     GLM_IMAGE_START,
     GLM_VIDEO_END,
     GLM_VIDEO_START,
     MERGE_SIZE,
+    PATCH_SIZE,
     VISION_END,
     VISION_START,
 )
 
-GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm5_next")
+GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm5_next", "glm_ocr")
+# Video frames as Qwen3-VL's: one run per frame, after the frame's timestamp, between vision start and end.
+PER_FRAME_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_edge", "cohere_compass")
+# Towers that read one frame per patch (the processors' `temporal_patch_size` 1): PaddleOCR-VL's patches are small
+# images for its convolutional embedding, Cosmos3 Edge's flattened rows.
+ONE_FRAME_PATCH_SHAPES = {
+    "paddleocr_vl": (3, PATCH_SIZE, PATCH_SIZE),
+    "cosmos3_edge": (3 * PATCH_SIZE**2,),
+    "ernie4_5_vl_moe": (3 * PATCH_SIZE**2,),
+}
 
 
 def image_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
@@ -48,12 +62,15 @@ def video_placeholder(config, grid: tuple[int, int, int]) -> tuple[list[int], li
             ids += [GLM_IMAGE_START, *[TINY_IMAGE_TOKEN_ID] * frame_tokens, GLM_IMAGE_END, 90 + index]
             types += [0, *[2] * frame_tokens, 0, 0]
         return [*ids, GLM_VIDEO_END], [*types, 0]
-    if config.model_type.startswith(("qwen3_vl", "qwen3_5")):
+    if config.model_type in PER_FRAME_TYPES:
         ids, types = [], []
         for index in range(t):  # `<{time} seconds>` then the frame
             ids += [90 + index, VISION_START, *[TINY_VIDEO_TOKEN_ID] * frame_tokens, VISION_END]
             types += [0, 0, *[2] * frame_tokens, 0]
         return ids, types
+    if config.model_type == "ernie4_5_vl_moe":  # its resampler also merges pairs of frames
+        run = [TINY_VIDEO_TOKEN_ID] * (merged_tokens(grid) // config.vision_config.temporal_merge_size)
+        return [ERNIE_VIDEO_START, *run, ERNIE_VIDEO_END], [0, *[2] * len(run), 0]
     run = [TINY_VIDEO_TOKEN_ID] * merged_tokens(grid)
     return [VISION_START, *run, VISION_END], [0, *[2] * len(run), 0]
 
@@ -70,11 +87,26 @@ def build_qwen_inputs(config, segments: list, image_seeds: list[int]) -> dict:
         image_seeds,
         lambda seed: IMAGE_GRIDS[seed % len(IMAGE_GRIDS)],
         functools.partial(placeholder, config),
+        *[ONE_FRAME_PATCH_SHAPES[config.model_type]] if config.model_type in ONE_FRAME_PATCH_SHAPES else [],
     )
     inputs = {"input_ids": torch.tensor([ids]), "mm_token_type_ids": torch.tensor([types]), **pixel_inputs}
+    if config.model_type == "ernie4_5_vl_moe":
+        inputs["moe_mm_token_type_ids"] = ernie_moe_token_types(config, inputs["input_ids"])
     if video_seeds and config.model_type == "qwen2_5_vl":
         inputs["second_per_grid_ts"] = torch.tensor([1.0 + (seed % 2) for seed in video_seeds])
     return inputs
+
+
+def ernie_moe_token_types(config, input_ids: torch.Tensor) -> torch.Tensor:
+    """`Ernie4_5_VLMoeProcessor.create_moe_mm_token_type_ids`: image placeholders and the image start and end tokens
+    1, video ones 2 (the decoder routes them to its vision experts), text 0."""
+    types = torch.zeros_like(input_ids)
+    for value, ids in (
+        (1, (config.image_token_id, config.image_start_token_id, config.image_end_token_id)),
+        (2, (config.video_token_id, config.video_start_token_id, config.video_end_token_id)),
+    ):
+        types[torch.isin(input_ids, torch.tensor(ids))] = value
+    return types
 
 
 def upstream_beam_skips(model_type: str) -> dict[str, str]:
@@ -104,7 +136,17 @@ HYBRID_SKIPS = {
 }
 
 
-for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", *GLM_TYPES):
+for name in (
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "cosmos3_edge",
+    "cohere_compass",
+    *GLM_TYPES,
+):
     register(
         FamilyCase(
             name,
@@ -124,3 +166,19 @@ for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "q
             else {},
         )
     )
+register(
+    FamilyCase(
+        "ernie4_5_vl_moe",
+        build_qwen_inputs,
+        per_token_keys=("mm_token_type_ids", "moe_mm_token_type_ids"),
+        pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
+    )
+)
+register(
+    FamilyCase(
+        "paddleocr_vl",
+        build_qwen_inputs,
+        per_token_keys=("mm_token_type_ids",),
+        pixel_keys=("pixel_values", "image_grid_thw"),
+    )
+)

@@ -1,5 +1,5 @@
-"""Patch-grid families with 1D positions: Muse Glimmer, EXAONE 4.5, HyperCLOVAX-Vision v2 and LFM3-VL, prompts and
-pixel inputs as their processors build them.
+"""Patch-grid families with 1D positions: Muse Glimmer, EXAONE 4.5, HyperCLOVAX-Vision v2, LFM3-VL and Kimi K2.5,
+prompts and pixel inputs as their processors build them.
 
 Images are flattened patches with one `(t, h, w)` grid row per image (`patch_grid_inputs.py`), each image one run of
 `t * h * w / merge_size**2` placeholders between the vision start and end tokens (`<|image_start|>` and
@@ -20,7 +20,7 @@ import torch
 from support.cases import FamilyCase, register
 from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
-from vlmprep.testing.configs.patch_grid import MERGE_SIZE, VISION_END, VISION_START
+from vlmprep.testing.configs.patch_grid import MERGE_SIZE, PATCH_SIZE, VISION_END, VISION_START
 
 VIDEO_START, VIDEO_FRAME_SEPARATOR, VIDEO_END = 112, 113, 114
 
@@ -53,6 +53,37 @@ register(
     FamilyCase(
         "muse_glimmer",
         build_text_positions_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
+    )
+)
+# Kimi K2.5's media markers: an image is `<|media_begin|>image<|media_content|>` + run + `<|media_end|>` (its chat
+# template), a video chunk `HH:MM:SS.mmm<|media_begin|>video<|media_content|>` + run + `<|media_end|>`
+# (`Kimi_K25Processor.replace_video_token`), its run `h * w / 4` placeholders: the tower pools the chunk's frames.
+KIMI_MEDIA_BEGIN, KIMI_MEDIA_CONTENT, KIMI_MEDIA_END = 115, 116, 117
+KIMI_PATCH_SHAPE = (3, PATCH_SIZE, PATCH_SIZE)  # one RGB patch image per row
+
+
+def kimi_placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    _, h, w = grid
+    if medium is IMAGE:
+        head = [KIMI_MEDIA_BEGIN, 40, KIMI_MEDIA_CONTENT]  # 40: the word "image"
+        ids = [*head, *[TINY_IMAGE_TOKEN_ID] * (h * w // MERGE_SIZE**2), KIMI_MEDIA_END]
+    else:
+        head = [90, KIMI_MEDIA_BEGIN, 41, KIMI_MEDIA_CONTENT]  # the chunk's timestamp, then the word "video"
+        ids = [*head, *[TINY_VIDEO_TOKEN_ID] * (h * w // MERGE_SIZE**2), KIMI_MEDIA_END]
+    return ids, [0] * len(ids)
+
+
+def build_kimi_k25_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    ids, _, pixel_inputs, _ = grid_prompt(segments, image_seeds, image_grid, kimi_placeholder, KIMI_PATCH_SHAPE)
+    return {"input_ids": torch.tensor([ids]), **pixel_inputs}
+
+
+register(
+    FamilyCase(
+        "kimi_k25",
+        build_kimi_k25_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
     )

@@ -23,6 +23,7 @@ __all__ = [
     "MM_TOKEN_TYPES",
     "PATCH_GRID_CACHE_POSITIONS_FACTS",
     "PATCH_GRID_FACTS",
+    "PATCH_GRID_IMAGE_ONLY_FACTS",
     "PATCH_GRID_SHARED_PLACEHOLDER_FACTS",
     "PatchGridLayout",
     "PatchGridPerFrameLayout",
@@ -60,6 +61,10 @@ PATCH_GRID_SHARED_PLACEHOLDER_FACTS = VisionFacts(
     ),
 )
 
+# As `PATCH_GRID_FACTS`, for a family whose model takes no videos (PaddleOCR-VL): a `video_token_id` in its config is
+# never read, so no video inputs are accepted.
+PATCH_GRID_IMAGE_ONLY_FACTS = replace(PATCH_GRID_FACTS, other_modalities=())
+
 
 # As `PATCH_GRID_FACTS`, for a family whose `generate` drops `position_ids` and numbers tokens by their place in the
 # cache (EXAONE 4.5, HyperCLOVAX): a token's KV then depends on its row's left padding.
@@ -76,23 +81,33 @@ class PatchGridVisionNames:
     Args:
         merge_size (`str`, *optional*, defaults to `"spatial_merge_size"`):
             side of the square of patches merged into one placeholder.
-        temporal_patch_size (`str`, *optional*, defaults to `"temporal_patch_size"`): frames per patch.
+        temporal_patch_size (`str`, *optional*, defaults to `"temporal_patch_size"`):
+            frames per patch; `None` when the tower reads one frame per patch (PaddleOCR-VL, Cosmos3 Edge).
         channels (`str`, *optional*, defaults to `"in_channels"`):
             channels per pixel; `None` when the tower hard-codes RGB (3) and its config has no such attribute.
+        flat_patches (`bool`, *optional*, defaults to `True`):
+            whether a patch comes as one flattened row (Qwen2-VL) or as a `(channels * frames, patch, patch)` image
+            (PaddleOCR-VL's convolutional patch embedding).
     """
 
     merge_size: str = "spatial_merge_size"
-    temporal_patch_size: str = "temporal_patch_size"
+    temporal_patch_size: str | None = "temporal_patch_size"
     channels: str | None = "in_channels"
+    flat_patches: bool = True
 
     def merge_size_of(self, vision_config: Any) -> int:
         """The merge side of a vision config."""
         return getattr(vision_config, self.merge_size)
 
-    def patch_dim_of(self, vision_config: Any) -> int:
-        """Values per flattened patch row: channels * temporal patch * patch_size**2."""
+    def patch_shape_of(self, vision_config: Any) -> tuple[int, ...]:
+        """The shape of one patch of `pixel_values`: `(channels * temporal patch * patch_size**2,)` flattened, else
+        `(channels * temporal patch, patch_size, patch_size)`."""
         channels = 3 if self.channels is None else getattr(vision_config, self.channels)
-        return channels * getattr(vision_config, self.temporal_patch_size) * vision_config.patch_size**2
+        frames = 1 if self.temporal_patch_size is None else getattr(vision_config, self.temporal_patch_size)
+        patch_size = vision_config.patch_size
+        if self.flat_patches:
+            return (channels * frames * patch_size**2,)
+        return (channels * frames, patch_size, patch_size)
 
 
 class PatchGridLayout(FamilyHooks):
@@ -155,8 +170,9 @@ class PatchGridLayout(FamilyHooks):
         expected = (int(grid.prod(-1).sum()), *self._pixel_row_shape())
         if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
             shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
+            kind = "flattened patches" if self.vision_config_names.flat_patches else "patches"
             raise ValueError(
-                f"`{pixel_key}` has shape {shape} but this model's vision tower takes flattened patches of shape "
+                f"`{pixel_key}` has shape {shape} but this model's vision tower takes {kind} of shape "
                 f"{expected} for the {grid.shape[0]} {modality}(s) of `{grid_key}` (one row per patch of every "
                 f"grid). Preprocess the {modality}s with this model's processor."
             )
@@ -167,8 +183,8 @@ class PatchGridLayout(FamilyHooks):
         return self.vision_config_names.merge_size_of(self.config.vision_config) ** 2
 
     def _pixel_row_shape(self) -> tuple[int, ...]:
-        # One flattened patch per row of the pixel inputs.
-        return (self.vision_config_names.patch_dim_of(self.config.vision_config),)
+        # One patch per row of the pixel inputs (flattened, or as a small image: PaddleOCR-VL)
+        return self.vision_config_names.patch_shape_of(self.config.vision_config)
 
     def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
@@ -185,7 +201,7 @@ class PatchGridLayout(FamilyHooks):
         """
         grid_key, pixel_key = self._grid_and_pixel_keys(modality)
         grid = model_kwargs[grid_key]
-        rows = torch.split(model_kwargs[pixel_key], grid.prod(-1).tolist())  # per item: (t * h * w, patch_dim)
+        rows = torch.split(model_kwargs[pixel_key], grid.prod(-1).tolist())  # per item: (t * h * w, *patch_shape)
         return {pixel_key: torch.cat([rows[index] for index in indices]), grid_key: grid[indices]}
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:

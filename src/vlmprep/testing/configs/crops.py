@@ -78,6 +78,32 @@ def tiny_idefics3_config() -> transformers.Idefics3Config:
     return transformers.Idefics3Config(**_sub_images())
 
 
+def tiny_idefics2_config() -> transformers.Idefics2Config:
+    """A tiny Idefics2 config: 16 px sub-images, each resampled by a one-layer perceiver into 4 latents; a Mistral
+    decoder.
+
+    Returns:
+        `transformers.Idefics2Config`
+    """
+    perceiver = {
+        "hidden_size": 32,
+        "resampler_n_latents": 4,
+        "resampler_depth": 1,
+        "resampler_n_heads": 2,
+        "resampler_head_dim": 16,
+        "num_key_value_heads": 1,
+    }
+    # Upstream draws every latent as ones (identical latents) and the weights at 0.02: through the resampler the
+    # image then moves the logits by ~2e-4; wider weights let each image matter.
+    return transformers.Idefics2Config(
+        text_config=tiny_text_config("mistral"),
+        vision_config=tiny_vision_config(),
+        perceiver_config=perceiver,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        initializer_range=0.2,
+    )
+
+
 def tiny_smolvlm_config() -> transformers.SmolVLMConfig:
     """A tiny SmolVLM config: Idefics3's.
 

@@ -20,15 +20,17 @@ MERGE_SIZE = 2
 # Vision start and end tokens around a run (Qwen-VL, LFM3-VL); GLM-4V's image and video start and end tokens.
 VISION_START, VISION_END = 110, 111
 GLM_IMAGE_START, GLM_IMAGE_END, GLM_VIDEO_START, GLM_VIDEO_END = 112, 113, 114, 115
+# ERNIE 4.5 VL's video start and end tokens (its images take the vision start and end tokens).
+ERNIE_VIDEO_START, ERNIE_VIDEO_END = 112, 113
 
 _PLACEHOLDER_TOKENS = {"image_token_id": TINY_IMAGE_TOKEN_ID, "video_token_id": TINY_VIDEO_TOKEN_ID}
-_QWEN_SPECIAL_TOKENS = {
+QWEN_SPECIAL_TOKENS = {
     **_PLACEHOLDER_TOKENS,
     "vision_start_token_id": VISION_START,
     "vision_end_token_id": VISION_END,
 }
 # GLM's `video_token_id` is never in prompts: its video frames use the image placeholder.
-_GLM_SPECIAL_TOKENS = {
+GLM_SPECIAL_TOKENS = {
     **_PLACEHOLDER_TOKENS,
     "image_start_token_id": GLM_IMAGE_START,
     "image_end_token_id": GLM_IMAGE_END,
@@ -52,16 +54,16 @@ def tiny_patch_merger_vision_config(depth: int = 1, **overrides: Any) -> dict[st
     return {**config, "spatial_merge_size": MERGE_SIZE, "temporal_patch_size": TEMPORAL_PATCH_SIZE, **overrides}
 
 
-def _two_layer_tower(**overrides: Any) -> dict[str, Any]:
+def two_layer_tower(**overrides: Any) -> dict[str, Any]:
     return tiny_patch_merger_vision_config(depth=2, intermediate_size=64, out_hidden_size=32, **overrides)
 
 
 def _windowed_tower(**overrides: Any) -> dict[str, Any]:
     """Qwen2.5-VL's two vision layers: one windowed (a 16 px window: one 2x2 merge window of patches), one full."""
-    return _two_layer_tower(window_size=16, fullatt_block_indexes=[1], **overrides)
+    return two_layer_tower(window_size=16, fullatt_block_indexes=[1], **overrides)
 
 
-def _mrope_text(**overrides: Any) -> dict[str, Any]:
+def mrope_text(**overrides: Any) -> dict[str, Any]:
     # `head_dim` is stated, though Qwen2-VL derives it (hidden_size // heads): the bad-cache cases read it. Its 8
     # rotary frequencies are split over the (t, h, w) position rows.
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
@@ -76,7 +78,7 @@ def tiny_qwen2_vl_config() -> transformers.Qwen2VLConfig:
         `transformers.Qwen2VLConfig`
     """
     vision = tiny_patch_merger_vision_config(embed_dim=32, mlp_ratio=2)
-    return transformers.Qwen2VLConfig(text_config=_mrope_text(), vision_config=vision, **_QWEN_SPECIAL_TOKENS)
+    return transformers.Qwen2VLConfig(text_config=mrope_text(), vision_config=vision, **QWEN_SPECIAL_TOKENS)
 
 
 def tiny_qwen2_5_vl_config() -> transformers.Qwen2_5_VLConfig:
@@ -86,7 +88,7 @@ def tiny_qwen2_5_vl_config() -> transformers.Qwen2_5_VLConfig:
         `transformers.Qwen2_5_VLConfig`
     """
     vision = _windowed_tower(tokens_per_second=2)
-    return transformers.Qwen2_5_VLConfig(text_config=_mrope_text(), vision_config=vision, **_QWEN_SPECIAL_TOKENS)
+    return transformers.Qwen2_5_VLConfig(text_config=mrope_text(), vision_config=vision, **QWEN_SPECIAL_TOKENS)
 
 
 def tiny_qwen3_vl_config() -> transformers.Qwen3VLConfig:
@@ -96,10 +98,10 @@ def tiny_qwen3_vl_config() -> transformers.Qwen3VLConfig:
     Returns:
         `transformers.Qwen3VLConfig`
     """
-    vision = _two_layer_tower(num_position_embeddings=16, deepstack_visual_indexes=[0])
-    text = {key: value for key, value in _mrope_text().items() if key != "pad_token_id"}
+    vision = two_layer_tower(num_position_embeddings=16, deepstack_visual_indexes=[0])
+    text = {key: value for key, value in mrope_text().items() if key != "pad_token_id"}
     text["rope_parameters"] = {**text["rope_parameters"], "mrope_interleaved": True}
-    config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, **_QWEN_SPECIAL_TOKENS)
+    config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, **QWEN_SPECIAL_TOKENS)
     config.text_config.pad_token_id = 0
     return config
 
@@ -111,57 +113,41 @@ def tiny_qwen3_vl_moe_config() -> transformers.Qwen3VLMoeConfig:
         `transformers.Qwen3VLMoeConfig`
     """
     qwen3 = tiny_qwen3_vl_config()
-    text = {key: value for key, value in _mrope_text().items() if key != "intermediate_size"}
+    text = {key: value for key, value in mrope_text().items() if key != "intermediate_size"}
     text["rope_parameters"] = qwen3.text_config.rope_parameters
     text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
     return transformers.Qwen3VLMoeConfig(
-        text_config=text, vision_config=qwen3.vision_config.to_dict(), **_QWEN_SPECIAL_TOKENS
+        text_config=text, vision_config=qwen3.vision_config.to_dict(), **QWEN_SPECIAL_TOKENS
     )
 
 
-def _gated_delta_net_text(**overrides: Any) -> dict[str, Any]:
-    # One Gated DeltaNet layer (conv kernel 4, 2 key heads shared by 4 value heads) then one attention layer; half the
-    # head dim is rotary, its 4 frequencies interleaved over the (t, h, w) position rows.
-    text = {key: value for key, value in _mrope_text().items() if key != "pad_token_id"}
-    rope = {"mrope_section": [2, 1, 1], "mrope_interleaved": True, "partial_rotary_factor": 0.5}
-    text["rope_parameters"] = {**text["rope_parameters"], **rope}
-    text.update(layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4)
-    text.update(linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4)
-    return {**text, **overrides}
-
-
-def tiny_qwen3_5_config() -> transformers.Qwen3_5Config:
-    """A tiny Qwen3.5 config: a Qwen3-VL-like tower without deepstack, a hybrid decoder of one Gated DeltaNet layer and
-    one attention layer with interleaved multimodal rope.
+def tiny_cohere_compass_config() -> transformers.CohereCompassConfig:
+    """A tiny Cohere Compass config: Qwen3-VL's tower (deepstack from vision layer 0); a decoder of one sliding-window
+    layer (a window of 6 tokens, interleaved multimodal rope) and one full-attention layer without rope (NoPE), its
+    logits scaled.
 
     Returns:
-        `transformers.Qwen3_5Config`
+        `transformers.CohereCompassConfig`
     """
-    vision = _two_layer_tower(num_position_embeddings=16)
-    config = transformers.Qwen3_5Config(
-        text_config=_gated_delta_net_text(), vision_config=vision, **_QWEN_SPECIAL_TOKENS
+    rope = {**tiny_qwen3_vl_config().text_config.rope_parameters, "rope_type": "default", "rope_theta": 10000.0}
+    text = tiny_text_config(
+        None,
+        head_dim=16,
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": rope, "full_attention": None},
+        max_position_embeddings=1024,
+        logit_scale=0.5,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=1,
     )
-    config.text_config.pad_token_id = 0
-    return config
+    vision = two_layer_tower(num_position_embeddings=16, deepstack_visual_indexes=[0])
+    return transformers.CohereCompassConfig(text_config=text, vision_config=vision, **QWEN_SPECIAL_TOKENS)
 
 
-def tiny_qwen3_5_moe_config() -> transformers.Qwen3_5MoeConfig:
-    """A tiny Qwen3.5-MoE config: Qwen3.5's tower and hybrid decoder, each layer routing to 2 of 4 experts plus a
-    shared one.
-
-    Returns:
-        `transformers.Qwen3_5MoeConfig`
-    """
-    text = _gated_delta_net_text(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
-    text.update(shared_expert_intermediate_size=16)
-    vision = _two_layer_tower(num_position_embeddings=16)
-    config = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision, **_QWEN_SPECIAL_TOKENS)
-    config.text_config.pad_token_id = 0
-    return config
-
-
-def _glm_tower() -> dict[str, Any]:
-    return _two_layer_tower(image_size=16)
+def glm_tower() -> dict[str, Any]:
+    return two_layer_tower(image_size=16)
 
 
 def tiny_glm4v_config() -> transformers.Glm4vConfig:
@@ -170,7 +156,7 @@ def tiny_glm4v_config() -> transformers.Glm4vConfig:
     Returns:
         `transformers.Glm4vConfig`
     """
-    return transformers.Glm4vConfig(text_config=_mrope_text(), vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
+    return transformers.Glm4vConfig(text_config=mrope_text(), vision_config=glm_tower(), **GLM_SPECIAL_TOKENS)
 
 
 def tiny_glm4v_moe_config() -> transformers.Glm4vMoeConfig:
@@ -181,9 +167,9 @@ def tiny_glm4v_moe_config() -> transformers.Glm4vMoeConfig:
     Returns:
         `transformers.Glm4vMoeConfig`
     """
-    text = _mrope_text(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, first_k_dense_replace=1)
+    text = mrope_text(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, first_k_dense_replace=1)
     text["rope_parameters"] = {**text["rope_parameters"], "mrope_section": [1, 1, 2], "partial_rotary_factor": 0.5}
-    return transformers.Glm4vMoeConfig(text_config=text, vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
+    return transformers.Glm4vMoeConfig(text_config=text, vision_config=glm_tower(), **GLM_SPECIAL_TOKENS)
 
 
 def tiny_glm46v_config() -> transformers.Glm46VConfig:
@@ -193,71 +179,130 @@ def tiny_glm46v_config() -> transformers.Glm46VConfig:
         `transformers.Glm46VConfig`
     """
     return transformers.Glm46VConfig(
-        text_config=_mrope_text(model_type="glm4v_text"),
-        vision_config={**_glm_tower(), "model_type": "glm4v_vision"},
-        **_GLM_SPECIAL_TOKENS,
+        text_config=mrope_text(model_type="glm4v_text"),
+        vision_config={**glm_tower(), "model_type": "glm4v_vision"},
+        **GLM_SPECIAL_TOKENS,
     )
 
 
-def tiny_glm5_next_config() -> transformers.Glm5NextConfig:
-    """A tiny GLM-5-Next config: GLM-4V's tower; a decoder of one linear-attention layer (a running state) and one
-    indexed-attention layer whose indexer keeps 4 of every query's keys (pooled by 2), so prompts exceed it; layer 0
-    dense, layer 1 routes to 2 of 4 experts; 2 hyper-connection streams.
+def tiny_glm_ocr_config() -> transformers.GlmOcrConfig:
+    """A tiny GLM-OCR config: GLM-4V's tower (here with q/k norms and biased attention), a decoder with multimodal
+    rope.
 
     Returns:
-        `transformers.Glm5NextConfig`
+        `transformers.GlmOcrConfig`
     """
-    text = tiny_text_config(None, num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    text.update(layer_types=["linear_attention", "full_attention"], linear_num_heads=2, linear_head_dim=16)
-    text.update(linear_conv_kernel_dim=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, v_head_dim=16)
-    text.update(index_topk=4, index_head_dim=16, index_n_heads=2, index_kpool=2, hc_mult=2)
-    text.update(
-        mlp_layer_types=["dense", "sparse"], n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16
+    return transformers.GlmOcrConfig(text_config=mrope_text(), vision_config=glm_tower(), **GLM_SPECIAL_TOKENS)
+
+
+def _one_frame_tower(**overrides: Any) -> dict[str, Any]:
+    """A SigLIP-like tower reading one frame per 4 px patch, with a learned 4x4 position grid resampled to each
+    image's grid (PaddleOCR-VL, Cosmos3 Edge), merging 2x2 patches."""
+    return tiny_vision_config(
+        num_hidden_layers=2, patch_size=PATCH_SIZE, num_channels=3, spatial_merge_size=MERGE_SIZE, **overrides
     )
-    return transformers.Glm5NextConfig(text_config=text, vision_config=_glm_tower(), **_GLM_SPECIAL_TOKENS)
 
 
-def _inkling2_parts() -> tuple[dict[str, Any], dict[str, Any]]:
-    text = tiny_text_config(None, head_dim=16, swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16)
-    text.update(sliding_window_size=6, d_rel=4, rel_extent=8, log_scaling_n_floor=8, n_layers_per_attn_res_block=1)
-    text.update(layer_types=["hybrid_sliding", "hybrid"], unpadded_vocab_size=128, pad_token_id=0, bos_token_id=1)
-    text.update(eos_token_id=2, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+def tiny_paddleocr_vl_config() -> transformers.PaddleOCRVLConfig:
+    """A tiny PaddleOCR-VL config: images only, each patch a `(3, 4, 4)` image for a convolutional embedding; a
+    decoder with multimodal rope.
+
+    Returns:
+        `transformers.PaddleOCRVLConfig`
+    """
+    return transformers.PaddleOCRVLConfig(
+        text_config=mrope_text(), vision_config=_one_frame_tower(), **QWEN_SPECIAL_TOKENS
+    )
+
+
+def tiny_cosmos3_edge_config() -> transformers.Cosmos3EdgeConfig:
+    """A tiny Cosmos3 Edge config: flattened one-frame patches, a video one run per frame; multimodal rope.
+
+    Returns:
+        `transformers.Cosmos3EdgeConfig`
+    """
+    return transformers.Cosmos3EdgeConfig(
+        text_config=mrope_text(),
+        vision_config=_one_frame_tower(image_size=None, num_patches=16),
+        projector_hidden_size=32,
+        **QWEN_SPECIAL_TOKENS,
+    )
+
+
+def tiny_kimi_k25_config() -> transformers.Kimi_K25Config:
+    """A tiny Kimi K2.5 config: a one-layer tower pooling a chunk's frames into one, 2x2 merge kernel; a DeepSeek-V3
+    decoder (latent attention; layer 0 dense, layer 1 routing to 2 of 4 experts plus a shared one).
+
+    Returns:
+        `transformers.Kimi_K25Config`
+    """
     vision = tiny_vision_config(
         image_size=None,
         patch_size=PATCH_SIZE,
-        spatial_merge_size=MERGE_SIZE,
-        posemb_grid_size=4,
-        projection_hidden_dim=32,
-        text_hidden_size=32,
+        pos_emb_height=4,
+        pos_emb_width=4,
+        pos_emb_time=4,
+        merge_kernel_size=[MERGE_SIZE, MERGE_SIZE],
     )
-    return text, vision
+    text = tiny_text_config(
+        "deepseek_v3",
+        num_key_value_heads=2,  # latent attention expands keys and values to every head
+        kv_lora_rank=16,
+        # With `q_lora_rank=None` (a plain `q_proj`), transformers 5.24 cannot load the model it saved: Kimi's weight
+        # conversion permutes that `q_proj` as a vision projection ("shape '[2, 2, 2, 32]' is invalid").
+        q_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        moe_intermediate_size=16,
+        first_k_dense_replace=1,
+        n_group=1,
+        topk_group=1,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return transformers.Kimi_K25Config(
+        text_config=text, vision_config=vision, projection_hidden_size=32, **QWEN_SPECIAL_TOKENS
+    )
 
 
-def tiny_inkling2_config() -> transformers.Inkling2Config:
-    """A tiny Inkling2 config: a one-layer tower merging 2x2 patches of 4 px (one 8x8 px pixel square per
-    placeholder); a decoder of one sliding-window layer (a window of 6 tokens, so prompts exceed it) and one full
-    layer, each with its short convolutions and linear attention (running states), routing to 2 of 4 experts.
+def tiny_ernie4_5_vl_moe_config() -> transformers.Ernie4_5_VLMoeConfig:
+    """A tiny ERNIE 4.5 VL MoE config: a one-layer tower of one-frame patches whose resampler merges 2x2 patches and
+    pairs of video frames; layer 0 dense, layer 1 routing to 2 of 4 experts (text and vision tokens apart) plus a
+    shared one; multimodal rope (height and width sections equal, as its rotary embedding interleaves them).
 
     Returns:
-        `transformers.Inkling2Config`
+        `transformers.Ernie4_5_VLMoeConfig`
     """
-    text, vision = _inkling2_parts()
-    return transformers.Inkling2Config(text_config=text, vision_config=vision, image_token_id=TINY_IMAGE_TOKEN_ID)
-
-
-def tiny_inkling2_loop_config() -> transformers.Inkling2LoopConfig:
-    """A tiny Inkling2-Loop config: Inkling2's tower and layers, the second layer looped twice (three layer passes
-    per forward, each with its own cache layer).
-
-    Returns:
-        `transformers.Inkling2LoopConfig`
-    """
-    text, vision = _inkling2_parts()
-    text.update(loop_layer_index_start=1, loop_layer_index_end=2, loop_num_passes=2, loop_gate_rank=4)
-    return transformers.Inkling2LoopConfig(
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2]}
+    text = tiny_text_config(
+        None,
+        head_dim=16,
+        rope_parameters=rope,
+        moe_intermediate_size=[16, 16],
+        moe_k=2,
+        moe_num_experts=4,
+        moe_num_shared_experts=1,
+        mlp_layer_types=["dense", "sparse"],
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    vision = tiny_patch_merger_vision_config(intermediate_size=64, temporal_merge_size=2)
+    del vision["temporal_patch_size"]
+    return transformers.Ernie4_5_VLMoeConfig(
         text_config=text,
-        vision_config={**vision, "model_type": "inkling2_vision"},
+        vision_config=vision,
         image_token_id=TINY_IMAGE_TOKEN_ID,
+        video_token_id=TINY_VIDEO_TOKEN_ID,
+        image_start_token_id=VISION_START,
+        image_end_token_id=VISION_END,
+        video_start_token_id=ERNIE_VIDEO_START,
+        video_end_token_id=ERNIE_VIDEO_END,
     )
 
 
@@ -307,7 +352,7 @@ def tiny_lfm3_vl_config() -> transformers.Lfm3VlConfig:
     return transformers.Lfm3VlConfig(
         text_config=text,
         vision_config=vision,
-        **_QWEN_SPECIAL_TOKENS,
+        **QWEN_SPECIAL_TOKENS,
         projector_hidden_size=32,
     )
 
