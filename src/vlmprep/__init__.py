@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration
     from .models.base import VisionPrepMixin
+    from .models.chameleon import ChameleonForConditionalGeneration
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 DROP_IN_MODULES: dict[str, str] = {
     "AriaForConditionalGeneration": "aria",
     "AyaVisionForConditionalGeneration": "aya_vision",
+    "ChameleonForConditionalGeneration": "chameleon",
     "Cohere2VisionForConditionalGeneration": "cohere2_vision",
     "DeepseekVLForConditionalGeneration": "deepseek_vl",
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",

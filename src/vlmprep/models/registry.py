@@ -99,7 +99,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "decoder-only checkpoints: the Q-Former's `num_query_tokens` outputs fill one run of image placeholders "
             "through `mm_encoder_outputs`; not written yet (Flan-T5 checkpoints are encoder-decoder)"
         ),
-        "chameleon": candidate("a VQ-VAE turns each image into `image_seq_length` vocabulary tokens"),
+        "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration", "fixed_image"),
         "cohere2_vision": drop_in(
             "cohere2_vision.Cohere2VisionForConditionalGeneration", "pixel_shuffled_tiles", COHERE2_VISION
         ),

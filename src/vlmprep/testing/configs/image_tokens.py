@@ -1,0 +1,52 @@
+"""Tiny configs of the families whose images become vocabulary tokens of a VQ-VAE: Chameleon."""
+
+from __future__ import annotations
+
+import transformers
+
+from .parts import TINY_IMAGE_SIZE, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE, tiny_text_config
+
+# The VQ-VAE's codebook, and the vocabulary ids its codes map to: free ids between the text (3..99) and the special
+# tokens (110-121), so that a code's token is never a text token of a test prompt.
+TINY_VQ_CODES = 8
+TINY_FIRST_CODE_TOKEN_ID = 100
+
+
+def tiny_vq_vocabulary_map(codes: int = TINY_VQ_CODES, first_token_id: int = TINY_FIRST_CODE_TOKEN_ID) -> dict:
+    """A `vocabulary_map` (token name -> id) as Chameleon's tokenizer has it: `<image>` and one `IMGIMG<code>Z` token
+    per VQ code, the code written with letters (`A` is 0), so that each code maps to its own token id.
+
+    Args:
+        codes (`int`, *optional*, defaults to 8): codes of the VQ codebook.
+        first_token_id (`int`, *optional*, defaults to 100): the token id of code 0 (code `c` is `first_token_id + c`).
+
+    Returns:
+        `dict[str, int]`
+    """
+    names = {token_id: f"token{token_id}" for token_id in range(TINY_VOCAB_SIZE)}
+    names[TINY_IMAGE_TOKEN_ID] = "<image>"
+    for code in range(codes):
+        names[first_token_id + code] = "IMGIMG" + "".join(chr(ord("A") + int(digit)) for digit in str(code)) + "Z"
+    return {name: token_id for token_id, name in names.items()}
+
+
+def tiny_chameleon_config() -> transformers.ChameleonConfig:
+    """A tiny Chameleon config: a VQ-VAE of 8 codes turning a 16 px image into a 4x4 grid, a 2-layer decoder.
+
+    Upstream's tester maps every code to one token id (its `IMGIMG` names spell vocabulary ids, not codes), under
+    which every image has the same tokens; here each code has its own token.
+
+    Returns:
+        `transformers.ChameleonConfig`
+    """
+    vq_config = {
+        "embed_dim": 4,
+        "num_embeddings": TINY_VQ_CODES,
+        "latent_channels": 4,
+        "base_channels": 32,  # the VQ-VAE's GroupNorm has 32 groups
+        "channel_multiplier": [1, 2, 2],  # two downsamplings: 16 px -> 4x4 codes
+        "resolution": TINY_IMAGE_SIZE,
+    }
+    return transformers.ChameleonConfig(
+        **tiny_text_config(None), vocabulary_map=tiny_vq_vocabulary_map(), vq_config=vq_config
+    )
