@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
+    from .models.janus import JanusForConditionalGeneration
     from .models.lfm2_vl import Lfm2VlForConditionalGeneration
     from .models.lfm3_vl import Lfm3VlForConditionalGeneration
     from .models.lighton_ocr import LightOnOcrForConditionalGeneration

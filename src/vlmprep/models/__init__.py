@@ -34,6 +34,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
     "Idefics3ForConditionalGeneration": "idefics3",
     "InternVLForConditionalGeneration": "internvl",
+    "JanusForConditionalGeneration": "janus",
     "Lfm2VlForConditionalGeneration": "lfm2_vl",
     "Lfm3VlForConditionalGeneration": "lfm3_vl",
     "LightOnOcrForConditionalGeneration": "lighton_ocr",

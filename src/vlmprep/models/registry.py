@@ -184,9 +184,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"
         ),
         "internvl": drop_in("internvl.InternVLForConditionalGeneration", "tiles", LANGUAGE_MODEL),
-        "janus": candidate(
-            "fixed `num_image_tokens` between start/end tokens; its `generate` delegates text mode to transformers'"
-        ),
+        "janus": drop_in("janus.JanusForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
         "kimi_k25": candidate("flattened patches + `image_grid_thw`, 1D positions"),
         "kosmos-2": not_placeholder_based(
             "own `generate`: image features are placed by `image_embeds_position_mask`, not `mm_encoder_outputs`"

@@ -1,10 +1,11 @@
-"""Tiny configs of the families whose images become vocabulary tokens of a VQ-VAE: Chameleon."""
+"""Tiny configs of the families with a VQ-VAE: Chameleon (images become its codes' tokens) and Janus (a SigLIP tower
+for understanding, a VQ-VAE for image generation)."""
 
 from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_IMAGE_SIZE, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE, tiny_text_config
+from .parts import TINY_IMAGE_SIZE, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE, tiny_text_config, tiny_vision_config
 
 # The VQ-VAE's codebook, and the vocabulary ids its codes map to: free ids between the text (3..99) and the special
 # tokens (110-121), so that a code's token is never a text token of a test prompt.
@@ -49,4 +50,32 @@ def tiny_chameleon_config() -> transformers.ChameleonConfig:
     }
     return transformers.ChameleonConfig(
         **tiny_text_config(None), vocabulary_map=tiny_vq_vocabulary_map(), vq_config=vq_config
+    )
+
+
+def tiny_janus_config() -> transformers.JanusConfig:
+    """A tiny Janus config: a SigLIP-like tower of 16 patches per 16 px image, a Llama decoder, and a VQ-VAE of 8 codes
+    (image generation only) decoding a 8x8 grid of codes.
+
+    Returns:
+        `transformers.JanusConfig`
+    """
+    vision_config = tiny_vision_config(None, num_image_tokens=16, projection_dim=32)
+    vq_config = {
+        "embed_dim": 4,
+        "num_embeddings": TINY_VQ_CODES,
+        "latent_channels": 4,
+        "base_channels": 32,  # the VQ-VAE's GroupNorm has 32 groups
+        "channel_multiplier": [1, 2],
+        # The generation aligner maps code embeddings to `projection_dim` and the generation head reads
+        # `image_token_embed_dim`: both are the decoder's hidden size.
+        "projection_dim": 32,
+        "image_token_embed_dim": 32,
+        "resolution": TINY_IMAGE_SIZE,
+    }
+    return transformers.JanusConfig(
+        text_config=tiny_text_config(),
+        vision_config=vision_config,
+        vq_config=vq_config,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
     )
