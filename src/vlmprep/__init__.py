@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
+    from .models.emu3 import Emu3ForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
     from .models.gemma3 import Gemma3ForConditionalGeneration
     from .models.glm4v import Glm4vForConditionalGeneration

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, seed, settings
+from hypothesis import HealthCheck, assume, example, given, seed, settings
 from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
 from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
 from support.references import ATOL, Prompt, assert_close, collate, eager_attention
-from support.registry import scenario
+from support.registry import FAMILY_CASES, scenario
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
 SLOW_EXAMPLES = 60
@@ -232,6 +232,8 @@ def check_conversations(family: str, max_examples: int) -> None:
     @settings(max_examples=max_examples, **COMMON_SETTINGS)
     @given(conversation=conversations())
     def check(conversation: Conversation) -> None:
+        calls = [conversation.first, *(options for _, options in conversation.continuations)]
+        assume(not any(options.train_part in FAMILY_CASES[family].refused_train_parts for options in calls))
         run_conversation(family, conversation)
 
     check()

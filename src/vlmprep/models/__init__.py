@@ -25,6 +25,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Cohere2VisionForConditionalGeneration": "cohere2_vision",
     "DeepseekVLForConditionalGeneration": "deepseek_vl",
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
+    "Emu3ForConditionalGeneration": "emu3",
     "Exaone4_5_ForConditionalGeneration": "exaone4_5",
     "Gemma3ForConditionalGeneration": "gemma3",
     "Glm46VForConditionalGeneration": "glm46v",

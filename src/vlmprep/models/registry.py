@@ -117,7 +117,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "whose hooks vlmprep overrides"
         ),
         "dots3_note": blocked_upstream(_AUDIO_IN_FORWARD),
-        "emu3": candidate("VQ-VAE image tokens, `height * (width + 1)` placeholders per image from `image_sizes`"),
+        "emu3": drop_in("emu3.Emu3ForConditionalGeneration", "sized_image"),
         "ernie4_5_vl_moe": candidate(
             f"{_PATCH_GRID}; its `moe_mm_token_type_ids` (modality-routed MoE) are already part of the prefix keys"
         ),

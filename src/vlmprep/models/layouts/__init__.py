@@ -35,6 +35,9 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {
     "fixed_image": Layout("one fixed-resolution image, one run of a fixed count of placeholders"),
+    "sized_image": Layout(
+        "an image of any size (padded to the batch's largest) is one run, its count from `image_sizes` by the family"
+    ),
     "vision_patches": Layout(
         "one fixed-resolution image, one run of its vision patch tokens", "vision_patches.VisionPatchesLayout"
     ),

@@ -8,7 +8,7 @@ collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names e
 
 - `fixed_size`: one image size (Gemma3, PaliGemma, LLaVA, VipLLaVA, Video-LLaVA, DeepSeek-VL(-Hybrid), Aria);
 - `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);
-- `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon), or with a VQ-VAE for image generation (Janus);
+- `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon, Emu3), or with a VQ-VAE for image generation (Janus);
 - `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, Muse Glimmer, ...).
 """
 
@@ -44,7 +44,7 @@ from .fixed_size import (
     tiny_video_llava_config,
     tiny_vipllava_config,
 )
-from .image_tokens import tiny_chameleon_config, tiny_janus_config
+from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_exaone4_5_config,
@@ -101,6 +101,7 @@ __all__ = [
     "tiny_config",
     "tiny_deepseek_vl_config",
     "tiny_deepseek_vl_hybrid_config",
+    "tiny_emu3_config",
     "tiny_exaone4_5_config",
     "tiny_gemma3_config",
     "tiny_glm46v_config",

@@ -1,5 +1,5 @@
-"""Tiny configs of the families with a VQ-VAE: Chameleon (images become its codes' tokens) and Janus (a SigLIP tower
-for understanding, a VQ-VAE for image generation)."""
+"""Tiny configs of the families with a VQ-VAE: Chameleon and Emu3 (images become its codes' tokens) and Janus (a
+SigLIP tower for understanding, a VQ-VAE for image generation)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from .parts import TINY_IMAGE_SIZE, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE, tiny_t
 # tokens (110-121), so that a code's token is never a text token of a test prompt.
 TINY_VQ_CODES = 8
 TINY_FIRST_CODE_TOKEN_ID = 100
+# Emu3's end-of-line token (`<|extra_200|>`), which ends every row of an image's codes.
+TINY_EMU3_END_OF_LINE_ID = 119
 
 
 def tiny_vq_vocabulary_map(codes: int = TINY_VQ_CODES, first_token_id: int = TINY_FIRST_CODE_TOKEN_ID) -> dict:
@@ -78,4 +80,32 @@ def tiny_janus_config() -> transformers.JanusConfig:
         vision_config=vision_config,
         vq_config=vq_config,
         image_token_id=TINY_IMAGE_TOKEN_ID,
+    )
+
+
+def tiny_emu3_config() -> transformers.Emu3Config:
+    """A tiny Emu3 config: a VQ-VAE of 8 codes downsampling 4x (a 16 px image is a 4x4 grid of codes, 20 tokens with
+    the end-of-line tokens), a 2-layer decoder.
+
+    Returns:
+        `transformers.Emu3Config`
+    """
+    names = {token_id: f"token{token_id}" for token_id in range(TINY_VOCAB_SIZE)}
+    names[TINY_IMAGE_TOKEN_ID] = "<image>"
+    names[TINY_EMU3_END_OF_LINE_ID] = "<|extra_200|>"
+    for code in range(TINY_VQ_CODES):
+        names[TINY_FIRST_CODE_TOKEN_ID + code] = f"<|visual token{code:06d}|>"
+    vq_config = {
+        "codebook_size": TINY_VQ_CODES,
+        "base_channels": 32,  # the VQ-VAE's GroupNorm has 32 groups
+        "hidden_size": 32,  # its attention block reads `base_channels * channel_multiplier[-1]` channels
+        "channel_multiplier": [1, 1, 1],  # two downsamplings: 16 px -> 4x4 codes
+        "temporal_downsample_factor": 2,
+    }
+    # Emu3's text config defaults to attention dropout 0.1: off, so that train mode changes nothing but the caching.
+    text_config = tiny_text_config(None, pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0)
+    return transformers.Emu3Config(
+        text_config=text_config,
+        vq_config=vq_config,
+        vocabulary_map={name: token_id for token_id, name in names.items()},
     )
