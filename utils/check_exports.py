@@ -4,8 +4,7 @@ The drop-ins are the entries of `vlmprep.models.registry.FAMILY_SPECS` that name
 Each one must be:
 
 - the class its spec names: a `VisionPrepMixin` subclass (generation and continuous batching) whose `config_class.model_type` is the spec's key,
-  with its layout's hooks (`vlmprep.models.layouts.LAYOUTS`) among its bases, and no vlmprep class among them
-  overriding a family hook by its deprecated name (`vlmprep.generation.hooks.RENAMED_HOOKS`);
+  with a layout (`vlmprep.models.layouts.all_layouts()`) among its bases;
 - in the static table `vlmprep.models.DROP_IN_MODULES` (class name -> family module) that the lazy exports read;
 - in `vlmprep.__all__`, and `vlmprep.<Name>` must be the drop-in class itself;
 - imported in the `if TYPE_CHECKING:` block of `src/vlmprep/__init__.py`, so type checkers and IDEs see it;
@@ -32,10 +31,9 @@ import subprocess
 import sys
 
 import vlmprep
-from vlmprep.generation.hooks import RENAMED_HOOKS
 from vlmprep.models import DROP_IN_CLASSES, DROP_IN_MODULES
 from vlmprep.models.base import VisionPrepMixin
-from vlmprep.models.layouts import LAYOUTS
+from vlmprep.models.layouts import all_layouts, layout_of
 from vlmprep.models.registry import FAMILY_SPECS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -62,7 +60,7 @@ def expected_modules() -> dict[str, str]:
 def registry_problems() -> list[str]:
     """Each drop-in the registry names against its class and layout; each family module against the registry."""
     found = []
-    checked_bases: set[type] = set()
+    layouts = all_layouts()
     for model_type, spec in FAMILY_SPECS.items():
         if spec.drop_in is None:
             continue
@@ -78,18 +76,11 @@ def registry_problems() -> list[str]:
                 f"FAMILY_SPECS[{model_type!r}] names {spec.drop_in}, whose config_class.model_type is "
                 f"{cls.config_class.model_type!r}: key the spec by that model type"
             )
-        hooks = LAYOUTS[spec.layout].hooks
-        if hooks is not None and not any(f"{base.__module__}.{base.__name__}".endswith(hooks) for base in cls.__mro__):
-            found.append(f"{spec.drop_in} has layout {spec.layout!r} but does not inherit its hooks {hooks}")
-        found += [
-            f"{base.__module__}.{base.__qualname__}.{name} overrides a deprecated hook name: rename it {RENAMED_HOOKS[name]}"
-            for base in cls.__mro__
-            if base.__module__.startswith("vlmprep.") and base not in checked_bases
-            for name in RENAMED_HOOKS
-            # The deprecated names vlmprep itself sets are aliases wrapping the new name's implementation.
-            if name in vars(base) and not hasattr(vars(base)[name], "__wrapped__")
-        ]
-        checked_bases.update(cls.__mro__)  # a layout shared by several drop-ins is reported once
+        layout = layout_of(cls)
+        if layout is None or layouts.get(layout.layout_name) is not layout:
+            found.append(
+                f"{spec.drop_in} has no layout (`all_layouts()`) among its bases: list its layout class first"
+            )
     registered = {(spec.module, spec.class_name) for spec in FAMILY_SPECS.values() if spec.drop_in is not None}
     family_modules = sorted(path.stem for path in MODELS_DIR.glob("*.py") if path.stem not in NOT_FAMILY_MODULES)
     for name in family_modules:

@@ -24,7 +24,7 @@ import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from vlmprep.models import DROP_IN_CLASSES
-from vlmprep.models.layouts import LAYOUTS
+from vlmprep.models.layouts import all_layouts, layout_of
 from vlmprep.models.registry import FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -200,11 +200,12 @@ def build_table(
         lines.append("")
 
     used = sorted(set(layouts.values()))
+    layouts_by_name = all_layouts()
     if used:
         lines += ["## Layouts", "", "| layout | items and placeholders | drop-ins |", "|---|---|---|"]
         for name in used:
             families = ", ".join(f"`{model_type}`" for model_type, layout in sorted(layouts.items()) if layout == name)
-            lines.append(f"| `{name}` | {_escape(LAYOUTS[name].description)} | {families} |")
+            lines.append(f"| `{name}` | {_escape(layouts_by_name[name].layout_description)} | {families} |")
         lines.append("")
 
     lines += ["## Scenarios", "", "| scenario | test file |", "|---|---|"]
@@ -224,7 +225,11 @@ def render() -> tuple[str, list[str], list[str]]:
         cases=load_family_cases(),
         scenarios=load_scenarios(),
         text_only={model_type for model_type, spec in FAMILY_SPECS.items() if spec.text_only is not None},
-        layouts={model_type: spec.layout for model_type, spec in FAMILY_SPECS.items() if spec.layout is not None},
+        layouts={
+            model_type: layout_of(spec.drop_in_class()).layout_name
+            for model_type, spec in FAMILY_SPECS.items()
+            if spec.drop_in is not None
+        },
         statuses={model_type: spec.status for model_type, spec in FAMILY_SPECS.items()},
         aliases={model_type: spec.alias_of for model_type, spec in FAMILY_SPECS.items() if spec.alias_of is not None},
     )

@@ -8,7 +8,7 @@ from cb_references import assert_matches_reference, image_run, pixels
 from transformers.generation.continuous_batching.requests import RequestStatus
 
 from vlmprep.batching.admission import encode_admitted
-from vlmprep.batching.prompt import build_image_prompt
+from vlmprep.batching.prompt import build_item_prompt
 
 
 def test_bad_requests_of_generate_batch_fail_alone():
@@ -69,12 +69,12 @@ def failing_model():
 def test_admission_failure_is_isolated_in_one_batched_call():
     upstream, model = failing_model()
     image = image_run(model)
-    prompts = [build_image_prompt(model, [1, *image], {"pixel_values": pixels(seed)}) for seed in (1, 2, 3)]
+    prompts = [build_item_prompt(model, [1, *image], {"pixel_values": pixels(seed)}) for seed in (1, 2, 3)]
     model.poisoned = pixels(2)[0]
-    errors = encode_admitted(model, [prompt.images for prompt in prompts])
+    errors = encode_admitted(model, [prompt.items for prompt in prompts])
     assert [error is None for error in errors] == [True, False, True]
     assert "cannot be encoded" in str(errors[1])
-    assert prompts[0].images.features is not None and prompts[2].images.features is not None
+    assert prompts[0].items.features is not None and prompts[2].items.features is not None
 
 
 def test_admission_failure_fails_that_request_and_the_engine_keeps_serving():

@@ -7,7 +7,7 @@ import torch
 from cb_models import engine_config, greedy, llava_cb_pair, wait_for
 from cb_references import assert_matches_reference, image_run, pixels, reference_tokens
 
-from vlmprep.batching import ImageBatchingManager
+from vlmprep.batching import ItemBatchingManager
 from vlmprep.testing import VisionRunCounter
 
 
@@ -21,7 +21,7 @@ def test_manager_add_request_with_pixels():
         {"input_ids": [7, 8, 9]},
     ]
     manager = ours.init_continuous_batching(generation_config=greedy(4), continuous_batching_config=engine_config())
-    assert isinstance(manager, ImageBatchingManager)
+    assert isinstance(manager, ItemBatchingManager)
     with VisionRunCounter(ours) as runs:
         # Queued before the loop starts: admitted together, in one batched vision call of the 2 distinct images
         first = manager.add_request(requests[0]["input_ids"], pixel_values=requests[0]["pixel_values"])
@@ -45,7 +45,7 @@ def test_manager_takes_the_engine_config_a_generation_config_carries():
     generation_config.continuous_batching_config = carried
     manager = ours.init_continuous_batching(generation_config=generation_config)
     try:
-        assert isinstance(manager, ImageBatchingManager)
+        assert isinstance(manager, ItemBatchingManager)
         assert manager.continuous_batching_config.max_batch_tokens == 9  # not the default
     finally:
         ours.destroy_cached_continuous_batching_manager()

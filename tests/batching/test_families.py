@@ -141,7 +141,7 @@ def test_paged_generate_passes_the_frame_spacing():
             video_grid_thw=request["video_grid_thw"],
             second_per_grid_ts=request["second_per_grid_ts"],
         )
-        assert torch.equal(prompt.images.positions[1:], expected[:, 0])
+        assert torch.equal(prompt.items.positions[1:], expected[:, 0])
     sequences = ours.generate(
         input_ids=rows,
         **inputs,

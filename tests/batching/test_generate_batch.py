@@ -8,7 +8,7 @@ from cb_models import LlavaCB, engine_config, greedy, llava_cb_pair
 from cb_references import assert_matches_reference, image_run, pixels, reference_tokens
 from transformers import ContinuousBatchingConfig, GenerationConfig
 
-from vlmprep.batching import ImageRequestState
+from vlmprep.batching import ItemRequestState
 from vlmprep.testing import VisionRunCounter
 
 MAX_NEW_TOKENS = 6
@@ -109,13 +109,13 @@ def test_requests_restarted_under_cache_pressure(monkeypatch):
     # to the prompt (`create_equivalent_initial_request`): the images stay where they were.
     upstream, ours = llava_cb_pair()
     restarted = []
-    original = ImageRequestState.create_equivalent_initial_request
+    original = ItemRequestState.create_equivalent_initial_request
 
     def spy(state):
         restarted.append(state.request_id)
         return original(state)
 
-    monkeypatch.setattr(ImageRequestState, "create_equivalent_initial_request", spy)
+    monkeypatch.setattr(ItemRequestState, "create_equivalent_initial_request", spy)
     requests = [{"input_ids": [1, 2, *image_run(ours), 3, seed], "pixel_values": pixels(seed)} for seed in range(1, 7)]
     cache = ContinuousBatchingConfig(max_batch_tokens=16, num_blocks=12, page_size=4, return_logprobs=True)
     outputs = ours.generate_batch(

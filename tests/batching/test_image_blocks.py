@@ -43,10 +43,10 @@ class SlicesSeen:
         def spy(scheduler, *args, **kwargs):
             scheduled, *rest = original(scheduler, *args, **kwargs)
             for future in scheduled:
-                images = getattr(future.state, "images", None)
-                if images is not None and images.blocks:
+                items = getattr(future.state, "items", None)
+                if items is not None and items.blocks:
                     start = future.state.position_offset  # not yet moved past the slice at scheduling time
-                    self.slices.append((start, start + future.query_length, images.blocks))
+                    self.slices.append((start, start + future.query_length, items.blocks))
             return scheduled, *rest
 
         original_schedule = BlockAwareScheduling._schedule_request

@@ -153,8 +153,8 @@ def test_images_already_in_the_kv_cache_are_not_hashed(fresh_cache, monkeypatch)
     with torch.no_grad():
         upstream(**Prompt(ours.config, turn_1, image_seeds=[1]).inputs(), cache=cache)
     hashed = []
-    original = encoding.hash_image_inputs
-    monkeypatch.setattr(encoding, "hash_image_inputs", lambda inputs, **kw: hashed.append(1) or original(inputs, **kw))
+    original = encoding.hash_item_inputs
+    monkeypatch.setattr(encoding, "hash_item_inputs", lambda inputs, **kw: hashed.append(1) or original(inputs, **kw))
     _, logits = generate_logits(ours, conversation.inputs(), max_new_tokens=1, cache=cache)
     assert len(hashed) == 1, "only the new image is hashed"
     assert_close(logits[0], reference_next_logits(upstream, conversation))

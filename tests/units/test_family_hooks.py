@@ -1,8 +1,7 @@
 """The family hooks and the input facts they apply.
 
-The hooks were renamed from image names to item names: family classes written against the old names still work. An
-override of an old name (`image_token_counts`, `count_images`, `select_image_inputs`) must be what generation calls,
-with a `FutureWarning` when the class is defined; calling an old name calls the new one, with a `FutureWarning` once.
+A family's override of a hook (`item_token_counts`, `count_items`, `select_item_inputs`) is what generation calls;
+each hook has one name.
 The default `select_item_inputs` applies the facts that normalise the selected images' inputs (an old pixel input name,
 a batch's padding). The reference for generated tokens is the plain transformers class with the same weights.
 """
@@ -10,7 +9,6 @@ a batch's padding). The reference for generated tokens is the plain transformers
 from __future__ import annotations
 
 import warnings
-from unittest import mock
 
 import pytest
 import torch
@@ -20,7 +18,6 @@ from transformers.models.llava_next.modeling_llava_next import image_size_to_num
 from conftest import model_pair
 from support.registry import FAMILY_CASES
 from vlmprep import LlavaForConditionalGeneration
-from vlmprep.generation import hooks
 from vlmprep.testing import IMAGE, VisionRunCounter, build_prompt, random_pixels, tiny_llava_config, tiny_model
 
 
@@ -33,72 +30,36 @@ def _generate(model, inputs: dict) -> list[int]:
     return model.generate(**inputs, max_new_tokens=3, do_sample=False)[0].tolist()
 
 
-def _old_name_family():
-    calls = {"image_token_counts": 0, "count_images": 0, "select_image_inputs": 0}
+def test_hook_overrides_are_what_generation_calls():
+    calls = {"item_token_counts": 0, "count_items": 0, "select_item_inputs": 0}
 
-    with pytest.warns(FutureWarning) as caught:
+    class CountingLlava(LlavaForConditionalGeneration):
+        # Each override delegates to the layout's implementation through `super()`.
+        def item_token_counts(self, model_kwargs, modality="image"):
+            calls["item_token_counts"] += 1
+            return super().item_token_counts(model_kwargs, modality)
 
-        class OldNameLlava(LlavaForConditionalGeneration):
-            # Written against the old hook names, each delegating to the layout's implementation through `super()`.
-            def image_token_counts(self, model_kwargs, modality="image"):
-                calls["image_token_counts"] += 1
-                return super().image_token_counts(model_kwargs, modality)
+        def count_items(self, model_kwargs, modality="image"):
+            calls["count_items"] += 1
+            return super().count_items(model_kwargs, modality)
 
-            def count_images(self, model_kwargs, modality="image"):
-                calls["count_images"] += 1
-                return super().count_images(model_kwargs, modality)
+        def select_item_inputs(self, model_kwargs, indices, modality="image"):
+            calls["select_item_inputs"] += 1
+            return super().select_item_inputs(model_kwargs, indices, modality)
 
-            def select_image_inputs(self, model_kwargs, indices, modality="image"):
-                calls["select_image_inputs"] += 1
-                return super().select_image_inputs(model_kwargs, indices, modality)
-
-    renamed = sorted(str(warning.message).split("`")[1] for warning in caught if warning.category is FutureWarning)
-    assert renamed == ["count_items", "item_token_counts", "select_item_inputs"], "one warning per overridden hook"
-    return OldNameLlava, calls
-
-
-def test_old_name_overrides_are_what_generation_calls():
-    family, calls = _old_name_family()
     config = tiny_llava_config()
-    ours = tiny_model(family, config)
+    ours = tiny_model(CountingLlava, config)
     theirs = tiny_model(transformers.LlavaForConditionalGeneration, config)
     inputs = _inputs(config)
-    with mock.patch.object(hooks, "_warned_calls", set()), warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        tokens = _generate(ours, inputs)
-        # `super()` from an old-name override reaches the layout's implementation, not the mixin's default.
-        assert ours.item_token_counts({}) == 16
-    assert tokens == _generate(theirs, inputs)
+    assert _generate(ours, inputs) == _generate(theirs, inputs)
     assert all(count > 0 for count in calls.values()), calls
 
 
-def test_calling_an_old_name_warns_once_and_calls_the_new_one():
+def test_hooks_have_one_name_each():
+    # No aliases in 0.x: the image-named spellings of the item hooks do not exist.
     model = tiny_model(LlavaForConditionalGeneration, tiny_llava_config())
-    inputs = _inputs(model.config)
-    with mock.patch.object(hooks, "_warned_calls", set()):
-        with pytest.warns(FutureWarning, match="call `count_items`"):
-            assert model.count_images(inputs) == model.count_items(inputs) == 2
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert model.count_images(inputs) == 2, "the second call does not warn again"
-        with pytest.warns(FutureWarning, match="call `item_token_counts`"):
-            assert model.image_token_counts({}) == model.item_token_counts({})
-        selected = model.select_item_inputs(inputs, [1])
-        with pytest.warns(FutureWarning, match="call `select_item_inputs`"):
-            assert torch.equal(model.select_image_inputs(inputs, [1])["pixel_values"], selected["pixel_values"])
-
-
-def test_new_name_overrides_do_not_warn_and_answer_old_names():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-
-        class NewNameLlava(LlavaForConditionalGeneration):
-            def item_token_counts(self, model_kwargs, modality="image"):
-                return 7
-
-    model = tiny_model(NewNameLlava, tiny_llava_config())
-    with mock.patch.object(hooks, "_warned_calls", set()), pytest.warns(FutureWarning):
-        assert model.image_token_counts({}) == 7
+    for old in ("image_token_counts", "count_images", "select_image_inputs"):
+        assert not hasattr(model, old), old
 
 
 def test_video_llava_legacy_pixel_name_is_passed_and_hashed_as_pixel_values():

@@ -7,13 +7,13 @@ import random
 import pytest
 import torch
 
-from vlmprep.generation.prepared import PreparedImages, split_per_image
+from vlmprep.generation.prepared import PreparedItems, split_per_item
 from vlmprep.generation.spans import (
     Block,
-    ImageSpan,
+    ItemSpan,
     blocks_from_prefix,
     blocks_from_runs,
-    find_image_spans,
+    find_placeholder_spans,
     merge_blocks,
     plan_prefill_chunks,
     resolve_resume_point,
@@ -24,23 +24,27 @@ P = 9  # placeholder id
 
 def test_spans_split_runs_by_token_counts_in_placeholder_order():
     ids = torch.tensor([[1, P, P, 2, P, P, P, P], [P, P, 3, 4, 5, 6, 7, 8]])
-    spans = find_image_spans(ids, P, 2)
+    spans = find_placeholder_spans(ids, P, 2)
     assert spans == [
-        ImageSpan(0, 1, 3, 0),
-        ImageSpan(0, 4, 6, 1),  # two images back to back in one run
-        ImageSpan(0, 6, 8, 2),
-        ImageSpan(1, 0, 2, 3),
+        ItemSpan(0, 1, 3, 0),
+        ItemSpan(0, 4, 6, 1),  # two images back to back in one run
+        ItemSpan(0, 6, 8, 2),
+        ItemSpan(1, 0, 2, 3),
     ]
-    assert find_image_spans(ids, P, [2, 4, 2]) == [ImageSpan(0, 1, 3, 0), ImageSpan(0, 4, 8, 1), ImageSpan(1, 0, 2, 2)]
-    assert find_image_spans(ids, P, None)[1] == ImageSpan(0, 4, 8, 1)
+    assert find_placeholder_spans(ids, P, [2, 4, 2]) == [
+        ItemSpan(0, 1, 3, 0),
+        ItemSpan(0, 4, 8, 1),
+        ItemSpan(1, 0, 2, 2),
+    ]
+    assert find_placeholder_spans(ids, P, None)[1] == ItemSpan(0, 4, 8, 1)
 
 
 def test_spans_reject_runs_that_do_not_fit():
     ids = torch.tensor([[1, P, P, P, 2]])
     with pytest.raises(ValueError, match="does not match the images' token counts"):
-        find_image_spans(ids, P, 2)
+        find_placeholder_spans(ids, P, 2)
     with pytest.raises(ValueError, match="more image placeholder tokens"):
-        find_image_spans(ids, P, [2])
+        find_placeholder_spans(ids, P, [2])
 
 
 def test_blocks_from_runs_and_prefix():
@@ -96,8 +100,8 @@ def test_planner_over_random_layouts():
 
 def test_prepared_rows_follow_row_major_placeholder_order():
     features = {0: torch.arange(4.0).view(4, 1), 1: torch.arange(10.0, 12.0).view(2, 1)}
-    spans = [ImageSpan(0, 2, 6, 0), ImageSpan(1, 1, 3, 1)]
-    prepared = PreparedImages(spans=spans, features=features)
+    spans = [ItemSpan(0, 2, 6, 0), ItemSpan(1, 1, 3, 1)]
+    prepared = PreparedItems(spans=spans, features=features)
     assert prepared.rows_between(0, 8).flatten().tolist() == [0, 1, 2, 3, 10, 11]
     assert prepared.rows_between(4, 8).flatten().tolist() == [2, 3]  # image 0 cut by the cache
     assert prepared.rows_between(6, 8) is None
@@ -106,8 +110,8 @@ def test_prepared_rows_follow_row_major_placeholder_order():
     assert expanded.rows_between(0, 8).flatten().tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 10, 11, 10, 11]
 
 
-def test_split_per_image_handles_every_container():
+def test_split_per_item_handles_every_container():
     stacked = torch.randn(3, 4, 2)
-    assert [t.shape for t in split_per_image(stacked, [4, 4, 4])] == [(4, 2)] * 3
-    assert [t.shape for t in split_per_image([torch.randn(4, 2), torch.randn(2, 2)], [4, 2])] == [(4, 2), (2, 2)]
-    assert [t.shape for t in split_per_image(torch.randn(6, 2), [4, 2])] == [(4, 2), (2, 2)]
+    assert [t.shape for t in split_per_item(stacked, [4, 4, 4])] == [(4, 2)] * 3
+    assert [t.shape for t in split_per_item([torch.randn(4, 2), torch.randn(2, 2)], [4, 2])] == [(4, 2), (2, 2)]
+    assert [t.shape for t in split_per_item(torch.randn(6, 2), [4, 2])] == [(4, 2), (2, 2)]

@@ -15,23 +15,23 @@ from typing import Any
 import torch
 
 from ..generation.encoding import ItemEncoder
-from .prompt import RequestImages
+from .prompt import RequestItems
 
 
-def encode_admitted(model, requests: list[RequestImages]) -> list[Exception | None]:
+def encode_admitted(model, requests: list[RequestItems]) -> list[Exception | None]:
     """Compute the features of every request's items, batched across requests whose inputs can be concatenated.
 
     Args:
         model (`VisionPrepGenerationMixin`): the drop-in model the engine runs.
-        requests (`list[RequestImages]`): the images of the requests admitted together; `features` is set on each.
+        requests (`list[RequestItems]`): the images of the requests admitted together; `features` is set on each.
 
     Returns:
         `list[Exception | None]`: per request, the error that makes it fail, or `None`.
     """
     errors: list[Exception | None] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}
-    for position, images in enumerate(requests):
-        groups.setdefault(_concat_signature(images.item_inputs), []).append(position)
+    for position, request in enumerate(requests):
+        groups.setdefault(_concat_signature(request.item_inputs), []).append(position)
     for members in groups.values():
         try:
             _encode_together(model, [requests[position] for position in members])
@@ -44,9 +44,9 @@ def encode_admitted(model, requests: list[RequestImages]) -> list[Exception | No
     return errors
 
 
-def _error_of(model, images: RequestImages) -> Exception | None:
+def _error_of(model, request: RequestItems) -> Exception | None:
     try:
-        _encode_together(model, [images])
+        _encode_together(model, [request])
     except Exception as error:  # noqa: BLE001 - reported on the request
         return error
     return None
@@ -71,14 +71,14 @@ def _concatenated(values: list[Any]) -> Any:
 
 
 @torch.no_grad()
-def _encode_together(model, requests: list[RequestImages]) -> None:
+def _encode_together(model, requests: list[RequestItems]) -> None:
     # The requests become the rows of one prompt: items renumbered after the previous rows' items, per modality too
     spans, hashes = [], {}
     first_item, first_of_modality = 0, Counter()
-    for row, images in enumerate(requests):
-        items = sorted({span.item_index for span in images.spans})
-        per_modality = Counter(span.modality for span in images.spans if span.feature_start == 0)
-        for span in images.spans:
+    for row, request in enumerate(requests):
+        items = sorted({span.item_index for span in request.spans})
+        per_modality = Counter(span.modality for span in request.spans if span.feature_start == 0)
+        for span in request.spans:
             spans.append(
                 replace(
                     span,
@@ -87,11 +87,11 @@ def _encode_together(model, requests: list[RequestImages]) -> None:
                     modality_index=first_of_modality[span.modality] + span.input_index,
                 )
             )
-        hashes.update({first_item + index: images.hashes[index] for index in items})
+        hashes.update({first_item + index: request.hashes[index] for index in items})
         first_item += len(items)
         first_of_modality.update(per_modality)
     keys = requests[0].item_inputs.keys()
-    model_kwargs = {key: _concatenated([images.item_inputs[key] for images in requests]) for key in keys}
+    model_kwargs = {key: _concatenated([request.item_inputs[key] for request in requests]) for key in keys}
     # Items with the same content (one image in several requests) are encoded once
     first_of_hash: dict[str, int] = {}
     for index in sorted(hashes):
@@ -102,10 +102,10 @@ def _encode_together(model, requests: list[RequestImages]) -> None:
     # Qwen3-VL's per-layer features travel with each item's features, to the same placeholders
     deepstack = {index: deepstack[first_of_hash[hashes[index]]] for index in hashes} if deepstack else None
     first_item = 0
-    for images in requests:
-        items = sorted({span.item_index for span in images.spans})
-        images.features = {index: features[first_item + index] for index in items}
+    for request in requests:
+        items = sorted({span.item_index for span in request.spans})
+        request.features = {index: features[first_item + index] for index in items}
         if deepstack is not None:
-            images.deepstack = {index: deepstack[first_item + index] for index in items}
-        images.item_inputs = {}  # the pixels are no longer needed: free them while the request runs
+            request.deepstack = {index: deepstack[first_item + index] for index in items}
+        request.item_inputs = {}  # the pixels are no longer needed: free them while the request runs
         first_item += len(items)

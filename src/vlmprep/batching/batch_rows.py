@@ -2,7 +2,7 @@
 
 The engine packs the scheduled slices of several requests into one row of `input_ids`, one after the other, and the
 model scatters `mm_encoder_outputs` into the placeholders of that row in order. So the rows are taken request by
-request, in batch order, and within a request in position order (`PreparedImages.rows_between`).
+request, in batch order, and within a request in position order (`PreparedItems.rows_between`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..generation.prepared import EncoderRows
-from .prompt import slot_of_key
-
-_FIRST_KEY = -2
+from .prompt import FIRST_PLACEHOLDER_KEY, slot_of_key
 
 
 def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor) -> dict[str, EncoderRows] | None:
@@ -40,13 +38,13 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
     for future_state in requests_in_batch:
         state, length = future_state.state, future_state.query_length
         end = state.position_offset  # the engine moved it past this slice when it prepared the step
-        images = getattr(state, "images", None)
+        items = getattr(state, "items", None)
         rows = {}
         # A slice past the request's last placeholder (every decoding step) holds no image rows
-        if images is not None and end - length < images.placeholders_end:
-            rows = {name: _slice_rows(images, end - length, end, name) for name in placeholder_ids}
+        if items is not None and end - length < items.placeholders_end:
+            rows = {name: _slice_rows(items, end - length, end, name) for name in placeholder_ids}
             if any(row is not None for row in rows.values()):
-                has_features, num_layers = True, max(num_layers, images.deepstack_layers)
+                has_features, num_layers = True, max(num_layers, items.deepstack_layers)
         slices.append((length, rows))
     if not has_features:
         return None
@@ -89,12 +87,12 @@ def _container(rows: torch.Tensor, as_list: bool) -> torch.Tensor | list[torch.T
     return [rows] if as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
 
 
-def _slice_rows(images, start: int, end: int, modality: str) -> tuple[torch.Tensor, list | None] | None:
+def _slice_rows(items, start: int, end: int, modality: str) -> tuple[torch.Tensor, list | None] | None:
     # A slice's feature rows of one modality, and its per-layer deepstack rows (None when the encoder has none)
-    rows = images.rows_between(start, end, modality)
+    rows = items.rows_between(start, end, modality)
     if rows is None:
         return None
-    layers = [images.rows_between(start, end, modality, layer) for layer in range(images.deepstack_layers)]
+    layers = [items.rows_between(start, end, modality, layer) for layer in range(items.deepstack_layers)]
     return rows, layers or None
 
 
@@ -110,7 +108,7 @@ def _layer_rows(pieces: list[tuple[torch.Tensor, list | None]], layer: int, like
 def restore_placeholders(model, input_ids: torch.Tensor) -> None:
     """Turn the placeholder keys of a step's `input_ids` back into placeholder ids, in place."""
     modalities = model.vision_facts.modalities
-    keyed = input_ids <= _FIRST_KEY
+    keyed = input_ids <= FIRST_PLACEHOLDER_KEY
     if len(modalities) == 1:
         input_ids.masked_fill_(keyed, modalities[0].placeholder_id(model.config))
         return
@@ -129,7 +127,7 @@ def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor 
     """`(rows, 1, num_tokens)` position ids of a step holding a request with multimodal positions, else `None`.
 
     The engine feeds `position_offset + i`; a request whose prompt has multimodal rotary positions gets its own
-    (`RequestImages.position_ids`), every other request of the step its 1D positions on every row. Padding (up to
+    (`RequestItems.position_ids`), every other request of the step its 1D positions on every row. Padding (up to
     `num_tokens`) gets 0.
 
     Args:
@@ -140,7 +138,7 @@ def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor 
         `torch.Tensor` or `None`
     """
     if not any(
-        getattr(future.state, "images", None) is not None and future.state.images.positions is not None
+        getattr(future.state, "items", None) is not None and future.state.items.positions is not None
         for future in requests_in_batch
     ):
         return None  # no tensor built for a step of 1D positions only (upstream's own)
@@ -148,10 +146,10 @@ def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor 
     for future_state in requests_in_batch:
         state, length = future_state.state, future_state.query_length
         end = state.position_offset
-        images = getattr(state, "images", None)
-        if images is not None and images.positions is not None:
-            pieces.append(images.position_ids(end - length, end))
-            rows = images.positions.shape[0]
+        items = getattr(state, "items", None)
+        if items is not None and items.positions is not None:
+            pieces.append(items.position_ids(end - length, end))
+            rows = items.positions.shape[0]
         else:
             pieces.append(torch.arange(end - length, end)[None])
     if rows is None:

@@ -17,7 +17,7 @@ An image block's KV is what `generate` computes only when every placeholder of t
 
 The scheduler is upstream's own class (FIFO or prefill-first, as configured) with the mixin on top. Upstream picks the
 class from a module-level table inside `_create_batch_processor` and gives the one instance to the batch processor
-and to its offloading manager; `ImageBatchingManager._create_batch_processor` hands both the block-aware one, built
+and to its offloading manager; `ItemBatchingManager._create_batch_processor` hands both the block-aware one, built
 with the same arguments before any request is scheduled (`install_block_aware_scheduler`).
 """
 
@@ -83,18 +83,18 @@ def install_block_aware_scheduler(processor: ContinuousBatchProcessor) -> None:
     processor.scheduler = processor.offloading_manager.scheduler = block_aware
 
 
-def block_admission_error(model, images, max_batch_tokens: int) -> ValueError | None:
+def block_admission_error(model, items, max_batch_tokens: int) -> ValueError | None:
     """Why the engine cannot run a request's bidirectional blocks exactly, or `None` when it can.
 
     Args:
         model: the drop-in model the engine runs (attention implementation already chosen by the engine).
-        images (`RequestImages`): the request's images.
+        items (`RequestItems`): the request's items.
         max_batch_tokens (`int`): the most tokens one step holds.
 
     Returns:
         `ValueError` or `None`
     """
-    if not images.blocks:
+    if not items.blocks:
         return None
     name = type(model).__name__
     if not attn_mask_is_needed(model.config):
@@ -104,7 +104,7 @@ def block_admission_error(model, images, max_batch_tokens: int) -> ValueError | 
             "`attn_implementation='sdpa'` (or 'eager') and pass `ContinuousBatchingConfig(auto_switch_to_flash=False)`, "
             "or use `generate`."
         )
-    longest = max(end - start for start, end in images.blocks)
+    longest = max(end - start for start, end in items.blocks)
     if longest > max_batch_tokens:
         return ValueError(
             f"An image of this request is {longest} placeholder tokens, which attend to each other bidirectionally "
@@ -114,7 +114,7 @@ def block_admission_error(model, images, max_batch_tokens: int) -> ValueError | 
     return None
 
 
-def holds_back_inside_a_block(images, prompt_length: int) -> bool:
+def holds_back_inside_a_block(items, prompt_length: int) -> bool:
     """Whether holding back a prompt's last token (to fork parallel samples after it) would cut one of its blocks.
 
     Upstream prefills all but the last prompt token of a request with `num_return_sequences > 1` and forks after it; a
@@ -122,13 +122,13 @@ def holds_back_inside_a_block(images, prompt_length: int) -> bool:
     every cut inside the block moves back to its start, and the slice stays empty forever.
 
     Args:
-        images (`RequestImages`): the request's images.
+        items (`RequestItems`): the request's items.
         prompt_length (`int`): tokens in the request's prompt.
 
     Returns:
         `bool`
     """
-    return any(start < prompt_length - 1 < end for start, end in images.blocks)
+    return any(start < prompt_length - 1 < end for start, end in items.blocks)
 
 
 def open_block_masks(batch_data: dict, requests_in_batch: list, sliding_window: int) -> None:
@@ -172,5 +172,5 @@ def _open(region: torch.Tensor, window: int | None) -> None:
 
 
 def _blocks_of(state) -> tuple[tuple[int, int], ...]:
-    images = getattr(state, "images", None)
-    return images.blocks if images is not None else ()
+    items = getattr(state, "items", None)
+    return items.blocks if items is not None else ()

@@ -1,8 +1,8 @@
-"""`ImageBatchingManager`: transformers' continuous-batching manager, with requests that carry images.
+"""`ItemBatchingManager`: transformers' continuous-batching manager, with requests that carry images.
 
 Four of upstream's manager hooks are extended, each delegating to upstream for everything text-only:
 
-1. `add_request`: a request's pixel inputs are checked, hashed and stored on its `ImageRequestState`; its prompt
+1. `add_request`: a request's pixel inputs are checked, hashed and stored on its `ItemRequestState`; its prompt
    carries placeholder keys, so prefix sharing keys blocks on image content (`vlmprep.batching.prompt`).
 2. `_generation_loop_body`: before each loop turn drains the input queue, the queued requests are admitted: their
    images are encoded, all of them in one batched vision call (`vlmprep.batching.admission`). Requests with images
@@ -37,13 +37,13 @@ from ..utils.logging import get_logger
 from .admission import encode_admitted
 from .batch_rows import restore_placeholders, step_encoder_outputs, step_position_ids
 from .blocks import block_admission_error, holds_back_inside_a_block, install_block_aware_scheduler, open_block_masks
-from .prompt import ImagePrompt, build_image_prompt, request_input_keys
-from .requests import ImageRequestState
+from .prompt import ItemPrompt, build_item_prompt, request_input_keys, split_request
+from .requests import ItemRequestState
 
 logger = get_logger(__name__)
 
 
-class ImageBatchingManager(ContinuousBatchingManager):
+class ItemBatchingManager(ContinuousBatchingManager):
     """`ContinuousBatchingManager` whose requests may carry images. Made by `model.init_continuous_batching()`.
 
     Example:
@@ -51,13 +51,13 @@ class ImageBatchingManager(ContinuousBatchingManager):
     ```python
     >>> import transformers
     >>> from vlmprep import LlavaForConditionalGeneration
-    >>> from vlmprep.batching import ImageBatchingManager
+    >>> from vlmprep.batching import ItemBatchingManager
     >>> from vlmprep.testing import tiny_llava_config
     >>> model = LlavaForConditionalGeneration(tiny_llava_config()).eval()
     >>> config = transformers.GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=-1)
     >>> engine = transformers.ContinuousBatchingConfig(num_blocks=64, max_batch_tokens=64)  # a small paged cache
     >>> manager = model.init_continuous_batching(generation_config=config, continuous_batching_config=engine)
-    >>> isinstance(manager, ImageBatchingManager)
+    >>> isinstance(manager, ItemBatchingManager)
     True
 
     ```
@@ -66,7 +66,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Requests with images, queued by `add_request` (any thread) until the loop thread encodes them
-        self._requests_to_admit: queue.Queue[ImageRequestState] = queue.Queue()
+        self._requests_to_admit: queue.Queue[ItemRequestState] = queue.Queue()
         self._pages_identity: tuple | None = None  # the model identity the shared pages were made under
 
     def add_request(
@@ -93,13 +93,11 @@ class ImageBatchingManager(ContinuousBatchingManager):
             `str` or `None`: the request id (`None` on a TP rank that is not the driver, as upstream).
 
         Raises:
-            `ValueError` or `TypeError`: the request cannot run (see `build_image_prompt`); nothing is queued.
+            `ValueError` or `TypeError`: the request cannot run (see `build_item_prompt`); nothing is queued.
         """
         if isinstance(input_ids, Mapping):
-            kwargs = {**{key: value for key, value in input_ids.items() if key != "input_ids"}, **kwargs}
-            if "input_ids" not in input_ids:
-                raise ValueError("A request given as a mapping needs its `input_ids`.")
-            input_ids = input_ids["input_ids"]
+            input_ids, inputs = split_request(input_ids)
+            kwargs = {**inputs, **kwargs}
         input_keys = request_input_keys(self.model.vision_facts) - {"input_ids"}
         request_inputs = {key: kwargs.pop(key) for key in list(kwargs) if key in input_keys}
         unknown = sorted(key for key in kwargs if key not in self.logit_processor.supported_keys)
@@ -109,11 +107,11 @@ class ImageBatchingManager(ContinuousBatchingManager):
                 f"Unknown request inputs {unknown}: neither this model's pixel inputs ({sorted(input_keys)}) nor "
                 f"logits-processor kwargs ({sorted(self.logit_processor.supported_keys)}). Check the names."
             )
-        if isinstance(input_ids, ImagePrompt):
+        if isinstance(input_ids, ItemPrompt):
             prompt = input_ids
         else:
-            prompt = build_image_prompt(self.model, input_ids, request_inputs, cache_salt)
-        if prompt.images is None and prompt.error is None:
+            prompt = build_item_prompt(self.model, input_ids, request_inputs, cache_salt)
+        if prompt.items is None and prompt.error is None:
             return super().add_request(
                 list(prompt), request_id, max_new_tokens, streaming, record_timestamps, eos_token_id, **kwargs
             )
@@ -127,7 +125,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
             with self._request_lock:
                 request_id = f"req_{self._request_counter}"
                 self._request_counter += 1
-        state = ImageRequestState(
+        state = ItemRequestState(
             request_id=request_id,
             initial_tokens=list(prompt),
             num_children=self.num_return_sequences - 1,
@@ -136,7 +134,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
             eos_token_id=self.generation_config.eos_token_id if eos_token_id is None else eos_token_id,
             streaming=streaming,
             logit_processor_kwargs=kwargs,
-            images=prompt.images,
+            items=prompt.items,
         )
         if prompt.error is not None:
             # A request of `generate_batch` that failed its checks: it gets its failed output, the others run.
@@ -191,13 +189,13 @@ class ImageBatchingManager(ContinuousBatchingManager):
             return
         # Blocks the engine cannot run exactly (too long for a step, or attention without a mask) fail the request
         refused = [
-            block_admission_error(self.model, state.images, batch_processor.max_batch_tokens) for state in pending
+            block_admission_error(self.model, state.items, batch_processor.max_batch_tokens) for state in pending
         ]
         for state, error in zip(pending, refused, strict=True):
             if error is not None:
                 self._fail(state, error)
         pending = [state for state, error in zip(pending, refused, strict=True) if error is None]
-        errors = encode_admitted(self.model, [state.images for state in pending])
+        errors = encode_admitted(self.model, [state.items for state in pending])
         for state, error in zip(pending, errors, strict=True):
             if error is not None:
                 self._fail(state, error)
@@ -205,7 +203,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
             for sample in _samples_apart(state):
                 self.input_queue.put(sample, block=True, timeout=10)
 
-    def _fail(self, state: ImageRequestState, error: Exception) -> None:
+    def _fail(self, state: ItemRequestState, error: Exception) -> None:
         # The parallel samples a request would have forked fail with it: `generate_batch` waits for an output of each
         # (`<id>__child#<i>`), and would wait forever for samples never forked.
         logger.warning(f"Request {state.request_id} failed at admission: {error}")
@@ -244,7 +242,7 @@ class ImageBatchingManager(ContinuousBatchingManager):
         io.retrieve_device_outputs()
 
 
-def _samples_apart(state: ImageRequestState) -> list[ImageRequestState]:
+def _samples_apart(state: ItemRequestState) -> list[ItemRequestState]:
     """The request, and its parallel samples as requests of their own when forking them would cut an image block.
 
     Upstream forks the samples after prefilling all but the last prompt token; a prompt ending in a block (an image
@@ -252,7 +250,7 @@ def _samples_apart(state: ImageRequestState) -> list[ImageRequestState]:
     id upstream would give its fork (as upstream does for forks the cache has no room for). Prefix sharing still
     lets them share the prompt's full pages.
     """
-    if state.num_children == 0 or not holds_back_inside_a_block(state.images, len(state.initial_tokens)):
+    if state.num_children == 0 or not holds_back_inside_a_block(state.items, len(state.initial_tokens)):
         return [state]
     samples = [state.fork(f"{state.request_id}__child#{index}") for index in range(state.num_children)]
     for sample in (*samples, state):

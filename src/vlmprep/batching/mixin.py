@@ -1,7 +1,7 @@
 """`ContinuousBatchingMixin`: transformers' continuous batching (`generate_batch`, `init_continuous_batching`,
 `generate(..., cache_implementation="paged")`) for a vlmprep drop-in, with images.
 
-It overrides upstream's `ContinuousMixin` entry points only to hand the engine an `ImageBatchingManager` and requests
+It overrides upstream's `ContinuousMixin` entry points only to hand the engine an `ItemBatchingManager` and requests
 that carry their images; scheduling, the paged cache, sampling and outputs stay transformers' own.
 """
 
@@ -17,15 +17,14 @@ from transformers import ContinuousBatchingConfig, GenerationConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
 from ..generation.hooks import select_items
+from ..generation.mixin import VLMPREP_GENERATE_KWARGS
 from ..generation.plan import check_items_match_spans, find_item_spans
 from ..utils.logging import get_logger
-from .manager import ImageBatchingManager
-from .prompt import ImagePrompt, build_image_prompt, request_input_keys, token_list
+from .manager import ItemBatchingManager
+from .prompt import ItemPrompt, build_item_prompt, request_input_keys, split_request, token_list
 from .support import check_batching_support
 
 logger = get_logger(__name__)
-# What a drop-in's own `generate` may forward to `generate_batch` besides the engine's kwargs.
-_VLMPREP_KWARGS = ("cache_salt", "vlmprep_prefix_request")
 
 
 class ContinuousBatchingMixin:
@@ -56,8 +55,8 @@ class ContinuousBatchingMixin:
         generation_config: GenerationConfig | None = None,
         continuous_batching_config: ContinuousBatchingConfig | None = None,
         workload_hints=None,
-    ) -> ImageBatchingManager:
-        """Upstream's `init_continuous_batching`, returning an `ImageBatchingManager` (requests may carry images).
+    ) -> ItemBatchingManager:
+        """Upstream's `init_continuous_batching`, returning an `ItemBatchingManager` (requests may carry images).
 
         Args:
             generation_config (`GenerationConfig`, *optional*): defaults to the model's.
@@ -65,11 +64,11 @@ class ContinuousBatchingMixin:
             workload_hints (`WorkloadHints`, *optional*): as upstream.
 
         Returns:
-            `ImageBatchingManager`
+            `ItemBatchingManager`
         """
         check_batching_support(self, with_items=False)  # requests with images are checked as they come
         cached = getattr(self, "_cached_continuous_batching_manager", None)
-        if isinstance(cached, ImageBatchingManager):
+        if isinstance(cached, ItemBatchingManager):
             return super().init_continuous_batching(generation_config, continuous_batching_config, workload_hints)
         if isinstance(cached, ContinuousBatchingManager):
             self.destroy_cached_continuous_batching_manager()  # a text-only manager kept by an earlier session
@@ -96,7 +95,7 @@ class ContinuousBatchingMixin:
             # Gemma3's image blocks need the mask sdpa and eager attention get; flash kernels take none
             logger.info("Keeping sdpa/eager attention in continuous batching: image blocks attend bidirectionally.")
             continuous_batching_config = dataclasses.replace(continuous_batching_config, auto_switch_to_flash=False)
-        return ImageBatchingManager(
+        return ItemBatchingManager(
             model=self,
             generation_config=generation_config,
             continuous_batching_config=continuous_batching_config,
@@ -120,8 +119,8 @@ class ContinuousBatchingMixin:
             `dict[str, GenerationOutput]`: what upstream returns, with the real placeholder ids in `prompt_ids`.
         """
         check_batching_support(self, with_items=False)  # requests with images are checked one by one
-        salt = kwargs.pop("cache_salt", None)
-        kwargs.pop("vlmprep_prefix_request", None)
+        # A drop-in's own `generate` may forward its vlmprep kwargs; of those only the salt concerns the engine.
+        salt = {key: kwargs.pop(key) for key in VLMPREP_GENERATE_KWARGS if key in kwargs}.get("cache_salt")
         request_keys = request_input_keys(self.vision_facts)
         shared = {key: kwargs.pop(key) for key in list(kwargs) if key in request_keys}
         shared.pop("input_ids", None)  # `generate` passes the prompt both as `inputs` and `input_ids`
@@ -131,19 +130,16 @@ class ContinuousBatchingMixin:
             prompts = [self._request_as_prompt(item, salt) for item in inputs]
         return super().generate_batch(prompts, *args, **kwargs)
 
-    def _request_as_prompt(self, item: Any, salt: str | None) -> ImagePrompt:
+    def _request_as_prompt(self, item: Any, salt: str | None) -> ItemPrompt:
         # A bad request becomes a prompt carrying its error, so it fails alone when it is queued.
         try:
             if isinstance(item, Mapping):
-                if "input_ids" not in item:
-                    raise ValueError("A request given as a dict needs its `input_ids`.")
-                inputs = {key: value for key, value in item.items() if key != "input_ids"}
-                return build_image_prompt(self, item["input_ids"], inputs, salt)
-            return build_image_prompt(self, item, {}, salt)
+                return build_item_prompt(self, *split_request(item), salt)
+            return build_item_prompt(self, item, {}, salt)
         except (ValueError, TypeError) as error:
-            return ImagePrompt([], error=str(error))
+            return ItemPrompt([], error=str(error))
 
-    def _rows_as_prompts(self, rows: Sequence, inputs: dict[str, Any], salt: str | None) -> list[ImagePrompt]:
+    def _rows_as_prompts(self, rows: Sequence, inputs: dict[str, Any], salt: str | None) -> list[ItemPrompt]:
         # `generate(..., cache_implementation="paged")`: one batch of equal-length rows and the pixel inputs of all
         # of them, in placeholder order; each row becomes a request with its own images.
         rows = [token_list(row) for row in rows]
@@ -170,5 +166,5 @@ class ContinuousBatchingMixin:
                     for key in modality.position_keys:
                         if inputs.get(key) is not None:
                             row_inputs[key] = select_items(inputs[key], items)
-            prompts.append(build_image_prompt(self, ids, row_inputs, salt))
+            prompts.append(build_item_prompt(self, ids, row_inputs, salt))
         return prompts

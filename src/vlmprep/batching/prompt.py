@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..cache.hashing import hash_image_inputs
+from ..cache.hashing import hash_item_inputs
 from ..generation.encoding import ItemEncoder, check_finite_pixels
 from ..generation.hooks import select_items
 from ..generation.plan import bidirectional_blocks, check_items_match_spans, derive_token_types, find_item_spans
@@ -27,7 +27,7 @@ from ..generation.spans import ItemSpan
 from .support import check_batching_support
 
 # Keys are <= -2: upstream marks a decode slot whose token is not known yet with -1 (`TMP_TOKEN_ID`).
-_FIRST_KEY = -2
+FIRST_PLACEHOLDER_KEY = -2
 # int32 holds the ids the engine stores; keys use the 2**31 - 2 values from -2 down to -(2**31 - 1).
 _KEY_VALUES = 2**31 - 2
 # Per-request inputs that only describe the prompt: accepted, checked, and not needed by the engine.
@@ -35,7 +35,7 @@ _PROMPT_KEYS = ("input_ids", "attention_mask")
 
 
 @dataclass
-class RequestImages:
+class RequestItems:
     """The images of one continuous-batching request: spans, per-item inputs, content hashes and, once admitted,
     per-item features.
 
@@ -124,10 +124,13 @@ class RequestImages:
 
     def restore_ids(self, ids: Sequence[int]) -> list[int]:
         """Token ids with every placeholder key turned back into its placeholder id."""
-        return [self.placeholder_ids[slot_of_key(i, len(self.placeholder_ids))] if i <= _FIRST_KEY else i for i in ids]
+        return [
+            self.placeholder_ids[slot_of_key(i, len(self.placeholder_ids))] if i <= FIRST_PLACEHOLDER_KEY else i
+            for i in ids
+        ]
 
 
-class ImagePrompt(list):
+class ItemPrompt(list):
     """A request's prompt as the engine stores it (token ids, placeholder keys in place of placeholders), with its
     images; or, for a request that failed its checks, the reason, so it fails alone.
 
@@ -135,26 +138,26 @@ class ImagePrompt(list):
 
     Args:
         ids (`Sequence[int]`): the engine's token ids.
-        images (`RequestImages`, *optional*): the request's images; `None` for a text-only prompt.
+        items (`RequestItems`, *optional*): the request's items; `None` for a text-only prompt.
         error (`str`, *optional*): why the request cannot run.
     """
 
-    def __init__(self, ids: Sequence[int], images: RequestImages | None = None, error: str | None = None):
+    def __init__(self, ids: Sequence[int], items: RequestItems | None = None, error: str | None = None):
         super().__init__(ids)
-        self.images = images
+        self.items = items
         self.error = error
 
 
 def slot_of_key(key: int, num_modalities: int) -> int:
     """The modality slot (index in `VisionFacts.modalities`) a placeholder key stands for."""
-    return (_FIRST_KEY - key) % num_modalities
+    return (FIRST_PLACEHOLDER_KEY - key) % num_modalities
 
 
-def placeholder_keys(image_hash: str, rows: range, slot: int, num_modalities: int) -> list[int]:
+def placeholder_keys(item_hash: str, rows: range, slot: int, num_modalities: int) -> list[int]:
     """Placeholder keys of an item's feature rows: distinct per (content hash, row), carrying the modality slot.
 
     Args:
-        image_hash (`str`): the item's content hash.
+        item_hash (`str`): the item's content hash.
         rows (`range`): the item's feature rows the placeholders receive.
         slot (`int`): the modality slot.
         num_modalities (`int`): how many modalities the family has.
@@ -165,9 +168,26 @@ def placeholder_keys(image_hash: str, rows: range, slot: int, num_modalities: in
     per_slot = _KEY_VALUES // num_modalities
     keys = []
     for row in rows:
-        digest = hashlib.blake2b(f"{image_hash}:{row}".encode(), digest_size=8).digest()
-        keys.append(_FIRST_KEY - slot - num_modalities * (int.from_bytes(digest, "little") % per_slot))
+        digest = hashlib.blake2b(f"{item_hash}:{row}".encode(), digest_size=8).digest()
+        keys.append(FIRST_PLACEHOLDER_KEY - slot - num_modalities * (int.from_bytes(digest, "little") % per_slot))
     return keys
+
+
+def split_request(request: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A request given as a mapping (a processor's output): its `input_ids` and its other inputs.
+
+    Args:
+        request (`Mapping[str, Any]`): `input_ids` and the request's pixel inputs.
+
+    Returns:
+        `tuple[Any, dict[str, Any]]`: the `input_ids`, and every other entry.
+
+    Raises:
+        `ValueError`: the mapping has no `input_ids`.
+    """
+    if "input_ids" not in request:
+        raise ValueError("A request given as a mapping needs its `input_ids`.")
+    return request["input_ids"], {key: value for key, value in request.items() if key != "input_ids"}
 
 
 def token_list(input_ids: Any) -> list[int]:
@@ -207,7 +227,7 @@ def request_input_keys(facts) -> set[str]:
     return keys
 
 
-def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: str | None = None) -> ImagePrompt:
+def build_item_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: str | None = None) -> ItemPrompt:
     """Check one request and turn it into the engine's prompt: placeholder keys, spans, per-item inputs, hashes.
 
     Args:
@@ -217,7 +237,7 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
         salt (`str`, *optional*): isolates the request's hashes (and so its shared blocks) from other salts.
 
     Returns:
-        `ImagePrompt`
+        `ItemPrompt`
 
     Raises:
         `ValueError` or `TypeError`: the request cannot run (unknown inputs, placeholders and images that do not match,
@@ -244,7 +264,7 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
     spans = find_item_spans(model, prompt, model_kwargs, model_kwargs.get(facts.token_type_key))
     check_items_match_spans(model, spans, model_kwargs, past_length=0)
     if not spans:
-        return ImagePrompt(ids)
+        return ItemPrompt(ids)
     check_batching_support(model, with_items=True)
     modalities = facts.modalities
     for modality in modalities:
@@ -260,7 +280,7 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
         keyed[span.start : span.end] = placeholder_keys(key_hash, rows, slots[span.modality], len(slots))
     positions = model.vision_position_ids(prompt, model_kwargs)  # (rows, 1, prompt_length) or None
     positions = positions[:, 0] if positions is not None else None
-    images = RequestImages(
+    items = RequestItems(
         spans=spans,
         positions=positions,
         blocks=blocks,
@@ -269,7 +289,7 @@ def build_image_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: s
         placeholder_ids=tuple(modality.placeholder_id(model.config) for modality in modalities),
         as_list=facts.features_as_list_by_modality(),
     )
-    return ImagePrompt(keyed, images)
+    return ItemPrompt(keyed, items)
 
 
 def _image_blocks(model, prompt: torch.Tensor, token_types: Any) -> tuple[tuple[int, int], ...]:
@@ -293,7 +313,7 @@ def _with_positions(model, model_kwargs: dict[str, Any], spans: list[ItemSpan], 
         present = {key: model_kwargs[key] for key in keys if model_kwargs.get(key) is not None}
         if present and span.feature_start == 0:
             values = {key: select_items(value, [span.input_index]) for key, value in present.items()}
-            keyed[span.item_index] = hash_image_inputs({"item": hashes[span.item_index], **values})
+            keyed[span.item_index] = hash_item_inputs({"item": hashes[span.item_index], **values})
     return keyed
 
 

@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from .. import Gemma3ForConditionalGeneration, PrefixCache
-from ..cache.hashing import hash_image_inputs
+from ..cache.hashing import hash_item_inputs
 from ..testing import (
     IMAGE,
     TINY_BOI_TOKEN_ID,
@@ -171,7 +171,7 @@ class BenchRunner:
             vision_ms = median_ms(lambda: self.ours.model.get_image_features(pixel_values=pixels), runs)
         result = {
             "compared": (
-                f"sha256 of one float32 (3, side, side) pixel tensor (`hash_image_inputs`) vs one call of the bench "
+                f"sha256 of one float32 (3, side, side) pixel tensor (`hash_item_inputs`) vs one call of the bench "
                 f"model's vision tower + projector (`get_image_features`) on one {self.image_size}x{self.image_size} "
                 "image"
             ),
@@ -179,7 +179,7 @@ class BenchRunner:
         }
         for side in sorted({self.image_size, *self.settings.hash_sizes}):
             image = {"pixel_values": random_pixels(1, 0, size=side)[0]}
-            hash_ms = median_ms(lambda image=image: hash_image_inputs(image), runs)
+            hash_ms = median_ms(lambda image=image: hash_item_inputs(image), runs)
             result[f"hash_{side}px_ms"] = round(hash_ms, 3)
             result[f"hash_{side}px_over_vision_forward"] = round(hash_ms / vision_ms, 4)
         return result

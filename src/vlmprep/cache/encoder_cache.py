@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+# The default budget of an `EncoderCache`, and of the one every drop-in model carries: 512 MiB.
+DEFAULT_MAX_BYTES = 512 * 2**20
+
 __all__ = ["EncoderCache", "EncoderCacheStats"]
 
 # A tensor, or a (possibly nested) tuple / list / dict of tensors.
@@ -75,35 +78,38 @@ def _detached(value: EncoderOutput) -> tuple[EncoderOutput, int]:
 class EncoderCache:
     """Content-addressed, byte-budgeted, thread-safe LRU of per-image encoder outputs.
 
-    Values are stored detached (a cached feature never holds an autograd graph) and are returned as stored, without a
-    copy: do not modify a returned tensor in place. When a `put` would exceed `max_bytes`, least-recently-used entries
-    are evicted until it fits; an entry larger than the whole budget is not stored.
+        Values are stored detached (a cached feature never holds an autograd graph) and are returned as stored, without a
+        copy: do not modify a returned tensor in place. When a `put` would exceed `max_bytes`, least-recently-used entries
+        are evicted until it fits; an entry larger than the whole budget is not stored.
 
-    Args:
-        max_bytes (`int`, *optional*, defaults to `512 * 2**20`):
-            Byte budget: the sum of `numel() * element_size()` over every stored tensor never exceeds it. Settable;
-            lowering it evicts at once.
+        Args:
+            max_bytes (`int`, *optional*, defaults to `512 * 2**20`):
+                Byte budget: the sum of `numel() * element_size()` over every stored tensor never exceeds it. Settable;
+                lowering it evicts at once.
 
-    Example:
+        Example:
 
-    ```python
-    >>> import torch
-    >>> from vlmprep.cache.encoder_cache import EncoderCache
-    >>> cache = EncoderCache(max_bytes=1024)
-    >>> cache.put(("my-model", "image-hash"), torch.ones(4, 32))  # 4 * 32 * 4 bytes = 512
-    True
-    >>> cache.get(("my-model", "image-hash")).shape
-    torch.Size([4, 32])
-    >>> cache.get(("my-model", "other-hash")) is None
-    True
-    >>> stats = cache.stats
-    >>> stats.hits, stats.misses, stats.bytes, stats.entries
-    (1, 1, 512, 1)
+        ```python
+        >>> import torch
 
-    ```
+    # The default budget of an `EncoderCache`, and of the one every drop-in model carries: 512 MiB.
+    DEFAULT_MAX_BYTES = 512 * 2**20
+        >>> from vlmprep.cache.encoder_cache import EncoderCache
+        >>> cache = EncoderCache(max_bytes=1024)
+        >>> cache.put(("my-model", "image-hash"), torch.ones(4, 32))  # 4 * 32 * 4 bytes = 512
+        True
+        >>> cache.get(("my-model", "image-hash")).shape
+        torch.Size([4, 32])
+        >>> cache.get(("my-model", "other-hash")) is None
+        True
+        >>> stats = cache.stats
+        >>> stats.hits, stats.misses, stats.bytes, stats.entries
+        (1, 1, 512, 1)
+
+        ```
     """
 
-    def __init__(self, max_bytes: int = 512 * 2**20):
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
         self._lock = threading.Lock()
         # key -> (value, nbytes); order is recency, least recent first.
         self._entries: OrderedDict[Hashable, tuple[EncoderOutput, int]] = OrderedDict()

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["hash_image_inputs"]
+__all__ = ["hash_item_inputs"]
 
 # Bumped whenever the byte stream changes, so hashes from an older layout never match new ones.
 _HASH_VERSION = b"vlmprep.hash_image_inputs.v1"
@@ -102,7 +102,7 @@ def _update_mapping(hasher: hashlib._Hash, mapping: Mapping[str, Any]) -> None:
         _update(hasher, mapping[key])
 
 
-def hash_image_inputs(inputs: Mapping[str, Any], *, salt: str | None = None) -> str:
+def hash_item_inputs(inputs: Mapping[str, Any], *, salt: str | None = None) -> str:
     """Full-width content hash of one image's pixel inputs and extras.
 
     Tensors and numpy arrays contribute their dtype, shape and every byte of their data (hashed straight from memory,
@@ -129,12 +129,12 @@ def hash_image_inputs(inputs: Mapping[str, Any], *, salt: str | None = None) -> 
 
     ```python
     >>> import torch
-    >>> from vlmprep.cache.hashing import hash_image_inputs
+    >>> from vlmprep.cache.hashing import hash_item_inputs
     >>> pixels = torch.zeros(3, 16, 16)
-    >>> h = hash_image_inputs({"pixel_values": pixels})
-    >>> len(h), h == hash_image_inputs({"pixel_values": pixels.clone()})
+    >>> h = hash_item_inputs({"pixel_values": pixels})
+    >>> len(h), h == hash_item_inputs({"pixel_values": pixels.clone()})
     (64, True)
-    >>> h == hash_image_inputs({"pixel_values": pixels}, salt="tenant-a")
+    >>> h == hash_item_inputs({"pixel_values": pixels}, salt="tenant-a")
     False
 
     ```

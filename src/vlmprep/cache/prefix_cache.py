@@ -196,7 +196,7 @@ class PrefixCache:
         Args:
             root (`bytes`): `root_key(namespace)`.
             keys (`np.ndarray` of int64, shape `(seq_len, fields + 4)`): the row's token keys, without padding:
-                `key_material_array(input_ids, per_token, images_between)`.
+                `key_material_array(input_ids, per_token, items_between)`.
 
         Returns:
             `PrefixMatch`

@@ -2,12 +2,11 @@
 
 from .facts import VisionFacts
 from .mixin import VisionPrepGenerationMixin
-from .prepared import PreparedImages, PreparedItems
+from .prepared import PreparedItems
 from .spans import (
     Block,
-    ImageSpan,
     ItemSpan,
-    find_image_spans,
+    find_placeholder_spans,
     merge_blocks,
     plan_prefill_chunks,
     resolve_resume_point,
@@ -15,13 +14,11 @@ from .spans import (
 
 __all__ = [
     "Block",
-    "ImageSpan",
     "ItemSpan",
-    "PreparedImages",
     "PreparedItems",
     "VisionFacts",
     "VisionPrepGenerationMixin",
-    "find_image_spans",
+    "find_placeholder_spans",
     "merge_blocks",
     "plan_prefill_chunks",
     "resolve_resume_point",

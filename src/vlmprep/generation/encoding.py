@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from ..cache.hashing import hash_image_inputs
+from ..cache.hashing import hash_item_inputs
 from ..cache.identity import any_module_training
-from .prepared import PlannedEncoderOutputs, split_per_image
+from .prepared import PlannedEncoderOutputs, split_per_item
 from .spans import ItemSpan
 
 # Per-item features handed in by the caller, and their per-layer deepstack features, by item index.
@@ -70,7 +70,7 @@ class ItemEncoder:
         for index in indices:
             span = self.span_of[index]
             inputs = self._item_inputs(span.modality, [span.input_index])
-            hashes[index] = hash_image_inputs({**inputs, **self._shared_arguments(span.modality)}, salt=self.salt)
+            hashes[index] = hash_item_inputs({**inputs, **self._shared_arguments(span.modality)}, salt=self.salt)
         return hashes
 
     def supplied_features(self, supplied: dict | None) -> SuppliedFeatures:
@@ -172,9 +172,9 @@ class ItemEncoder:
             encode = getattr(model.model, f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
-            pooled = split_per_image(outputs.pooler_output, counts)
+            pooled = split_per_item(outputs.pooler_output, counts)
             layers = deepstack_layers(outputs)
-            per_layer = [split_per_image(layer, counts) for layer in layers] if layers is not None else None
+            per_layer = [split_per_item(layer, counts) for layer in layers] if layers is not None else None
             for position, index in enumerate(group):
                 features[index] = entry = pooled[position]
                 if per_layer is not None:
@@ -226,7 +226,7 @@ def _split_checked(output, counts: list[int], modality: str) -> list[torch.Tenso
             f"placeholder tokens. Pass the encoder outputs of every {modality} of the prompt, in prompt order, or "
             "pass the pixel inputs instead."
         )
-    return split_per_image(output, counts)
+    return split_per_item(output, counts)
 
 
 def deepstack_layers(outputs) -> list | None:

@@ -9,6 +9,9 @@ from typing import Literal
 
 from transformers import PreTrainedConfig
 
+# The names a family's per-token token types take (`VisionFacts.token_type_key` is one of them).
+TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
+
 
 @dataclass(frozen=True)
 class ModalityFacts:

@@ -3,16 +3,10 @@
 A family overrides a hook when its facts need code (placeholder counts from image sizes, flattened pixel inputs,
 multimodal positions). Every hook has one signature: the call's inputs first, then the modality (`"image"` unless the
 family has others, see `VisionFacts.other_modalities`).
-
-The hooks that take any modality were first named after images (`RENAMED_HOOKS`). The old names still work for family
-classes written against them: an override of an old name answers the new name too (with a `FutureWarning` when the
-class is defined), and calling an old name calls the new one (with a `FutureWarning`, once per name).
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
 from typing import Any
 
 import torch
@@ -20,13 +14,6 @@ import torch
 from .facts import ModalityFacts, VisionFacts
 from .validation import check_patch_rows, check_pixel_dims, check_pixel_shapes
 
-# Old hook name -> new name: the hooks take items of any modality (images, videos, tiles), not images only.
-RENAMED_HOOKS = {
-    "image_token_counts": "item_token_counts",
-    "count_images": "count_items",
-    "select_image_inputs": "select_item_inputs",
-}
-_warned_calls: set[str] = set()  # old names already warned about when called
 # `VisionFacts.pixel_layout` -> the dimensions before `(C, H, W)` of the image pixels, for the layouts checked by
 # `check_pixel_dims`.
 _LEADING_DIMS = {
@@ -50,29 +37,6 @@ class FamilyHooks:
     """
 
     vision_facts: VisionFacts = VisionFacts()
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        mro = cls.__mro__
-        for old, new in RENAMED_HOOKS.items():
-            old_owner = next(klass for klass in mro if old in vars(klass))
-            new_owner = next(klass for klass in mro if new in vars(klass))
-            if old_owner is new_owner:
-                continue
-            if mro.index(old_owner) < mro.index(new_owner):
-                # A class written against the old name (here or in a base that is not a `FamilyHooks`): its override is
-                # more specific than any implementation of the new name, so the new name is answered by it.
-                warnings.warn(
-                    f"{old_owner.__qualname__}.{old} overrides a family hook renamed to `{new}`; rename the method "
-                    f"(the old name will stop working in a future release).",
-                    FutureWarning,
-                    stacklevel=2,
-                )
-                setattr(cls, new, vars(old_owner)[old])
-            else:
-                # The old name of the most specific implementation, so that calling it (or `super().<old>(...)` in a
-                # subclass written against the old name) reaches that implementation, not a base's.
-                setattr(cls, old, _old_name_alias(vars(new_owner)[new], old, new))
 
     def _modality_facts(self, name: str) -> ModalityFacts:
         return self.vision_facts.modality(name)
@@ -175,28 +139,3 @@ class FamilyHooks:
             `torch.Tensor` or `None`
         """
         return None
-
-
-def _old_name_alias(implementation, old: str, new: str):
-    # A hook's deprecated name: calls the same implementation (not `getattr(self, new)`, which an override of the old
-    # name answers, so a `super().<old>(...)` would come back to that override forever).
-    @functools.wraps(implementation)
-    def alias(self, *args, **kwargs):
-        if old not in _warned_calls:
-            _warned_calls.add(old)
-            warnings.warn(
-                f"`{old}` is a deprecated name of the family hook `{new}` and will be removed in a future release; "
-                f"call `{new}`.",
-                FutureWarning,
-                stacklevel=2,
-            )
-        return implementation(self, *args, **kwargs)
-
-    alias.__name__ = old
-    alias.__qualname__ = implementation.__qualname__.rsplit(".", 1)[0] + f".{old}"
-    alias.__doc__ = f"Deprecated name of `{new}` (same arguments and result)."
-    return alias
-
-
-for _old, _new in RENAMED_HOOKS.items():
-    setattr(FamilyHooks, _old, _old_name_alias(vars(FamilyHooks)[_new], _old, _new))

@@ -30,7 +30,7 @@ from ..cache.identity import any_module_training, check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..utils.logging import get_logger
 from .assisted import assistant_model_of, first_forward_after_cache, type_draft_tokens_as_generated
-from .facts import VisionFacts
+from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
 from .plan import plan_prompt
@@ -41,9 +41,8 @@ from .validation import check_no_block_after_cache_in_static_cache, check_prefil
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
 VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request")
-TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
 # Inputs that run along the sequence, cut at each prefill chunk's end.
-PER_TOKEN_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
+CHUNKED_INPUT_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 logger = get_logger(__name__)
 
 
@@ -155,7 +154,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             for key, value in supplied.item_extras.items():
                 model_kwargs.setdefault(key, value)
         plan = plan_prompt(self, inputs_tensor, model_kwargs, generation_config, salt, request, supplied)
-        features, deepstack = plan.encoder.features(plan.needed_items(), plan.image_hashes, plan.supplied)
+        features, deepstack = plan.encoder.features(plan.needed_items(), plan.item_hashes, plan.supplied)
         prepared = PreparedItems(
             spans=plan.spans,
             features=features,
@@ -229,7 +228,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 generation_config.prefill_chunk_size = chunk_size
 
         offset = planned.prepared.offset
-        whole = {key: model_kwargs[key] for key in PER_TOKEN_KEYS if model_kwargs.get(key) is not None}
+        whole = {key: model_kwargs[key] for key in CHUNKED_INPUT_KEYS if model_kwargs.get(key) is not None}
         generation_config.prefill_chunk_size = None
         try:
             for chunk_start, chunk_end in chunks:

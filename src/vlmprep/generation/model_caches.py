@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from ..cache.encoder_cache import EncoderCache
+from ..cache.encoder_cache import DEFAULT_MAX_BYTES, EncoderCache
 from ..cache.identity import cache_identity
 from ..cache.prefix_cache import PrefixCache
 
-DEFAULT_ENCODER_CACHE_BYTES = 512 * 2**20
 _UNSET = object()
 
 
@@ -19,10 +18,10 @@ class ModelCachesMixin:
 
     @property
     def encoder_cache(self) -> EncoderCache | None:
-        """The `EncoderCache` of per-image features (one of 512 MiB by default); set `None` to turn it off."""
+        """The `EncoderCache` of per-image features (one of `DEFAULT_MAX_BYTES`, 512 MiB, by default); set `None` to turn it off."""
         cache = self.__dict__.get("_vlmprep_encoder_cache", _UNSET)
         if cache is _UNSET:
-            cache = EncoderCache(max_bytes=DEFAULT_ENCODER_CACHE_BYTES)
+            cache = EncoderCache(max_bytes=DEFAULT_MAX_BYTES)
             self.__dict__["_vlmprep_encoder_cache"] = cache
         return cache
 

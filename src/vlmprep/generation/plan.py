@@ -22,7 +22,7 @@ from .spans import (
     ItemSpan,
     blocks_from_prefix,
     blocks_from_runs,
-    find_image_spans,
+    find_placeholder_spans,
     merge_blocks,
     resolve_resume_point,
     shift_spans,
@@ -45,7 +45,7 @@ class PromptPlan:
         resume_point (`int`): the cache length prefill starts from.
         encoder (`ItemEncoder`): hashes and features of the call's items.
         supplied (`SuppliedFeatures`): features the caller passed instead of pixels, by item index.
-        image_hashes (`dict[int, str]`): content hashes already computed (by the prefix-cache lookup).
+        item_hashes (`dict[int, str]`): content hashes already computed (by the prefix-cache lookup).
     """
 
     offset: int
@@ -56,7 +56,7 @@ class PromptPlan:
     resume_point: int
     encoder: ItemEncoder
     supplied: SuppliedFeatures = ({}, {})
-    image_hashes: dict[int, str] = field(default_factory=dict)
+    item_hashes: dict[int, str] = field(default_factory=dict)
 
     @property
     def end(self) -> int:
@@ -138,7 +138,7 @@ def plan_prompt(
             "The prefix cache is not used when a `cache` is passed: the call resumes from that cache as it is."
         )
     elif prefix_request is not None and prefix_request.applies(model, generation_config, batch_size):
-        plan.image_hashes = encoder.hashes(sorted({span.item_index for span in spans}))
+        plan.item_hashes = encoder.hashes(sorted({span.item_index for span in spans}))
         model_kwargs["cache"], plan.resume_point = prefix_request.restore(
             model, input_ids, model_kwargs, plan, salt, generation_config
         )
@@ -281,7 +281,7 @@ def find_item_spans(
                     f"tells their placeholders apart. Pass `{token_type_key}` as the processor returns it."
                 )
             continue  # without token types, shared placeholders are images (what the processor marks)
-        spans += find_image_spans(ids, modality.placeholder_id(model.config), counts, modality.name, first_index)
+        spans += find_placeholder_spans(ids, modality.placeholder_id(model.config), counts, modality.name, first_index)
     return sorted(spans, key=lambda span: (span.row, span.start))
 
 

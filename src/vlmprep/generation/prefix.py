@@ -23,9 +23,10 @@ from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, StaticSli
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from ..cache.identity import any_module_training, cache_identity, salt_namespace
-from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch, key_material_array, key_material_layout
+from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
 from ..utils.logging import get_logger
 from .assisted import is_assisted
+from .prefix_rows import ABSOLUTE_POSITIONS, PrefixRow, host, leading_padding, per_token_inputs, row_inputs
 from .spans import resolve_resume_point
 
 if TYPE_CHECKING:
@@ -33,10 +34,6 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-# Per-token inputs besides the ids that change a token's KV (the mask of bidirectional families, multimodal rope).
-PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids", "position_ids")
-# Positions when the call has no `position_ids`: the model then uses absolute (padded) cache positions.
-_ABSOLUTE_POSITIONS = "absolute_positions"
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
 # Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store.
 _RUNNING_STATE_LAYER_TYPES = {"conv", "linear_attention", "hybrid", "hybrid_sliding"}
@@ -56,7 +53,7 @@ class PrefixRequest:
         self.lookup = True  # False: the prompt is prefilled whole, and only stored afterwards (`store_only_reason`)
         self.cache: Cache | None = None
         self.root: bytes | None = None
-        self.rows: list[_Row] = []
+        self.rows: list[PrefixRow] = []
         self.prompt_length = 0
         self.per_token: dict[str, torch.Tensor] = {}  # the prompt's per-token inputs, whole batch
         self.update_model_kwargs = None  # the model's own rule extending them by one generated token
@@ -133,12 +130,25 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        spans, image_hashes, blocks, intervals = plan.spans, plan.image_hashes, plan.blocks, plan.intervals
+        self._start(model, input_ids, model_kwargs, salt, generation_config)
+        ends = self._match_rows(input_ids, model_kwargs.get("attention_mask"), plan)
+        resume = self._resume_point(ends, plan.intervals)
+        if resume > 0 and len(self.rows) == 1 and self.rows[0].pad == 0:
+            self._load_unpadded_row(resume, input_ids.device)
+        elif resume > 0:
+            self._load_rows(resume, input_ids.device)
+        for record in self.rows:
+            reused = max(0, resume - record.pad)
+            self.store.record_use(reused, len(record.keys) - reused)
+        return self.cache, resume
+
+    def _start(
+        self, model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], salt: str | None, generation_config
+    ):
+        # The per-token inputs and the keys' root, whether the store is looked up, and the call's fresh cache.
         namespace = (*cache_identity(model, part="model"), salt_namespace(salt))
-        batch_size, width = input_ids.shape
-        attention_mask = model_kwargs.get("attention_mask")
-        self.per_token = _per_token_inputs(model_kwargs, input_ids)
-        self.prompt_length = width
+        self.per_token = per_token_inputs(model_kwargs, input_ids)
+        self.prompt_length = input_ids.shape[1]
         self.update_model_kwargs = model._update_model_kwargs_for_generation
         self.root = _root_key((*namespace, *key_material_layout(self.per_token)))
         store_only = self.store_only_reason(generation_config)
@@ -148,21 +158,25 @@ class PrefixRequest:
                 f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
                 "stores its prompt and answer for later calls."
             )
-        cache = self.cache = _new_cache(model, generation_config, batch_size, width)
+        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
 
+    def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
+        """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
+        spans, item_hashes, blocks = plan.spans, plan.item_hashes, plan.blocks
+        batch_size, width = input_ids.shape
         # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
         # overhead, and a numpy operation costs a fraction of a torch one (docs/benchmarks.md).
-        ids, per_token = _host(input_ids), {key: _host(value) for key, value in self.per_token.items()}
-        masks = _host(attention_mask) if attention_mask is not None else None
+        ids, per_token = host(input_ids), {key: host(value) for key, value in self.per_token.items()}
+        masks = host(attention_mask) if attention_mask is not None else None
         ends = []
         for row in range(batch_size):
-            pad, exact = _leading_padding(masks[row] if masks is not None else None, width)
-            row_spans = [(s.start - pad, s.end - pad, image_hashes[s.item_index]) for s in spans if s.row == row]
+            pad, exact = leading_padding(masks[row] if masks is not None else None, width)
+            row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
-            record = _Row(row, pad, row_spans, row_blocks, storable=exact)
+            record = PrefixRow(row, pad, row_spans, row_blocks, storable=exact)
             # Token keys (material and image columns) built in one array
             record.set_keys(
-                key_material_array(ids[row, pad:], _row_inputs(per_token, row, pad, width), record.images_between)
+                key_material_array(ids[row, pad:], row_inputs(per_token, row, pad, width), record.items_between)
             )
             if exact and self.lookup:
                 record.match = self.store.match_keys(self.root, record.keys)
@@ -171,42 +185,45 @@ class PrefixRequest:
             # A row with nothing to reuse allows a resume point up to its padding (padding KV is never attended to),
             # except a fully padded row, whose last (padding) position's logits are returned: computed, not restored.
             ends.append(pad + record.hit if pad < width else 0)
+        return ends
 
+    def _resume_point(self, ends: list[int], intervals) -> int:
+        # Where every row can resume, never strictly inside a block unless one row's stored KV saw the same blocks.
         resume = min(ends)
-        if batch_size > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
+        if len(self.rows) > 1 or resume == 0:  # a batch of one resumes where its stored KV is exact, blocks or not
             resume = resolve_resume_point(resume, intervals)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
-        if resume > 0 and batch_size == 1 and self.rows[0].pad == 0:
-            # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
-            # them: stored KV is never written to)
-            match, device = self.rows[0].match, input_ids.device
-            for layer_index in range(len(cache.layers)):
-                keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
-                if keys.device != device:
-                    keys, values = keys.to(device), values.to(device)
-                if not self._adopt(layer_index, keys, values):
-                    cache.update(keys, values, layer_index)
-        elif resume > 0:
-            device = input_ids.device
-            for layer_index in range(len(cache.layers)):
-                keys = values = None
-                for record in self.rows:
-                    length = resume - record.pad
-                    if length <= 0:
-                        continue
-                    row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
-                    if keys is None:
-                        shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
-                        keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
-                        values = row_values.new_zeros(shape, device=device)
-                    keys[record.row, :, record.pad : resume] = row_keys.to(device)
-                    values[record.row, :, record.pad : resume] = row_values.to(device)
-                cache.update(keys, values, layer_index)
-        for record in self.rows:
-            reused = max(0, resume - record.pad)
-            self.store.record_use(reused, len(record.keys) - reused)
-        return cache, resume
+        return resume
+
+    def _load_unpadded_row(self, resume: int, device: torch.device) -> None:
+        # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
+        # them: stored KV is never written to)
+        match = self.rows[0].match
+        for layer_index in range(len(self.cache.layers)):
+            keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
+            if keys.device != device:
+                keys, values = keys.to(device), values.to(device)
+            if not self._adopt(layer_index, keys, values):
+                self.cache.update(keys, values, layer_index)
+
+    def _load_rows(self, resume: int, device: torch.device) -> None:
+        # Several rows, or a padded one: each row's stored KV after its padding, the padding slots left at zero.
+        batch_size = len(self.rows)
+        for layer_index in range(len(self.cache.layers)):
+            keys = values = None
+            for record in self.rows:
+                length = resume - record.pad
+                if length <= 0:
+                    continue
+                row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
+                if keys is None:
+                    shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
+                    keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
+                    values = row_values.new_zeros(shape, device=device)
+                keys[record.row, :, record.pad : resume] = row_keys.to(device)
+                values[record.row, :, record.pad : resume] = row_values.to(device)
+            self.cache.update(keys, values, layer_index)
 
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""
@@ -224,16 +241,16 @@ class PrefixRequest:
                 "Use a dynamic cache without assisted decoding to store them too."
             )
             return
-        per_token = {key: _host(value) for key, value in self._with_generated(length).items()}
+        per_token = {key: host(value) for key, value in self._with_generated(length).items()}
         known = min(length, *(value.shape[-1] for value in per_token.values()))
-        tokens = _host(sequences)
+        tokens = host(sequences)
         for record in self.rows:
             if not record.storable:
                 continue
             row_keys = key_material_array(
                 tokens[record.row, record.pad : known],
-                _row_inputs(per_token, record.row, record.pad, known),
-                record.images_between,
+                row_inputs(per_token, record.row, record.pad, known),
+                record.items_between,
             )
 
             def kv_between(start: int, end: int, record=record) -> list:
@@ -264,57 +281,13 @@ class PrefixRequest:
         # PaliGemma's generated tokens are suffix, Qwen-VL's positions continue from the last one), one token a step.
         # An input the rule does not extend stays short, and only the tokens it covers are stored.
         generated = max(0, length - self.prompt_length)
-        kwargs = {key: value for key, value in self.per_token.items() if key != _ABSOLUTE_POSITIONS}
+        kwargs = {key: value for key, value in self.per_token.items() if key != ABSOLUTE_POSITIONS}
         for _ in range(generated):
             kwargs = self.update_model_kwargs({}, dict(kwargs), num_new_tokens=1)
         extended = {key: kwargs[key] for key in self.per_token if key in kwargs}
-        if _ABSOLUTE_POSITIONS in self.per_token:
-            extended[_ABSOLUTE_POSITIONS] = np.arange(self.prompt_length + generated)[None]
+        if ABSOLUTE_POSITIONS in self.per_token:
+            extended[ABSOLUTE_POSITIONS] = np.arange(self.prompt_length + generated)[None]
         return extended
-
-
-class _Row:
-    """One batch row: its token keys without padding, its images and blocks, and what the store matched."""
-
-    def __init__(self, row: int, pad: int, spans: list, blocks: list, storable: bool):
-        self.row, self.pad, self.spans = row, pad, spans
-        self.blocks = [(start, end) for start, end in blocks if end - start > 1 and start >= 0]
-        self.storable = storable  # False for rows whose mask has holes: neither looked up nor stored
-        self.keys = np.zeros((0, 1), dtype=np.int64)
-        self.intervals: list[Interval] = []
-        self.match = PrefixMatch()
-        self.hit = 0
-
-    def set_keys(self, keys: np.ndarray) -> None:
-        """The row's token keys (`key_material_array` with the row's images), and its blocks' digests from them."""
-        self.keys = keys
-        self.intervals = self.intervals_with(keys)
-
-    def images_between(self, start: int, end: int) -> list[str]:
-        return [digest for lo, hi, digest in self.spans if lo < end and hi > start]
-
-    def intervals_with(self, keys: np.ndarray) -> list[Interval]:
-        """The row's bidirectional blocks with the digest of what each holds (see `PrefixCache.interval_digest`)."""
-        return [
-            (start, end, PrefixCache.interval_digest(keys[start:end], self.images_between(start, end)))
-            for start, end in self.blocks
-        ]
-
-    def usable_hit(self) -> int:
-        """The matched length, capped so the last prompt token is computed, and exact with respect to blocks.
-
-        KV before a resume point is exact when the stored row had the very same bidirectional blocks before it
-        (same positions, same key material, same images), including those that go on after it: then every stored
-        token saw what the new prompt shows it. Otherwise the hit moves back to the first block that differs.
-        """
-        hit = min(self.match.tokens, len(self.keys) - 1)
-        stored, own = set(self.match.open_intervals), set(self.intervals)
-        while hit > 0:
-            differing = {interval for interval in stored ^ own if interval[0] < hit}
-            if not differing:
-                return hit
-            hit = min(start for start, _, _ in differing)
-        return 0
 
 
 def _layer_types(model) -> list[str]:
@@ -322,50 +295,10 @@ def _layer_types(model) -> list[str]:
     return list(getattr(text_config, "layer_types", None) or ())
 
 
-def _per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:
-    inputs: dict[str, torch.Tensor | np.ndarray] = {
-        key: model_kwargs[key]
-        for key in PER_TOKEN_KEYS
-        if isinstance(model_kwargs.get(key), torch.Tensor) and model_kwargs[key].shape[-1] == input_ids.shape[-1]
-    }
-    if "position_ids" not in inputs:
-        inputs[_ABSOLUTE_POSITIONS] = np.arange(input_ids.shape[-1])[None]
-    return inputs
-
-
-def _host(value: torch.Tensor | np.ndarray) -> np.ndarray:
-    """A numpy view of a tensor (copied to the host first when it lives on an accelerator)."""
-    if isinstance(value, np.ndarray):
-        return value
-    try:
-        return value.numpy()  # a CPU tensor without grad: a view, one call
-    except (RuntimeError, TypeError):  # an accelerator's tensor, or one that requires grad
-        return value.numpy(force=True)
-
-
 @functools.lru_cache(maxsize=256)
 def _root_key(namespace: tuple[str, ...]) -> bytes:
     # The same few namespaces come back call after call: their digest is computed once
     return PrefixCache.root_key(namespace)
-
-
-def _row_inputs(per_token: dict[str, np.ndarray], row: int, start: int, end: int) -> dict[str, np.ndarray]:
-    # Per-token inputs are `(batch, seq)` or `(..., batch, seq)` (M-RoPE rows); a batch dimension of 1 is shared.
-    def select(value: np.ndarray) -> np.ndarray:
-        value = value if value.ndim > 1 else value[None]
-        return value[..., row if value.shape[-2] > 1 else 0, start:end]
-
-    return {key: select(value) for key, value in per_token.items()}
-
-
-def _leading_padding(mask: np.ndarray | None, width: int) -> tuple[int, bool]:
-    """Left-padding length of a row, and whether the rest of the row is unmasked (no hole the keys cannot see)."""
-    if mask is None:
-        return 0, True
-    pad = int(mask.argmax())  # the first attended position, or 0 when none is
-    if not mask[pad]:
-        return width, False
-    return pad, bool(mask[pad:].all())
 
 
 def _new_cache(model, generation_config, batch_size: int, prompt_length: int) -> Cache:

@@ -114,10 +114,6 @@ class PreparedItems:
         return [rows] if as_list else rows.unsqueeze(0)  # (1, num_placeholders, dim)
 
 
-# The name from when items were only images; kept for code written against it.
-PreparedImages = PreparedItems
-
-
 class PlannedEncoderOutputs(dict):
     """`mm_encoder_outputs` in the form transformers' generation carries them, plus the plan they come from.
 
@@ -156,7 +152,7 @@ class PlannedEncoderOutputs(dict):
         return PlannedEncoderOutputs(self.prepared.expand(expand_size), self.end, self.item_extras)
 
 
-def split_per_image(pooler_output: torch.Tensor | Sequence[torch.Tensor], token_counts: Sequence[int]) -> list:
+def split_per_item(pooler_output: torch.Tensor | Sequence[torch.Tensor], token_counts: Sequence[int]) -> list:
     """Per-image `(tokens, dim)` features from a vision encoder's `pooler_output`.
 
     Args:

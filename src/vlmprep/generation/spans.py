@@ -44,18 +44,9 @@ class ItemSpan:
         return self.end - self.start
 
     @property
-    def image_index(self) -> int:
-        """The item's index (the name from when items were only images)."""
-        return self.item_index
-
-    @property
     def input_index(self) -> int:
         """Index of the item in its own modality's inputs."""
         return self.item_index if self.modality_index is None else self.modality_index
-
-
-# The name from when items were only images; kept for code written against it.
-ImageSpan = ItemSpan
 
 
 @dataclass(frozen=True)
@@ -90,25 +81,25 @@ def find_runs(mask: torch.Tensor) -> list[tuple[int, int, int]]:
     return runs
 
 
-def find_image_spans(
+def find_placeholder_spans(
     input_ids: torch.Tensor,
     placeholder_id: int,
-    tokens_per_image: Sequence[int | Sequence[int]] | int | None,
+    tokens_per_item: Sequence[int | Sequence[int]] | int | None,
     modality: str = "image",
     first_index: int = 0,
 ) -> list[ItemSpan]:
-    """The image spans of a prompt (or the spans of another modality's items).
+    """The spans of one modality's items in a prompt: its placeholder runs, split per item.
 
-    A run of placeholders may hold several images back to back; it is split by the images' token counts, taken in
+    A run of placeholders may hold several items back to back; it is split by the items' token counts, taken in
     placeholder order. An item whose placeholders are split into several runs (a video with one run per frame)
     states its count as the sequence of its pieces, and gets one span per piece.
 
     Args:
         input_ids (`torch.Tensor` of shape `(batch_size, seq_len)`): the prompt.
-        placeholder_id (`int`): the image placeholder token id.
-        tokens_per_image (`Sequence[int | Sequence[int]]` or `int`, *optional*):
-            placeholder tokens of each image (or of each piece of it), or one count for every image; `None` makes
-            every run one image.
+        placeholder_id (`int`): the modality's placeholder token id.
+        tokens_per_item (`Sequence[int | Sequence[int]]` or `int`, *optional*):
+            placeholder tokens of each item (or of each piece of it), or one count for every item; `None` makes
+            every run one item.
         modality (`str`, *optional*, defaults to `"image"`): the modality of the items, stored on the spans.
         first_index (`int`, *optional*, defaults to 0): `item_index` of the first item (items of other modalities
             numbered before these).
@@ -117,12 +108,12 @@ def find_image_spans(
         `list[ItemSpan]` in placeholder order.
 
     Raises:
-        `ValueError`: when a run's length does not fit the images' token counts.
+        `ValueError`: when a run's length does not fit the items' token counts.
     """
     pieces = None  # (item, first feature row, tokens) of every piece, in placeholder order
-    if tokens_per_image is not None and not isinstance(tokens_per_image, int):
+    if tokens_per_item is not None and not isinstance(tokens_per_item, int):
         pieces = []
-        for item, count in enumerate(tokens_per_image):
+        for item, count in enumerate(tokens_per_item):
             feature_start = 0
             for length in [count] if isinstance(count, int) else count:
                 pieces.append((item, feature_start, int(length)))
@@ -132,15 +123,15 @@ def find_image_spans(
         position = start
         while position < end:
             item, feature_start = len(spans), 0
-            if tokens_per_image is None:
+            if tokens_per_item is None:
                 length = end - position
-            elif isinstance(tokens_per_image, int):
-                length = tokens_per_image
+            elif isinstance(tokens_per_item, int):
+                length = tokens_per_item
             elif len(spans) < len(pieces):
                 item, feature_start, length = pieces[len(spans)]
             else:
                 raise ValueError(
-                    f"The prompt has more {modality} placeholder tokens than the {len(tokens_per_image)} "
+                    f"The prompt has more {modality} placeholder tokens than the {len(tokens_per_item)} "
                     f"{modality}s passed need (row {row}, positions {position}..{end - 1} have no {modality}). Pass "
                     f"one {modality} per placeholder run, or remove the extra placeholders."
                 )

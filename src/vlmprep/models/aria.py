@@ -20,9 +20,10 @@ import transformers
 from ..generation import VisionFacts
 from ..generation.validation import check_pixel_shapes
 from .base import VisionPrepMixin
+from .layouts.stated_counts import ProjectorCropsLayout
 
 
-class AriaForConditionalGeneration(VisionPrepMixin, transformers.AriaForConditionalGeneration):
+class AriaForConditionalGeneration(ProjectorCropsLayout, VisionPrepMixin, transformers.AriaForConditionalGeneration):
     """Drop-in `transformers.AriaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

@@ -18,6 +18,7 @@ import transformers
 from ..generation import VisionFacts
 from ..generation.validation import check_pixel_shapes
 from .base import VisionPrepMixin
+from .layouts.stated_counts import FixedImageLayout
 
 
 def vq_image_tokens(config: transformers.ChameleonConfig) -> int:
@@ -31,7 +32,9 @@ def vq_image_tokens(config: transformers.ChameleonConfig) -> int:
     return side * side
 
 
-class ChameleonForConditionalGeneration(VisionPrepMixin, transformers.ChameleonForConditionalGeneration):
+class ChameleonForConditionalGeneration(
+    FixedImageLayout, VisionPrepMixin, transformers.ChameleonForConditionalGeneration
+):
     """Drop-in `transformers.ChameleonForConditionalGeneration` whose VQ-VAE runs once, in input preparation.
 
     Example:

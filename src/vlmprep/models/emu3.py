@@ -22,6 +22,7 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.stated_counts import SizedImageLayout
 
 
 def vq_spatial_factor(config: transformers.Emu3Config) -> int:
@@ -29,7 +30,7 @@ def vq_spatial_factor(config: transformers.Emu3Config) -> int:
     return 2 ** (len(config.vq_config.channel_multiplier) - 1)
 
 
-class Emu3ForConditionalGeneration(VisionPrepMixin, transformers.Emu3ForConditionalGeneration):
+class Emu3ForConditionalGeneration(SizedImageLayout, VisionPrepMixin, transformers.Emu3ForConditionalGeneration):
     """Drop-in `transformers.Emu3ForConditionalGeneration` whose VQ-VAE runs once, in input preparation.
 
     Example:

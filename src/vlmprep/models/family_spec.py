@@ -10,7 +10,6 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .layouts import LAYOUTS
 from .text_only_rules import TextOnlyFamily
 
 if TYPE_CHECKING:
@@ -48,7 +47,6 @@ class FamilySpec:
         drop_in (`str`, *optional*):
             `"<module>.<class>"` of the drop-in in `vlmprep.models` (imported only by `drop_in_class`); only for a
             drop-in.
-        layout (`str`, *optional*): the drop-in's layout, a key of `vlmprep.models.layouts.LAYOUTS`.
         text_only (`TextOnlyFamily`, *optional*):
             how `vlmprep.AutoModelForCausalLM` takes the text decoder out of a checkpoint; `None` when it does not.
         alias_of (`str`, *optional*): for an alias, the model type whose drop-in it loads.
@@ -61,7 +59,6 @@ class FamilySpec:
 
     status: str
     drop_in: str | None = None
-    layout: str | None = None
     text_only: TextOnlyFamily | None = None
     alias_of: str | None = None
     reason: str | None = None
@@ -73,8 +70,9 @@ class FamilySpec:
         is_drop_in = self.status == DROP_IN
         if is_drop_in != (self.drop_in is not None) or is_drop_in != (self.tiny_config is not None):
             raise ValueError("A drop-in (and only a drop-in) names its class and the builder of its tiny config.")
-        if is_drop_in != (self.layout is not None) or (self.layout is not None and self.layout not in LAYOUTS):
-            raise ValueError(f"A drop-in's layout is one of {sorted(LAYOUTS)}; any other status has none.")
+        if self.text_only is not None and not isinstance(self.text_only, TextOnlyFamily):
+            # A drop-in's layout is its class's layout base (`vlmprep.models.layouts.layout_of`), not a spec argument.
+            raise TypeError(f"`text_only` is a `TextOnlyFamily`, got {self.text_only!r}.")
         if (self.status == ALIAS) != (self.alias_of is not None):
             raise ValueError("An alias (and only an alias) names the model type whose drop-in it loads.")
         if (self.status in (DROP_IN, ALIAS)) == (self.reason is not None):
@@ -98,11 +96,19 @@ class FamilySpec:
         return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.class_name)
 
 
-def drop_in(drop_in: str, layout: str, text_only: TextOnlyFamily | None = None) -> FamilySpec:
-    """A drop-in's spec: `"<module>.<class>"`, its layout and text-only rule; its tiny config is named after the module."""
+def drop_in(drop_in: str, text_only: TextOnlyFamily | None = None) -> FamilySpec:
+    """A drop-in's spec: `"<module>.<class>"` and its text-only rule; its tiny config is named after the module.
+
+    The drop-in's layout is stated once, by its class (the layout class among its bases: `layouts.layout_of`).
+    """
+    if isinstance(text_only, str):  # the layout used to be the second argument: say where it went
+        raise TypeError(
+            f"drop_in({drop_in!r}, {text_only!r}): a drop-in's layout is stated by its class (a layout class among its "
+            "bases), not in the registry; pass only the class and, optionally, its text-only rule."
+        )
     # A drop-in's tiny test config is built by `tiny_<module>_config` of `vlmprep.testing.configs`.
     tiny_config = f"tiny_{drop_in.rsplit('.', 1)[0]}_config"
-    return FamilySpec(DROP_IN, drop_in=drop_in, layout=layout, text_only=text_only, tiny_config=tiny_config)
+    return FamilySpec(DROP_IN, drop_in=drop_in, text_only=text_only, tiny_config=tiny_config)
 
 
 def alias(model_type: str) -> FamilySpec:

@@ -6,9 +6,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.stated_counts import FixedImageLayout
 
 
-class Gemma3ForConditionalGeneration(VisionPrepMixin, transformers.Gemma3ForConditionalGeneration):
+class Gemma3ForConditionalGeneration(FixedImageLayout, VisionPrepMixin, transformers.Gemma3ForConditionalGeneration):
     """Drop-in `transformers.Gemma3ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

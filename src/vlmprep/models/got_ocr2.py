@@ -9,6 +9,7 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.stated_counts import TilesLayout
 
 
 def convolved_tile_tokens(config: transformers.GotOcr2Config) -> int:
@@ -22,7 +23,7 @@ def convolved_tile_tokens(config: transformers.GotOcr2Config) -> int:
     return side * side
 
 
-class GotOcr2ForConditionalGeneration(VisionPrepMixin, transformers.GotOcr2ForConditionalGeneration):
+class GotOcr2ForConditionalGeneration(TilesLayout, VisionPrepMixin, transformers.GotOcr2ForConditionalGeneration):
     """Drop-in `transformers.GotOcr2ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

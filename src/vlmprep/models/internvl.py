@@ -8,9 +8,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.stated_counts import TilesLayout
 
 
-class InternVLForConditionalGeneration(VisionPrepMixin, transformers.InternVLForConditionalGeneration):
+class InternVLForConditionalGeneration(TilesLayout, VisionPrepMixin, transformers.InternVLForConditionalGeneration):
     """Drop-in `transformers.InternVLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

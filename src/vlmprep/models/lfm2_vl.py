@@ -14,9 +14,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.stated_counts import NaflexTilesLayout
 
 
-class Lfm2VlForConditionalGeneration(VisionPrepMixin, transformers.Lfm2VlForConditionalGeneration):
+class Lfm2VlForConditionalGeneration(NaflexTilesLayout, VisionPrepMixin, transformers.Lfm2VlForConditionalGeneration):
     """Drop-in `transformers.Lfm2VlForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

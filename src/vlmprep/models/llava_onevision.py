@@ -20,9 +20,12 @@ from ..generation.facts import ModalityFacts
 from ..generation.hooks import select_items
 from .base import VisionPrepMixin
 from .layouts.anyres import dummy_crop_features, tokens_per_crop, trim_padding_crops
+from .layouts.stated_counts import AnyresCropsPerSampleLayout
 
 
-class LlavaOnevisionForConditionalGeneration(VisionPrepMixin, transformers.LlavaOnevisionForConditionalGeneration):
+class LlavaOnevisionForConditionalGeneration(
+    AnyresCropsPerSampleLayout, VisionPrepMixin, transformers.LlavaOnevisionForConditionalGeneration
+):
     """Drop-in `transformers.LlavaOnevisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Images and videos are encoded once each, only when prefill needs them.

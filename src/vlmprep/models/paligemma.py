@@ -4,9 +4,12 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.stated_counts import FixedImageLayout
 
 
-class PaliGemmaForConditionalGeneration(VisionPrepMixin, transformers.PaliGemmaForConditionalGeneration):
+class PaliGemmaForConditionalGeneration(
+    FixedImageLayout, VisionPrepMixin, transformers.PaliGemmaForConditionalGeneration
+):
     """Drop-in `transformers.PaliGemmaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

@@ -8,9 +8,12 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.stated_counts import TilesLayout
 
 
-class QianfanOCRForConditionalGeneration(VisionPrepMixin, transformers.QianfanOCRForConditionalGeneration):
+class QianfanOCRForConditionalGeneration(
+    TilesLayout, VisionPrepMixin, transformers.QianfanOCRForConditionalGeneration
+):
     """Drop-in `transformers.QianfanOCRForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:

@@ -1,11 +1,11 @@
-"""One table of what vlmprep states about every model type: its status, and its drop-in class, layout, text-only rule
+"""One table of what vlmprep states about every model type: its status, and its drop-in class, text-only rule
 and tiny test config, or what stands in the way of a drop-in today.
 
 `FAMILY_SPECS` is keyed by model type (the `config_class.model_type` of the transformers class, which is how
 `vlmprep.AutoModelForImageTextToText` picks a drop-in). Each spec has one status (`STATUSES`):
 
-- **drop-in**: names its class (imported only when asked for), the layout it picks from
-  `vlmprep.models.layouts.LAYOUTS` and the builder of its tiny test config (`vlmprep.testing.configs`);
+- **drop-in**: names its class (imported only when asked for; the class states its layout by its layout base, see
+  `vlmprep.models.layouts`) and the builder of its tiny test config (`vlmprep.testing.configs`);
 - **alias**: a config type that transformers builds as another model type's class under its own name
   (`shieldgemma2` is `Gemma3ForConditionalGeneration`): it loads that model type's drop-in;
 - **candidate**: image features fill runs of placeholder tokens through `mm_encoder_outputs`, as the spans expect;
@@ -90,8 +90,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             f"{_AUDIO_IN_FORWARD}; its images (discrete vision-tokenizer tokens, one run per row split by end-of-line "
             "tokens) would fit the spans"
         ),
-        "aria": drop_in("aria.AriaForConditionalGeneration", "projector_crops"),
-        "aya_vision": drop_in("aya_vision.AyaVisionForConditionalGeneration", "pixel_shuffled_tiles", COHERE2_VISION),
+        "aria": drop_in("aria.AriaForConditionalGeneration"),
+        "aya_vision": drop_in("aya_vision.AyaVisionForConditionalGeneration", COHERE2_VISION),
         "blip": not_placeholder_based(
             "own `generate`: the BERT text decoder cross-attends to the image embeddings; no image placeholders"
         ),
@@ -99,10 +99,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "decoder-only checkpoints: the Q-Former's `num_query_tokens` outputs fill one run of image placeholders "
             "through `mm_encoder_outputs`; not written yet (Flan-T5 checkpoints are encoder-decoder)"
         ),
-        "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration", "fixed_image"),
-        "cohere2_vision": drop_in(
-            "cohere2_vision.Cohere2VisionForConditionalGeneration", "pixel_shuffled_tiles", COHERE2_VISION
-        ),
+        "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration"),
+        "cohere2_vision": drop_in("cohere2_vision.Cohere2VisionForConditionalGeneration", COHERE2_VISION),
         "cohere_compass": candidate(f"{_PATCH_GRID} (deepstack features as qwen3_vl's: `patch_grid_per_frame`)"),
         "cosmos3_edge": candidate(_PATCH_GRID),
         "cosmos3_omni": blocked_upstream(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
@@ -110,21 +108,21 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
             "separator: a layout of its own"
         ),
-        "deepseek_vl": drop_in("deepseek_vl.DeepseekVLForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
-        "deepseek_vl_hybrid": drop_in("deepseek_vl_hybrid.DeepseekVLHybridForConditionalGeneration", "vision_patches"),
+        "deepseek_vl": drop_in("deepseek_vl.DeepseekVLForConditionalGeneration", LANGUAGE_MODEL),
+        "deepseek_vl_hybrid": drop_in("deepseek_vl_hybrid.DeepseekVLHybridForConditionalGeneration"),
         "diffusion_gemma": not_placeholder_based(
             "block-diffusion model: its own generation mixin denoises blocks of tokens, not the autoregressive loop "
             "whose hooks vlmprep overrides"
         ),
         "dots3_note": blocked_upstream(_AUDIO_IN_FORWARD),
-        "emu3": drop_in("emu3.Emu3ForConditionalGeneration", "sized_image"),
+        "emu3": drop_in("emu3.Emu3ForConditionalGeneration"),
         "ernie4_5_vl_moe": candidate(
             f"{_PATCH_GRID}; its `moe_mm_token_type_ids` (modality-routed MoE) are already part of the prefix keys"
         ),
         "evolla": not_placeholder_based(
             "protein-text model: a SaProt protein encoder feeds the decoder through cross-attention; no placeholders"
         ),
-        "exaone4_5": drop_in("exaone4_5.Exaone4_5_ForConditionalGeneration", "patch_grid_text_positions"),
+        "exaone4_5": drop_in("exaone4_5.Exaone4_5_ForConditionalGeneration"),
         "fast_vlm": candidate(f"one placeholder run per image, but the vision tower is timm's FastViT: {_TIMM}"),
         "florence2": not_placeholder_based(
             "encoder-decoder (BART): image features join the prompt in the encoder; the decoder cross-attends"
@@ -133,7 +131,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "no vision tower to run once (one linear layer embeds the patches, read as `last_hidden_state`); an "
             "image's placeholders are split into rows by `|NEWLINE|` tokens"
         ),
-        "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", "fixed_image", LANGUAGE_MODEL),
+        "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", LANGUAGE_MODEL),
         "gemma3n": blocked_upstream(f"{_AUDIO_IN_FORWARD}; also its vision tower is timm's MobileNetV5: {_TIMM}"),
         "gemma4": blocked_upstream(
             f"{_AUDIO_IN_FORWARD}; its images (soft tokens from `image_position_ids`, bidirectional on sliding "
@@ -145,13 +143,13 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "git": not_placeholder_based(
             "image embeddings are concatenated in front of the text inside the forward; no placeholder tokens"
         ),
-        "glm46v": drop_in("glm46v.Glm46VForConditionalGeneration", "patch_grid_per_frame"),
-        "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration", "patch_grid_per_frame"),
-        "glm4v_moe": drop_in("glm4v_moe.Glm4vMoeForConditionalGeneration", "patch_grid_per_frame"),
+        "glm46v": drop_in("glm46v.Glm46VForConditionalGeneration"),
+        "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration"),
+        "glm4v_moe": drop_in("glm4v_moe.Glm4vMoeForConditionalGeneration"),
         "glm5_next": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
         "glm_ocr": candidate(_PATCH_GRID),
         "glmga": alias("glm46v"),
-        "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", "tiles", LANGUAGE_MODEL),
+        "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", LANGUAGE_MODEL),
         "granite4_vision": candidate(
             "deepstack features come as `(decoder layer, packed features)` pairs summed in at those layers "
             "(placeholders zeroed), a container the per-chunk rows (Qwen3-VL's per-layer list) do not read yet"
@@ -162,16 +160,14 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "hunyuan_vl": candidate(_PATCH_GRID),
         "hy_v4_vl": candidate(f"{_PATCH_GRID}; indexed-attention decoder"),
-        "hyperclovax_vision_v2": drop_in(
-            "hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration", "patch_grid_text_positions"
-        ),
+        "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
         "idefics": not_placeholder_based(
             "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens"
         ),
         "idefics2": candidate(
             "each crop is one 64-token perceiver run between `<fake_token_around_image>` tokens", TEXT_MODEL
         ),
-        "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", "sub_images", TEXT_MODEL),
+        "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", TEXT_MODEL),
         "inkling2": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
         "inkling2_loop": candidate(f"flattened patches + `image_grid_thw`, 1D positions; {_HYBRID}"),
         "inkling_mm_model": blocked_upstream(_AUDIO_IN_FORWARD),
@@ -183,8 +179,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "the Q-Former reads `qformer_input_ids` (the prompt's text), so a video's features depend on the "
             "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"
         ),
-        "internvl": drop_in("internvl.InternVLForConditionalGeneration", "tiles", LANGUAGE_MODEL),
-        "janus": drop_in("janus.JanusForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
+        "internvl": drop_in("internvl.InternVLForConditionalGeneration", LANGUAGE_MODEL),
+        "janus": drop_in("janus.JanusForConditionalGeneration", LANGUAGE_MODEL),
         "kimi_k25": candidate("flattened patches + `image_grid_thw`, 1D positions"),
         "kosmos-2": not_placeholder_based(
             "own `generate`: image features are placed by `image_embeds_position_mask`, not `mm_encoder_outputs`"
@@ -193,22 +189,18 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "image features from `flattened_patches` are placed by `image_embeds_position_mask` inside the forward, "
             "not through `mm_encoder_outputs`"
         ),
-        "lfm2_vl": drop_in("lfm2_vl.Lfm2VlForConditionalGeneration", "naflex_tiles", LANGUAGE_MODEL),
-        "lfm3_vl": drop_in("lfm3_vl.Lfm3VlForConditionalGeneration", "patch_grid_per_frame_text_positions"),
-        "lighton_ocr": drop_in("lighton_ocr.LightOnOcrForConditionalGeneration", "pixtral_image", LANGUAGE_MODEL),
+        "lfm2_vl": drop_in("lfm2_vl.Lfm2VlForConditionalGeneration", LANGUAGE_MODEL),
+        "lfm3_vl": drop_in("lfm3_vl.Lfm3VlForConditionalGeneration"),
+        "lighton_ocr": drop_in("lighton_ocr.LightOnOcrForConditionalGeneration", LANGUAGE_MODEL),
         "llama4": blocked_upstream(
             "transformers' `Llama4ForConditionalGeneration.forward` fails on every call (it reads `image_outputs` "
             "from the causal-LM output: AttributeError), so there is no upstream model to be exact against; tiles "
             "would fit the spans (one contiguous `<|patch|>` run and one `pixel_values` row each)"
         ),
-        "llava": drop_in("llava.LlavaForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
-        "llava_next": drop_in("llava_next.LlavaNextForConditionalGeneration", "anyres_crops", LANGUAGE_MODEL),
-        "llava_next_video": drop_in(
-            "llava_next_video.LlavaNextVideoForConditionalGeneration", "anyres_crops", LANGUAGE_MODEL
-        ),
-        "llava_onevision": drop_in(
-            "llava_onevision.LlavaOnevisionForConditionalGeneration", "anyres_crops_per_sample", LANGUAGE_MODEL
-        ),
+        "llava": drop_in("llava.LlavaForConditionalGeneration", LANGUAGE_MODEL),
+        "llava_next": drop_in("llava_next.LlavaNextForConditionalGeneration", LANGUAGE_MODEL),
+        "llava_next_video": drop_in("llava_next_video.LlavaNextVideoForConditionalGeneration", LANGUAGE_MODEL),
+        "llava_onevision": drop_in("llava_onevision.LlavaOnevisionForConditionalGeneration", LANGUAGE_MODEL),
         "minicpm_ocr": candidate(
             "an image is several runs (global view, then one run per slice between slice start/end tokens), each "
             f"with its own token count: a layout of its own; {_HYBRID}"
@@ -221,7 +213,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "minimax_m3_vl": candidate(
             "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions"
         ),
-        "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", "pixtral_rows", LANGUAGE_MODEL),
+        "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
         "mistral_large4": candidate(
             "Pixtral rows (the `pixtral_rows` layout fits), with an indexed-attention MoE decoder; not written yet"
@@ -233,9 +225,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "features are pooled per placeholder from `image_token_pooling` indices, and an image is a low-res and a"
             " high-res part with `<im_col>` tokens between rows: a layout of its own"
         ),
-        "muse_glimmer": drop_in(
-            "muse_glimmer.MuseGlimmerForConditionalGeneration", "patch_grid_per_frame_text_positions"
-        ),
+        "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": blocked_upstream(_AUDIO_IN_FORWARD),
         "nemotron_h_omni": blocked_upstream(f"{_AUDIO_IN_FORWARD}; {_HYBRID}"),
         "ovis2": candidate(
@@ -243,7 +233,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
         ),
         "paddleocr_vl": candidate(_PATCH_GRID),
-        "paligemma": drop_in("paligemma.PaliGemmaForConditionalGeneration", "fixed_image", LANGUAGE_MODEL),
+        "paligemma": drop_in("paligemma.PaliGemmaForConditionalGeneration", LANGUAGE_MODEL),
         "perception_lm": candidate(f"the vision tower is a timm Perception Encoder: {_TIMM}"),
         "pi0": not_placeholder_based(
             "vision-language-action policy: `sample_actions` denoises continuous actions; not a `GenerationMixin` "
@@ -257,24 +247,22 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "pp_formulanet": not_placeholder_based(
             "encoder-decoder: the image is the encoder input and the decoder cross-attends; no placeholders"
         ),
-        "qianfan_ocr": drop_in("qianfan_ocr.QianfanOCRForConditionalGeneration", "tiles"),
+        "qianfan_ocr": drop_in("qianfan_ocr.QianfanOCRForConditionalGeneration"),
         "qwen2_5_omni_thinker": blocked_upstream(
             f"{_AUDIO_IN_FORWARD}; its images and videos use {_MROPE}, interleaved with audio"
         ),
-        "qwen2_5_vl": drop_in("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration", "patch_grid", QWEN2_DECODER),
-        "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", "patch_grid", QWEN2_DECODER),
+        "qwen2_5_vl": drop_in("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration", QWEN2_DECODER),
+        "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", QWEN2_DECODER),
         "qwen3_5": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
         "qwen3_5_moe": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
         "qwen3_omni_moe_thinker": blocked_upstream(
             f"{_AUDIO_IN_FORWARD}; its images and videos are Qwen3-VL's (multimodal rope, deepstack)"
         ),
-        "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", "patch_grid_per_frame", QWEN3_DECODER),
-        "qwen3_vl_moe": drop_in(
-            "qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", "patch_grid_per_frame", QWEN3_MOE_DECODER
-        ),
+        "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
+        "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),
         "qwen4_exp": candidate(f"{_PATCH_GRID}; Gated-DeltaNet {_HYBRID}"),
         "shieldgemma2": alias("gemma3"),
-        "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", "sub_images", TEXT_MODEL),
+        "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": candidate(
             "an image is several runs (one per local crop between `<patch_start>`/`<patch_end>`, then the global "
             "view) from two pixel inputs (`pixel_values`, `pixel_values_local`): a layout of its own"
@@ -290,8 +278,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "vlmprep mixin replaces; the two need merging"
         ),
         "video_llama_3": candidate("flattened patches + `image_grid_thw` and `image_merge_sizes`, 1D positions"),
-        "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
-        "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", "vision_patches", LANGUAGE_MODEL),
+        "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),
+        "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vision-encoder-decoder": not_placeholder_based(
             "encoder-decoder: the image is the encoder input (no prompt placeholders); the decoder cross-attends"
         ),

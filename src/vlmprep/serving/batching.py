@@ -96,7 +96,7 @@ class VisionPrepCBGenerateManager(CBGenerateManager):
     """transformers' `CBGenerateManager`, whose requests carry their images into the engine.
 
     The handler calls `apply_chat_template(..., return_tensors=None)` for continuous batching: a processor then returns
-    one-row lists and numpy pixels. Each request becomes the engine's prompt (`vlmprep.batching.build_image_prompt`:
+    one-row lists and numpy pixels. Each request becomes the engine's prompt (`vlmprep.batching.build_item_prompt`:
     checked, its images hashed for the encoder cache and prefix sharing) before upstream queues it.
     """
 
@@ -128,7 +128,7 @@ class VisionPrepCBGenerateManager(CBGenerateManager):
 
     @staticmethod
     def _engine_inputs(model, inputs: dict) -> dict:
-        from ..batching import build_image_prompt
+        from ..batching import build_item_prompt
 
         input_ids = inputs["input_ids"]
         if input_ids and isinstance(input_ids[0], list):
@@ -140,7 +140,7 @@ class VisionPrepCBGenerateManager(CBGenerateManager):
             key: torch.as_tensor(np.asarray(value)) for key, value in inputs.items() if key != "input_ids"
         }
         try:
-            prompt = build_image_prompt(model, input_ids, request_inputs)
+            prompt = build_item_prompt(model, input_ids, request_inputs)
         except (TypeError, ValueError) as error:
             raise bad_request(str(error)) from error
         return {"input_ids": prompt}

@@ -51,6 +51,9 @@ def trim_padding_crops(
 class AnyresCropsLayout(FamilyHooks):
     """Family hooks of any-res images (LLaVA-NeXT, LLaVA-NeXT-Video); other modalities get the mixin's defaults."""
 
+    layout_name = "anyres_crops"
+    layout_description = "an image is a base crop and a grid of crops, placeholders from upstream's packing"
+
     # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`, padded to the
     # batch's largest count (trimmed per selection); the model concatenates `pooler_output`, a list of per-image
     # tensors (base crop, unpadded grid, newlines).

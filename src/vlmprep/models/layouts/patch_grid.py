@@ -101,6 +101,9 @@ class PatchGridLayout(FamilyHooks):
     computed from the whole prompt alone.
     """
 
+    layout_name = "patch_grid"
+    layout_description = "flattened patches on a (t, h, w) grid per item, multimodal rope positions"
+
     # Qwen2-VL's inputs (a family whose facts differ states its own), and where the vision config keeps the merge side,
     # the temporal patch and the channels (Qwen2-VL's names).
     vision_facts = PATCH_GRID_FACTS
@@ -236,6 +239,9 @@ class PatchGridLayout(FamilyHooks):
 class PatchGridTextPositionsLayout(PatchGridLayout):
     """The patch-grid layout for decoders with plain 1D positions (EXAONE 4.5, HyperCLOVAX, LFM3-VL)."""
 
+    layout_name = "patch_grid_text_positions"
+    layout_description = "flattened patches on a (t, h, w) grid per item, 1D text positions"
+
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
         """No multimodal positions: the decoder's rope is 1D, so transformers' own positions are kept."""
         return None
@@ -247,6 +253,11 @@ class PatchGridPerFrameLayout(PatchGridLayout):
     Each run follows the frame's timestamp text, so a video is one item with `t` pieces of
     `h * w / spatial_merge_size**2` placeholders, in frame order (the order of its feature rows).
     """
+
+    layout_name = "patch_grid_per_frame"
+    layout_description = (
+        "flattened patches on a (t, h, w) grid per item, a video one run per frame, multimodal rope positions"
+    )
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """As `PatchGridLayout`, except that a video's placeholders come as one run per frame, between timestamps.
@@ -267,3 +278,6 @@ class PatchGridPerFrameLayout(PatchGridLayout):
 
 class PatchGridPerFrameTextPositionsLayout(PatchGridTextPositionsLayout, PatchGridPerFrameLayout):
     """Per-frame video runs with plain 1D positions (LFM3-VL)."""
+
+    layout_name = "patch_grid_per_frame_text_positions"
+    layout_description = "flattened patches on a (t, h, w) grid per item, a video one run per frame, 1D text positions"

@@ -45,6 +45,9 @@ def crop_batch_padding(config: PreTrainedConfig, image_inputs: dict[str, Any]) -
 class PixtralImagesLayout(FamilyHooks):
     """Family hooks of Pixtral images as one placeholder run each (images only)."""
 
+    layout_name = "pixtral_image"
+    layout_description = "an image of any size is one run of its merged patches"
+
     # Images of any size up to the tower's `image_size` (its rope covers no more patches), padded to the batch's
     # largest (cropped per selection); `pooler_output` is a tuple of per-image tensors that the model concatenates.
     vision_facts = VisionFacts(pixel_layout="up_to_size", features_as_list=True, unpad_image_inputs=crop_batch_padding)
@@ -73,6 +76,9 @@ class PixtralImagesLayout(FamilyHooks):
 
 class PixtralRowsLayout(PixtralImagesLayout):
     """Pixtral images whose `[IMG]` placeholders come one run per row of merged patches (Mistral3)."""
+
+    layout_name = "pixtral_rows"
+    layout_description = "an image of any size is one run per row of merged patches, split by break tokens"
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Per image, its rows of `[IMG]` placeholders: `rows` runs of `columns`.

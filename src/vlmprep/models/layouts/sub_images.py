@@ -29,6 +29,9 @@ def sub_image_tokens(config: PreTrainedConfig) -> int:
 class SubImagesLayout(FamilyHooks):
     """Family hooks of the sub-image layout: each real sub-image of `pixel_values` is one item (images only)."""
 
+    layout_name = "sub_images"
+    layout_description = "each real sub-image of `(batch, sub_images, C, H, W)` pixels is one item"
+
     # 5D pixels, every sub-image at the tower's `image_size`; the mask is split with the sub-images. Every sub-image
     # has the processor's `image_seq_len` placeholders.
     vision_facts = VisionFacts(
