@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
     from .models.emu3 import Emu3ForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
+    from .models.fuyu import FuyuForCausalLM
     from .models.gemma3 import Gemma3ForConditionalGeneration
     from .models.glm4v import Glm4vForConditionalGeneration
     from .models.glm4v_moe import Glm4vMoeForConditionalGeneration

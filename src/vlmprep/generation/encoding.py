@@ -92,13 +92,14 @@ class ItemEncoder:
             return dict(supplied.prepared.features), dict(supplied.prepared.deepstack)
         features: dict[int, torch.Tensor] = {}
         deepstack: dict[int, tuple[torch.Tensor, ...]] = {}
+        features_key = self.model.vision_facts.features_key
         for modality in self.model.vision_facts.modalities:
             output = supplied.get(modality.name)
             items = sorted(index for index, span in self.span_of.items() if span.modality == modality.name)
             if output is None or not items:
                 continue
             counts = [self.lengths[index] for index in items]
-            pooled = _split_checked(output.pooler_output, counts, modality.name)
+            pooled = _split_checked(getattr(output, features_key), counts, modality.name)
             layers = deepstack_layers(output)
             per_layer = [_split_checked(layer, counts, modality.name) for layer in layers] if layers else None
             for position, index in enumerate(items):
@@ -172,7 +173,7 @@ class ItemEncoder:
             encode = getattr(model.model, f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
-            pooled = split_per_item(outputs.pooler_output, counts)
+            pooled = split_per_item(getattr(outputs, model.vision_facts.features_key), counts)
             layers = deepstack_layers(outputs)
             per_layer = [split_per_item(layer, counts) for layer in layers] if layers is not None else None
             for position, index in enumerate(group):

@@ -27,6 +27,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
     "Emu3ForConditionalGeneration": "emu3",
     "Exaone4_5_ForConditionalGeneration": "exaone4_5",
+    "FuyuForCausalLM": "fuyu",
     "Gemma3ForConditionalGeneration": "gemma3",
     "Glm46VForConditionalGeneration": "glm46v",
     "Glm4vForConditionalGeneration": "glm4v",

@@ -127,10 +127,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "florence2": not_placeholder_based(
             "encoder-decoder (BART): image features join the prompt in the encoder; the decoder cross-attends"
         ),
-        "fuyu": candidate(
-            "no vision tower to run once (one linear layer embeds the patches, read as `last_hidden_state`); an "
-            "image's placeholders are split into rows by `|NEWLINE|` tokens"
-        ),
+        "fuyu": drop_in("fuyu.FuyuForCausalLM", LANGUAGE_MODEL),
         "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", LANGUAGE_MODEL),
         "gemma3n": blocked_upstream(f"{_AUDIO_IN_FORWARD}; also its vision tower is timm's MobileNetV5: {_TIMM}"),
         "gemma4": blocked_upstream(

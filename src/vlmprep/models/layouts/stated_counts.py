@@ -26,6 +26,13 @@ class SizedImageLayout(FamilyHooks):
     )
 
 
+class LinearPatchesLayout(FamilyHooks):
+    """Each flattened patch, embedded by one linear layer, is one item with one placeholder (Fuyu)."""
+
+    layout_name = "linear_patches"
+    layout_description = "each flattened patch (embedded by one linear layer) is one item of one placeholder"
+
+
 class TilesLayout(FamilyHooks):
     """Each tile (or crop) of an image is one item with a fixed placeholder count (InternVL, GOT-OCR2)."""
 

@@ -9,6 +9,7 @@ collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names e
 - `fixed_size`: one image size (Gemma3, PaliGemma, LLaVA, VipLLaVA, Video-LLaVA, DeepSeek-VL(-Hybrid), Aria);
 - `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);
 - `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon, Emu3), or with a VQ-VAE for image generation (Janus);
+- `linear_patches`: flattened patches embedded by one linear layer (Fuyu);
 - `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, Muse Glimmer, ...).
 """
 
@@ -45,6 +46,7 @@ from .fixed_size import (
     tiny_vipllava_config,
 )
 from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
+from .linear_patches import tiny_fuyu_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_exaone4_5_config,
@@ -103,6 +105,7 @@ __all__ = [
     "tiny_deepseek_vl_hybrid_config",
     "tiny_emu3_config",
     "tiny_exaone4_5_config",
+    "tiny_fuyu_config",
     "tiny_gemma3_config",
     "tiny_glm46v_config",
     "tiny_glm4v_config",
