@@ -58,13 +58,16 @@ if TYPE_CHECKING:
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration
     from .models.base import VisionPrepMixin
+    from .models.chameleon import ChameleonForConditionalGeneration
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
     from .models.cohere_compass import CohereCompassForConditionalGeneration
     from .models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
+    from .models.emu3 import Emu3ForConditionalGeneration
     from .models.ernie4_5_vl_moe import Ernie4_5_VLMoeForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
+    from .models.fuyu import FuyuForCausalLM
     from .models.gemma3 import Gemma3ForConditionalGeneration
     from .models.gemma4 import Gemma4ForConditionalGeneration
     from .models.glm4v import Glm4vForConditionalGeneration
@@ -79,6 +82,7 @@ if TYPE_CHECKING:
     from .models.inkling2 import Inkling2ForConditionalGeneration
     from .models.inkling2_loop import Inkling2LoopForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
+    from .models.janus import JanusForConditionalGeneration
     from .models.kimi_k25 import Kimi_K25ForConditionalGeneration
     from .models.lfm2_vl import Lfm2VlForConditionalGeneration
     from .models.lfm3_vl import Lfm3VlForConditionalGeneration

@@ -33,6 +33,9 @@ class FamilyCase:
         answer_token_types: per-token input -> its value at generated (text) tokens, where it is not 0: what the
             family's `generate` appends, so an uncached forward of a prompt and its answer is the reference of each
             step (PaliGemma's suffix tokens are 1, causal; its prompt is one bidirectional prefix of 0s).
+        refused_train_parts: parts (`"decoder"`, `"vision"`) whose train mode the drop-in refuses in `generate` with a
+            clear error (Emu3's VQ-VAE, whose BatchNorm makes an image's codes depend on the images encoded with it):
+            the differential test draws no call with them in train mode.
     """
 
     name: str
@@ -42,6 +45,7 @@ class FamilyCase:
     skip: dict[str, str] = field(default_factory=dict)
     collate: Callable | None = None
     answer_token_types: dict[str, int] = field(default_factory=dict)
+    refused_train_parts: tuple[str, ...] = ()
 
     @property
     def upstream_class(self) -> type[PreTrainedModel]:

@@ -92,13 +92,14 @@ class ItemEncoder:
             return dict(supplied.prepared.features), dict(supplied.prepared.deepstack)
         features: dict[int, torch.Tensor] = {}
         deepstack: dict[int, tuple[torch.Tensor, ...]] = {}
+        features_key = self.model.vision_facts.features_key
         for modality in self.model.vision_facts.modalities:
             output = supplied.get(modality.name)
             items = sorted(index for index, span in self.span_of.items() if span.modality == modality.name)
             if output is None or not items:
                 continue
             counts = [self.lengths[index] for index in items]
-            pooled = _split_checked(output.pooler_output, counts, modality.name)
+            pooled = _split_checked(getattr(output, features_key), counts, modality.name)
             layers = deepstack_layers(output)
             per_layer = [_split_checked(layer, counts, modality.name) for layer in layers] if layers else None
             for position, index in enumerate(items):
@@ -172,7 +173,8 @@ class ItemEncoder:
             encode = getattr(model.model, f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
-            pooled = split_per_item(_without_padding_rows(outputs, modality.output_mask_attr), counts)
+            features_key = model.vision_facts.features_key
+            pooled = split_per_item(_without_padding_rows(outputs, features_key, modality.output_mask_attr), counts)
             layers = deepstack_layers(outputs)
             per_layer = [split_per_item(layer, counts) for layer in layers] if layers is not None else None
             for position, index in enumerate(group):
@@ -209,13 +211,14 @@ def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> 
                 )
 
 
-def _without_padding_rows(outputs, output_mask_attr: str | None):
+def _without_padding_rows(outputs, features_key: str, output_mask_attr: str | None):
     # An encoder that pads a batch of items to the longest (audio clips) marks its real rows; the model fills the
     # placeholders with those only, so each item's features are its real rows.
+    features = getattr(outputs, features_key)
     if output_mask_attr is None:
-        return outputs.pooler_output
+        return features
     real_rows = getattr(outputs, output_mask_attr)  # (num_items, rows), True where a row is real
-    return [rows[keep.to(rows.device).bool()] for rows, keep in zip(outputs.pooler_output, real_rows, strict=True)]
+    return [rows[keep.to(rows.device).bool()] for rows, keep in zip(features, real_rows, strict=True)]
 
 
 def _item_lengths(spans: list[ItemSpan]) -> dict[int, int]:

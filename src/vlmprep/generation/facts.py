@@ -106,6 +106,9 @@ class VisionFacts:
             modalities besides images (e.g. videos), each with its own placeholder and pixel inputs.
         image_token_type (`int`, *optional*):
             `ModalityFacts.token_type` of the images, when another modality shares their placeholder id.
+        features_key (`str`, *optional*, defaults to `"pooler_output"`):
+            the field of `get_<modality>_features`' output holding the features the model places at the placeholders
+            (Fuyu's linear patch embedding returns them as `last_hidden_state`).
         positions_from_cache_length (`bool`, *optional*, defaults to `False`):
             whether `generate` numbers tokens by their place in the cache, left padding included (EXAONE 4.5,
             HyperCLOVAX: their `prepare_inputs_for_generation` drops `position_ids`): a token's KV then depends on its row's padding, which the prefix cache's
@@ -132,6 +135,7 @@ class VisionFacts:
     features_as_list: bool = False
     other_modalities: tuple[ModalityFacts, ...] = ()
     image_token_type: int | None = None
+    features_key: str = "pooler_output"
     positions_from_cache_length: bool = False
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)

@@ -20,9 +20,17 @@ class EncoderRows(BaseModelOutputWithPooling):
         deepstack_features (`list`, *optional*):
             per extra layer (Qwen3-VL's deepstack), the same rows in the same container; `None` when the vision
             encoder returns no such features.
+
+    The rows are also its `last_hidden_state` (the same container), for the families whose model reads them there
+    (Fuyu: its "encoder" is one linear layer, whose output is a `last_hidden_state`; `VisionFacts.features_key`).
     """
 
     deepstack_features: list | None = None
+
+    def __post_init__(self):
+        if self.last_hidden_state is None:
+            self.last_hidden_state = self.pooler_output
+        super().__post_init__()
 
 
 @dataclass

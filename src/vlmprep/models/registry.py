@@ -102,7 +102,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "decoder-only checkpoints: the Q-Former's `num_query_tokens` outputs fill one run of image placeholders "
             "through `mm_encoder_outputs`; not written yet (Flan-T5 checkpoints are encoder-decoder)"
         ),
-        "chameleon": candidate("a VQ-VAE turns each image into `image_seq_length` vocabulary tokens"),
+        "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration"),
         "cohere2_vision": drop_in("cohere2_vision.Cohere2VisionForConditionalGeneration", COHERE2_VISION),
         "cohere_compass": drop_in("cohere_compass.CohereCompassForConditionalGeneration", LANGUAGE_MODEL),
         "cosmos3_edge": drop_in("cosmos3_edge.Cosmos3EdgeForConditionalGeneration"),
@@ -118,7 +118,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "whose hooks vlmprep overrides"
         ),
         "dots3_note": candidate(_AUDIO_IN_FORWARD),
-        "emu3": candidate("VQ-VAE image tokens, `height * (width + 1)` placeholders per image from `image_sizes`"),
+        "emu3": drop_in("emu3.Emu3ForConditionalGeneration"),
         "ernie4_5_vl_moe": drop_in("ernie4_5_vl_moe.Ernie4_5_VLMoeForConditionalGeneration"),
         "evolla": not_placeholder_based(
             "protein-text model: a SaProt protein encoder feeds the decoder through cross-attention; no placeholders"
@@ -128,10 +128,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "florence2": not_placeholder_based(
             "encoder-decoder (BART): image features join the prompt in the encoder; the decoder cross-attends"
         ),
-        "fuyu": candidate(
-            "no vision tower to run once (one linear layer embeds the patches, read as `last_hidden_state`); an "
-            "image's placeholders are split into rows by `|NEWLINE|` tokens"
-        ),
+        "fuyu": drop_in("fuyu.FuyuForCausalLM", LANGUAGE_MODEL),
         "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", LANGUAGE_MODEL),
         "gemma3n": blocked_upstream(f"its vision tower is timm's MobileNetV5: {_TIMM}; then {_AUDIO_IN_FORWARD}"),
         "gemma4": drop_in("gemma4.Gemma4ForConditionalGeneration", LANGUAGE_MODEL),
@@ -183,9 +180,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"
         ),
         "internvl": drop_in("internvl.InternVLForConditionalGeneration", LANGUAGE_MODEL),
-        "janus": candidate(
-            "fixed `num_image_tokens` between start/end tokens; its `generate` delegates text mode to transformers'"
-        ),
+        "janus": drop_in("janus.JanusForConditionalGeneration", LANGUAGE_MODEL),
         "kimi_k25": drop_in("kimi_k25.Kimi_K25ForConditionalGeneration"),
         "kosmos-2": not_placeholder_based(
             "own `generate`: image features are placed by `image_embeds_position_mask`, not `mm_encoder_outputs`"

@@ -16,6 +16,23 @@ class FixedImageLayout(FamilyHooks):
     layout_description = "one fixed-resolution image, one run of a fixed count of placeholders"
 
 
+class SizedImageLayout(FamilyHooks):
+    """An image of any size, padded to the batch's largest, is one run; the family computes its count from
+    `image_sizes` (Emu3)."""
+
+    layout_name = "sized_image"
+    layout_description = (
+        "an image of any size (padded to the batch's largest) is one run, its count from `image_sizes` by the family"
+    )
+
+
+class LinearPatchesLayout(FamilyHooks):
+    """Each flattened patch, embedded by one linear layer, is one item with one placeholder (Fuyu)."""
+
+    layout_name = "linear_patches"
+    layout_description = "each flattened patch (embedded by one linear layer) is one item of one placeholder"
+
+
 class TilesLayout(FamilyHooks):
     """Each tile (or crop) of an image is one item with a fixed placeholder count (InternVL, GOT-OCR2)."""
 

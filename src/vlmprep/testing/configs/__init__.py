@@ -8,6 +8,8 @@ collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names e
 
 - `fixed_size`: one image size (Gemma3, PaliGemma, LLaVA, VipLLaVA, Video-LLaVA, DeepSeek-VL(-Hybrid), Aria);
 - `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);
+- `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon, Emu3), or with a VQ-VAE for image generation (Janus);
+- `linear_patches`: flattened patches embedded by one linear layer (Fuyu);
 - `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, Muse Glimmer, ...).
 """
 
@@ -51,6 +53,8 @@ from .hybrid import (
     tiny_qwen3_5_config,
     tiny_qwen3_5_moe_config,
 )
+from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
+from .linear_patches import tiny_fuyu_config
 from .omni import tiny_gemma4_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
@@ -110,11 +114,14 @@ __all__ = [
     "tiny_aria_config",
     "tiny_aya_vision_config",
     "tiny_gemma4_config",
+    "tiny_chameleon_config",
     "tiny_cohere2_vision_config",
     "tiny_config",
     "tiny_deepseek_vl_config",
     "tiny_deepseek_vl_hybrid_config",
+    "tiny_emu3_config",
     "tiny_exaone4_5_config",
+    "tiny_fuyu_config",
     "tiny_gemma3_config",
     "tiny_glm46v_config",
     "tiny_glm5_next_config",
@@ -133,6 +140,7 @@ __all__ = [
     "tiny_idefics2_config",
     "tiny_idefics3_config",
     "tiny_internvl_config",
+    "tiny_janus_config",
     "tiny_lfm2_vl_config",
     "tiny_lfm3_vl_config",
     "tiny_lighton_ocr_config",

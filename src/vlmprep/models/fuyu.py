@@ -1,0 +1,94 @@
+"""Fuyu: no vision tower; one linear layer embeds each flattened image patch, and each patch fills one placeholder.
+
+The processor cuts an image into `patch_size` patches, flattens them into `pixel_values` `(patches, C * p * p)`
+(every image's patches back to back, in prompt order) and writes the image as one row of `|SPEAKER|` placeholders per
+row of patches, each row ended by `|NEWLINE|`. `get_image_features` returns the embedded patches as
+`last_hidden_state`. Since a patch's embedding depends on that patch alone, each patch is an item of the mechanism:
+one placeholder, encoded (one matrix product) once, cached and hashed on its own, wherever a chunk or a cache cuts an
+image. Positions are 1D and attention causal.
+"""
+
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation import VisionFacts
+from .base import VisionPrepMixin
+from .layouts.stated_counts import LinearPatchesLayout
+
+
+def one_placeholder_per_patch(config: transformers.FuyuConfig) -> int:
+    """Placeholders per item (a patch): one."""
+    return 1
+
+
+class FuyuForCausalLM(LinearPatchesLayout, VisionPrepMixin, transformers.FuyuForCausalLM):
+    """Drop-in `transformers.FuyuForCausalLM` whose patch embedding runs once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.models.fuyu import FuyuForCausalLM
+    >>> from vlmprep.testing.configs import tiny_fuyu_config
+    >>> model = FuyuForCausalLM(tiny_fuyu_config()).eval()
+    >>> model.count_items({"pixel_values": torch.zeros(24, 48)}), model.item_token_counts({})  # a patch each
+    (24, 1)
+
+    ```
+    """
+
+    # One placeholder per patch; the features are the output's `last_hidden_state`.
+    vision_facts = VisionFacts(
+        per_image_keys=(),
+        pixel_layout=None,
+        tokens_per_image=one_placeholder_per_patch,
+        features_key="last_hidden_state",
+    )
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Patches of all images: the rows of `pixel_values` `(patches, patch_dim)` (or `(batch, patches, dim)`).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): Fuyu has images only.
+
+        Returns:
+            `int` or `None` (no pixels passed)
+        """
+        pixel_values = model_kwargs.get("pixel_values")
+        return None if pixel_values is None else pixel_values.numel() // pixel_values.shape[-1]
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The given patches, `(len(indices), patch_dim)`.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): patch indices, in placeholder order.
+            modality (`str`, *optional*, defaults to `"image"`): Fuyu has images only.
+
+        Returns:
+            `dict[str, Any]`
+        """
+        pixel_values = model_kwargs["pixel_values"]
+        return {"pixel_values": pixel_values.reshape(-1, pixel_values.shape[-1])[indices]}
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` unless every patch of `pixel_values` has `num_channels * patch_size ** 2` values.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): Fuyu has images only.
+        """
+        pixel_values = model_kwargs.get("pixel_values")
+        width = self.config.num_channels * self.config.patch_size**2
+        if isinstance(pixel_values, torch.Tensor) and (
+            pixel_values.ndim not in (2, 3) or pixel_values.shape[-1] != width
+        ):
+            raise ValueError(
+                f"`pixel_values` has shape {tuple(pixel_values.shape)} but this model's vision tower takes flattened "
+                f"patches (patches, {width}). Preprocess the images with this model's processor."
+            )
