@@ -14,9 +14,10 @@ import transformers
 from transformers import DynamicCache
 
 from conftest import model_pair
-from support.references import Prompt, assert_close, generate_logits
+from support.chat import run_chat
+from support.references import Prompt, assert_close, generate_logits, uncached_logits
 from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
-from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, PrefillCounter, VisionRunCounter, tiny_model
+from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
 AUDIO_FAMILIES = ["gemma4"]
@@ -28,34 +29,14 @@ TURN_SEEDS = [100, 101, None, 102, None]  # 101: 22 real frames, 102: all 40
 TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 
-def uncached_logits(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs, use_cache=False).logits[:, -1]
-
-
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
 def test_five_turn_chat_with_image_and_audio_feeds_only_new_tokens(family):
     upstream, ours = model_pair(family)
     store = PrefixCache(max_bytes=2**26)
     new_tokens = 3
-    segments, seeds, encoded = [], [], []
-    fed = minimum = known = 0
-    for user, seed in zip(USER_TURNS, TURN_SEEDS, strict=True):
-        segments += user
-        seeds += [] if seed is None else [seed]
-        prompt = Prompt(ours.config, segments, image_seeds=seeds)
-        with VisionRunCounter(ours) as runs, PrefillCounter(ours) as counter:
-            sequences, logits = generate_logits(
-                ours, prompt.inputs(), max_new_tokens=new_tokens, prefix_cache=store, **TEXT_ANSWERS
-            )
-        encoded += runs.batch_sizes
-        assert counter.lengths[1:] == [1] * (len(logits) - 1)
-        assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
-        fed += sum(counter.lengths)
-        # The least any cache can feed: the tokens no earlier call computed, then one token per decode step
-        minimum += prompt.length - known + len(logits) - 1
-        known = sequences.shape[1] - 1
-        segments.append(sequences[0, prompt.length :].tolist())
+    seeds = [[] if seed is None else [seed] for seed in TURN_SEEDS]
+    chat = run_chat(upstream, ours, USER_TURNS, seeds, store, new_tokens, **TEXT_ANSWERS)
+    encoded, fed, minimum = chat.encoded, chat.fed, chat.minimum
     assert encoded == [1, 1, 1], "each item (the image, then each clip) is encoded once, when it first appears"
     assert fed <= 1.02 * minimum, (fed, minimum)
 

@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import FOUNDATION_FAMILIES, model_pair
+from support.chat import run_chat
 from support.references import (
     NO_SPECIAL_TOKENS,
     USER,
@@ -26,7 +27,9 @@ from support.references import (
     encoder_runs,
     generate_batch_matching_upstream,
     generate_logits,
+    no_placeholder_answers,
     strong_image_gemma3_pair,
+    uncached_logits,
 )
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter
@@ -47,50 +50,16 @@ def family_pair(family: str):
     return image_sensitive_gemma3_pair() if family == "gemma3" else model_pair(family)
 
 
-def no_placeholders(model) -> dict:
-    """Answers without placeholder ids (they would make the next prompt invalid) or the padding id.
-
-    `generate` infers an attention mask from the padding id when a prompt holds it, so an answer with it would mask
-    its own token out of the next prompt, which the reference forward would attend to.
-    """
-    names = ("image_token_id", "video_token_id", "vision_start_token_id", "pad_token_id")
-    ids = [getattr(model.config, name, None) for name in names] + [model.generation_config.pad_token_id]
-    return {"suppress_tokens": sorted({i for i in ids if i is not None})}
-
-
-def uncached_logits(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs, use_cache=False).logits[:, -1]
-
-
 @pytest.mark.parametrize("family", CHAT_FAMILIES)
 def test_five_turn_chat_with_two_images_feeds_only_new_tokens(family):
     upstream, ours = family_pair(family)
     ours.encoder_cache.clear()
     store = PrefixCache(max_bytes=2**26)
     new_tokens = 4
-    suppress = no_placeholders(ours)
-    segments, seeds = [], []
-    fed = minimum = known = 0
-    encoded = []  # images per vision-encoder call
-    for turn, user in enumerate(USER_TURNS):
-        segments += user
-        seeds += [100 + turn] * sum(1 for segment in user if segment is IMAGE)
-        prompt = Prompt(ours.config, segments, image_seeds=seeds)
-        with VisionRunCounter(ours) as runs, PrefillCounter(ours) as counter:
-            sequences, logits = generate_logits(
-                ours, prompt.inputs(), max_new_tokens=new_tokens, prefix_cache=store, **suppress
-            )
-        encoded += runs.batch_sizes
-        # The prefill forward and one token per decode step
-        assert counter.lengths[1:] == [1] * (len(logits) - 1)
-        assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
-        fed += sum(counter.lengths)
-        # The least any cache can feed: the tokens no earlier call computed (the new user text, the images, the
-        # previous answer's last token), then one token per decode step
-        minimum += prompt.length - known + len(logits) - 1
-        known = sequences.shape[1] - 1  # KV of prompt and answer, except the answer's last token
-        segments.append(sequences[0, prompt.length :].tolist())
+    suppress = no_placeholder_answers(ours)
+    seeds = [[100 + turn] * sum(1 for segment in user if segment is IMAGE) for turn, user in enumerate(USER_TURNS)]
+    chat = run_chat(upstream, ours, USER_TURNS, seeds, store, new_tokens, **suppress)
+    encoded, fed, minimum, prompt = chat.encoded, chat.fed, chat.minimum, chat.last_prompt
     # One encoder call per turn with a new image, for its items only (Idefics3 counts its crops as items)
     assert len(encoded) == 2 and sum(encoded) == ours.count_items(prompt.inputs()), "each image is encoded once"
     assert fed <= 1.02 * minimum, (fed, minimum)
@@ -126,7 +95,7 @@ def _soak(family: str, calls: int, seed: int) -> dict:
     counts = dict.fromkeys(("calls", "batched", "continued", "salted", "hits", "tokens_reused", "evictions"), 0)
     rng = random.Random(seed)
     pad_id = ours.generation_config.pad_token_id or 0
-    suppress = no_placeholders(ours)
+    suppress = no_placeholder_answers(ours)
     systems = [[2, *rng.sample(range(10, 99), rng.randint(3, 14))] for _ in range(3)]
     conversations: list[tuple[list, list[int]]] = []  # earlier single-row prompts with their answers
     store = None

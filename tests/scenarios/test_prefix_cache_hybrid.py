@@ -13,7 +13,8 @@ import transformers
 
 import vlmprep
 from conftest import model_pair
-from support.references import Prompt, assert_close, generate_logits
+from support.chat import run_chat
+from support.references import Prompt, assert_close, generate_logits, no_placeholder_answers, uncached_logits
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config, tiny_model
 
@@ -27,31 +28,19 @@ def _recurrent_mixers(model) -> list[torch.nn.Module]:
     return [getattr(layer, "linear_attn", None) or getattr(layer, "conv", None) for layer in layers]
 
 
-def _suppressed(model) -> dict:
-    # Answers without placeholder, vision start/end or padding ids: they would change the next turn's prompt
-    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "pad_token_id")
-    ids = [getattr(model.config, name, None) for name in names] + [model.generation_config.pad_token_id]
-    return {"suppress_tokens": sorted({i for i in ids if i is not None})}
-
-
-def _uncached_logits(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs, use_cache=False).logits[:, -1]
-
-
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)
 def test_the_recurrent_layers_reach_the_logits(family):
     # Tiny models must be able to fail: a resume with a wrong or missing state must move the logits
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
-    expected = _uncached_logits(upstream, prompt.inputs())
+    expected = uncached_logits(upstream, prompt.inputs())
     mixer = next(module for module in _recurrent_mixers(upstream) if module is not None)
     weight = mixer.conv1d.weight if hasattr(mixer, "conv1d") else mixer.conv.weight
     saved = weight.detach().clone()
     with torch.no_grad():
         weight.zero_()
     try:
-        without_convolution = _uncached_logits(upstream, prompt.inputs())
+        without_convolution = uncached_logits(upstream, prompt.inputs())
     finally:
         with torch.no_grad():
             weight.copy_(saved)
@@ -64,24 +53,9 @@ def test_five_turn_chat_with_two_images_resumes_from_snapshots(family):
     ours.encoder_cache.clear()
     store = PrefixCache(max_bytes=2**26)
     new_tokens = 4
-    segments, seeds, encoded = [], [], []
-    fed = minimum = known = 0
-    for turn, user in enumerate(USER_TURNS):
-        segments += user
-        seeds += [100 + turn] * sum(1 for segment in user if segment is IMAGE)
-        prompt = Prompt(ours.config, segments, image_seeds=seeds)
-        with VisionRunCounter(ours) as runs, PrefillCounter(ours) as counter:
-            sequences, logits = generate_logits(
-                ours, prompt.inputs(), max_new_tokens=new_tokens, prefix_cache=store, **_suppressed(ours)
-            )
-        encoded += runs.batch_sizes
-        assert_close(logits[0], _uncached_logits(upstream, prompt.inputs()))
-        fed += sum(counter.lengths)
-        # The tokens no earlier forward has seen (new text, images, the previous answer's last token), then one
-        # token per decode step
-        minimum += prompt.length - known + len(logits) - 1
-        known = sequences.shape[1] - 1
-        segments.append(sequences[0, prompt.length :].tolist())
+    seeds = [[100 + turn] * sum(1 for segment in user if segment is IMAGE) for turn, user in enumerate(USER_TURNS)]
+    chat = run_chat(upstream, ours, USER_TURNS, seeds, store, new_tokens, **no_placeholder_answers(ours))
+    encoded, fed, minimum, prompt = chat.encoded, chat.fed, chat.minimum, chat.last_prompt
     assert len(encoded) == 2 and sum(encoded) == ours.count_items(prompt.inputs()), "each image is encoded once"
     assert fed <= 1.02 * minimum, (fed, minimum)
     stats = store.stats
@@ -94,10 +68,10 @@ def test_two_conversations_share_a_system_prompt_with_an_image(family):
     store = PrefixCache(max_bytes=2**26)
     first = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31, 32]], image_seeds=[7])
     second = Prompt(ours.config, [SYSTEM, IMAGE, [40, 41]], image_seeds=[7])
-    generate_logits(ours, first.inputs(), max_new_tokens=2, prefix_cache=store, **_suppressed(ours))
+    generate_logits(ours, first.inputs(), max_new_tokens=2, prefix_cache=store, **no_placeholder_answers(ours))
     with VisionRunCounter(ours) as runs, PrefillCounter(ours) as counter:
         _, logits = generate_logits(ours, second.inputs(), max_new_tokens=1, prefix_cache=store)
-    assert_close(logits[0], _uncached_logits(upstream, second.inputs()))
+    assert_close(logits[0], uncached_logits(upstream, second.inputs()))
     assert runs.batch_sizes == [], "the shared image is inside the restored prefix"
     # Resumed right after the image: only the new user text (and what follows the image's end) is fed
     assert sum(counter.lengths) <= 2 + 2, counter.lengths
@@ -117,8 +91,8 @@ def test_attention_first_and_a_two_input_convolution_as_transformers_tester_buil
     for turn in range(3):
         prompt = Prompt(config, segments, image_seeds=[5])
         sequences, logits = generate_logits(
-            ours, prompt.inputs(), max_new_tokens=3, prefix_cache=store, **_suppressed(ours)
+            ours, prompt.inputs(), max_new_tokens=3, prefix_cache=store, **no_placeholder_answers(ours)
         )
-        assert_close(logits[0], _uncached_logits(upstream, prompt.inputs()))
+        assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
         segments = [*segments, sequences[0, prompt.length :].tolist(), [40 + turn, 41]]
     assert store.stats.hits == 2

@@ -188,6 +188,24 @@ def _attn_implementations(config) -> dict[str, str]:
     return implementations
 
 
+def uncached_logits(upstream, inputs: dict) -> torch.Tensor:
+    """The last position's logits of one uncached forward of the whole prompt: what every cached path must equal."""
+    with torch.no_grad():
+        return upstream(**inputs, use_cache=False).logits[:, -1]
+
+
+def no_placeholder_answers(model) -> dict:
+    """`generate` kwargs that keep placeholder, vision start/end and padding ids out of an answer.
+
+    An answer becomes part of the next turn's prompt: a placeholder id there would make it invalid, and `generate`
+    infers an attention mask from the padding id, so an answer holding it would mask its own token out of the next
+    prompt, which the reference forward would attend to.
+    """
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "pad_token_id")
+    ids = [getattr(model.config, name, None) for name in names] + [model.generation_config.pad_token_id]
+    return {"suppress_tokens": sorted({i for i in ids if i is not None})}
+
+
 def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
     """(sequences, per-step logits) of a greedy generate."""
     out = model.generate(

@@ -19,6 +19,7 @@ from support.references import (
     collate,
     generate_logits,
     strong_image_gemma3_pair,
+    uncached_logits,
 )
 from support.registry import FAMILY_CASES
 from vlmprep import PrefixCache
@@ -29,11 +30,6 @@ SYSTEM = [2, *range(10, 21)]  # 12 tokens
 
 def image_sensitive_gemma3_pair():
     return strong_image_gemma3_pair(0.02)
-
-
-def uncached_logits(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs, use_cache=False).logits[:, -1]
 
 
 def first_logits(ours, inputs: dict, store: PrefixCache, **kwargs) -> torch.Tensor:

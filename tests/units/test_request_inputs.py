@@ -53,6 +53,8 @@ NOT_READ = {
     "video_llava": {"pixel_values_videos"},  # videos are not prepared: a request with them is refused
     # Computed from `input_ids` by the forward; only a caller passing `inputs_embeds` instead of ids supplies them
     "gemma4": {"per_layer_inputs"},
+    # The deprecated name of `pixel_values` (upstream's `deprecate_kwarg` renames it before the forward reads it)
+    "fuyu": {"image_patches"},
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
