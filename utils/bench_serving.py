@@ -99,22 +99,9 @@ def _start_server(
     raise RuntimeError(f"{kind} server did not start within {START_TIMEOUT_S} s")
 
 
-def _stream_chat(url: str, image_url: str, max_tokens: int) -> dict:
-    """One streamed chat: its answer, time to first content chunk and completion tokens."""
-    payload = {
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": image_url}},
-                    {"type": "text", "text": QUESTION},
-                ],
-            }
-        ],
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "stream": True,
-    }
+def stream_messages(url: str, messages: list, max_tokens: int) -> dict:
+    """One streamed chat completion of `messages`: its answer, time to first content chunk and completion tokens."""
+    payload = {"messages": messages, "temperature": 0, "max_tokens": max_tokens, "stream": True}
     request = urllib.request.Request(
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
@@ -135,6 +122,12 @@ def _stream_chat(url: str, image_url: str, max_tokens: int) -> dict:
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
     return {"text": "".join(text), "ttft_s": first_token_s or time.perf_counter() - start, "tokens": tokens}
+
+
+def _stream_chat(url: str, image_url: str, max_tokens: int) -> dict:
+    """One streamed single-image chat: its answer, time to first content chunk and completion tokens."""
+    content = [{"type": "image_url", "image_url": {"url": image_url}}, {"type": "text", "text": QUESTION}]
+    return stream_messages(url, [{"role": "user", "content": content}], max_tokens)
 
 
 def _run_round(port: int, concurrency: int, first_seed: int, max_tokens: int) -> dict:

@@ -27,15 +27,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_serving import REQUEST_TIMEOUT_S, SRC, _free_port, _start_server, build_checkpoint  # noqa: E402
+from bench_serving import SRC, _free_port, _start_server, build_checkpoint, stream_messages  # noqa: E402
 
 TURNS = (
     (0, "What is in this picture?"),
@@ -70,28 +68,6 @@ def photo_data_url(seed: int, size: tuple[int, int] = PHOTO_SIZE) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def _stream(url: str, messages: list, max_tokens: int) -> tuple[str, float]:
-    payload = {"messages": messages, "temperature": 0, "max_tokens": max_tokens, "stream": True}
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    start = time.perf_counter()
-    first, text = None, []
-    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
-        for raw_line in response:
-            line = raw_line.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line.removeprefix("data: "))
-            if "error" in chunk:
-                raise RuntimeError(chunk["error"])
-            content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
-            if content:
-                first = first or time.perf_counter() - start
-                text.append(content)
-    return "".join(text), first or time.perf_counter() - start
-
-
 def run_chat(port: int, images: list[str], max_tokens: int) -> tuple[list[str], list[float]]:
     """One 5-turn chat: its answers and the time to first token of each turn."""
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -99,7 +75,8 @@ def run_chat(port: int, images: list[str], max_tokens: int) -> tuple[list[str], 
     for image, text in TURNS:
         parts = [] if image is None else [{"type": "image_url", "image_url": {"url": images[image]}}]
         messages.append({"role": "user", "content": [*parts, {"type": "text", "text": text}]})
-        answer, ttft = _stream(url, messages, max_tokens)
+        streamed = stream_messages(url, messages, max_tokens)
+        answer, ttft = streamed["text"], streamed["ttft_s"]
         messages.append({"role": "assistant", "content": answer})
         answers.append(answer)
         ttfts.append(ttft)
