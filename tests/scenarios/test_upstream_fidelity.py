@@ -6,6 +6,7 @@ drop-in with the plain transformers class holding the same weights (issue 16).
 
 from __future__ import annotations
 
+import copy
 import tempfile
 
 import pytest
@@ -114,6 +115,33 @@ def test_assisted_decoding_with_images_matches_greedy(family, assistant):
     assert torch.equal(ids, expected_ids)
     assert_same_steps(logits, expected)
     assert runs.calls == 1  # a drop-in assistant reads the main model's features: nothing is encoded twice
+
+
+def _assistant_logits(main, assistant, inputs: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    # The logits of every forward of the assistant (its drafts), and the main model's sequences.
+    drafted = []
+    hook = assistant.register_forward_hook(lambda module, args, output: drafted.append(output.logits[:, -1]))
+    try:
+        ids, _ = generate_logits(main, inputs, max_new_tokens=6, assistant_model=assistant)
+    finally:
+        hook.remove()
+    return ids, drafted
+
+
+@pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])
+def test_drop_in_assistant_of_a_transformers_main_model_drafts_as_transformers(family):
+    # transformers' main model hands its assistant its encoder outputs, without the per-item inputs it encoded them
+    # from (Qwen2-VL's grids), but with its positions: the drop-in drafts what a plain assistant drafts.
+    upstream, ours = model_pair(family)
+    plain_assistant = copy.deepcopy(upstream)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, SYSTEM[:4]])
+    expected_ids, expected = _assistant_logits(upstream, plain_assistant, prompt.inputs())
+    with VisionRunCounter(ours) as runs:
+        ids, drafted = _assistant_logits(upstream, ours, prompt.inputs())
+    assert torch.equal(ids, expected_ids)
+    assert len(drafted) == len(expected)
+    assert_same_steps(tuple(drafted), tuple(expected))
+    assert runs.calls == 0  # the assistant reads the main model's features
 
 
 @pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])

@@ -235,7 +235,12 @@ class PatchGridLayout(FamilyHooks):
         for modality in self.vision_facts.modalities:
             grid_key = modality.per_item_keys[0]
             grids[grid_key] = model_kwargs.get(grid_key)
-            if grids[grid_key] is None and bool((token_types == MM_TOKEN_TYPES[modality.name]).any()):
+            missing = grids[grid_key] is None and bool((token_types == MM_TOKEN_TYPES[modality.name]).any())
+            if missing and _positions_of_the_main_model(model_kwargs, input_ids) is not None:
+                # transformers' main model handed this assistant its features without the grids (it pops every
+                # encoder argument) but with the positions it built from them, for the whole prompt: use them.
+                return _positions_of_the_main_model(model_kwargs, input_ids)
+            if missing:
                 raise ValueError(
                     f"The prompt has {modality.name} placeholders but no `{grid_key}`: this model's positions depend "
                     f"on every {modality.name}'s grid, also of those already in the cache. Pass the pixel inputs and "
@@ -335,3 +340,14 @@ class TokenGridTextPositionsLayout(PatchGridTextPositionsLayout):
             else getattr(vision_config, self.vision_config_names.channels)
         )
         return (side, side, channels)
+
+
+def _positions_of_the_main_model(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> torch.Tensor | None:
+    # An assistant called by transformers' own generate gets the main model's `(4, batch, seq)` positions of the
+    # whole prompt and its encoder outputs, but not the grids those were built from.
+    positions = model_kwargs.get("position_ids")
+    if not (isinstance(positions, torch.Tensor) and positions.ndim == 3):
+        return None
+    if positions.shape[0] != 4 or positions.shape[1:] != input_ids.shape:
+        return None
+    return positions
