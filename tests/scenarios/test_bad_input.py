@@ -60,18 +60,30 @@ def _pixel_inputs(prompt: Prompt) -> dict:
     return {key: value for key, value in prompt.inputs().items() if key in prompt.case.pixel_keys}
 
 
+def _patch_count_message(model, inputs: dict) -> str | None:
+    # Fuyu's items are patches, one per placeholder: its message counts patches and placeholder tokens.
+    if model.config.model_type != "fuyu":
+        return None
+    patches = inputs["pixel_values"].shape[0]
+    placeholders = int((inputs["input_ids"] == model.config.image_token_id).sum())
+    return f"`pixel_values` holds {patches} image patches but the prompt has {placeholders} image placeholder tokens"
+
+
 def _case_too_many_images(model, prompt):
     # The ids of a one-image prompt with the pixel inputs of a two-image one, in the family's own layout
     two = Prompt(model.config, [SHORT_SYSTEM, IMAGE, [30], IMAGE, [31]])
     inputs = {**prompt.inputs(), **_pixel_inputs(two)}
-    return inputs, ("2 image(s) were passed but the prompt has 1 image placeholder run",)
+    return inputs, _patch_count_message(
+        model, inputs
+    ) or "2 image(s) were passed but the prompt has 1 image placeholder run"
 
 
 def _case_too_few_images(model, prompt):
     two = Prompt(model.config, [SHORT_SYSTEM, IMAGE, [30], IMAGE, [31]])
     inputs = {**two.inputs(), **_pixel_inputs(prompt)}
     # Families whose token counts depend on the images notice it while splitting the runs
-    return inputs, ("1 image(s) were passed but the prompt has 2", "more image placeholder tokens than the 1 images")
+    messages = ("1 image(s) were passed but the prompt has 2", "more image placeholder tokens than the 1 images")
+    return inputs, _patch_count_message(model, inputs) or messages
 
 
 def _case_wrong_run_length(model, prompt):
@@ -82,7 +94,7 @@ def _case_wrong_run_length(model, prompt):
     inputs["input_ids"] = ids
     if "token_type_ids" in inputs and model.config.model_type == "gemma3":
         inputs["token_type_ids"] = (ids == model.config.image_token_id).long()
-    return inputs, "does not match the images' token counts"
+    return inputs, _patch_count_message(model, inputs) or "does not match the images' token counts"
 
 
 def _case_placeholders_without_pixels(model, prompt):

@@ -100,6 +100,25 @@ class FamilyHooks:
         unpad = image_facts.unpad_image_inputs
         return selected if unpad is None else unpad(self.config, selected)
 
+    def check_item_count(self, model_kwargs: dict[str, Any], spans: list, modality: str = "image") -> None:
+        """Raise a clear `ValueError` unless the pixel inputs hold one item per placeholder run of the prompt.
+
+        Families whose items are not what the user passes (Fuyu: an item is one patch) word it their own way.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (with pixel inputs of `modality`).
+            spans (`list[ItemSpan]`): the prompt's spans of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+        """
+        num_items = self.count_items(model_kwargs, modality=modality)
+        num_runs = len({span.item_index for span in spans})
+        if num_items != num_runs:
+            raise ValueError(
+                f"{num_items} {modality}(s) were passed but the prompt has {num_runs} {modality} placeholder run(s). "
+                f"Pass exactly one {modality} per placeholder run, in prompt order (all {modality}s of the "
+                "conversation, also those already in the cache), or fix the prompt."
+            )
+
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise a clear `ValueError` when pixel inputs do not fit the vision tower, before anything is encoded.
 

@@ -302,11 +302,5 @@ def check_items_match_spans(
                     "the prompt."
                 )
             continue
-        num_runs = len({span.item_index for span in modality_spans})
-        if num_items != num_runs:
-            raise ValueError(
-                f"{num_items} {name}(s) were passed but the prompt has {num_runs} {name} placeholder run(s). Pass "
-                f"exactly one {name} per placeholder run, in prompt order (all {name}s of the conversation, also "
-                "those already in the cache), or fix the prompt."
-            )
+        model.check_item_count(model_kwargs, modality_spans, modality=name)
         model.check_pixel_inputs(model_kwargs, modality=name)

@@ -92,3 +92,24 @@ class FuyuForCausalLM(LinearPatchesLayout, VisionPrepMixin, transformers.FuyuFor
                 f"`pixel_values` has shape {tuple(pixel_values.shape)} but this model's vision tower takes flattened "
                 f"patches (patches, {width}). Preprocess the images with this model's processor."
             )
+
+    def check_item_count(self, model_kwargs: dict[str, Any], spans: list, modality: str = "image") -> None:
+        """Raise a clear `ValueError` unless `pixel_values` holds one patch per image placeholder of the prompt.
+
+        An item here is one patch, so the generic count ("images" per "placeholder run") would count patches as
+        images; this says what the user passed: patches of images, one per `|SPEAKER|` placeholder.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (with `pixel_values`).
+            spans (`list[ItemSpan]`): the prompt's spans, one per placeholder.
+            modality (`str`, *optional*, defaults to `"image"`): Fuyu has images only.
+        """
+        patches = self.count_items(model_kwargs, modality=modality)
+        placeholders = len({span.item_index for span in spans})
+        if patches != placeholders:
+            raise ValueError(
+                f"`pixel_values` holds {patches} image patches but the prompt has {placeholders} image placeholder "
+                "tokens (one per patch, each row of an image's patches ended by a newline token). Pass the patches "
+                "of every image of the prompt, in prompt order (also of those already in the cache), as the "
+                "processor makes them together with the prompt, or fix the prompt."
+            )
