@@ -77,12 +77,21 @@ _PATCH_GRID = (
 )
 _MROPE = "multimodal rope from the model's own `get_rope_index` (as qwen2_vl's)"
 _AUDIO_IN_FORWARD = (
-    "audio clips fit the spans (a modality like Gemma 4's), but transformers' forward takes audio only as "
-    "`input_features`, so the drop-in needs its own embedding step feeding the encoded rows (as Gemma 4's has); "
-    "not written yet"
+    "audio clips fit the spans (a modality, as Gemma 4's, with `layouts/audio.py`'s clip selection), but "
+    "transformers' forward takes audio only as `input_features`, so the drop-in needs its own embedding step feeding "
+    "the encoded rows (as Gemma 4's has); not written yet"
 )
 _TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be built or tested here"
-_HYBRID = "hybrid decoder (layers with a running state)"
+# Items in several runs: the spans take an item in pieces (`item_token_counts` gives a list of run lengths per item,
+# as `patch_grid_per_frame`'s videos and LLaVA-OneVision's multi-image items do); what a family adds is the counts.
+_PIECES = "the spans take an item in pieces (as `patch_grid_per_frame`'s videos), so it needs only its per-run counts"
+# Hybrid decoders of these families are the ones the prefix store snapshots (`linear_attention`/`conv` cache layers).
+_QWEN3_5_DECODER = "its Qwen3.5 decoder is the qwen3_5 drop-in's (recurrent layers snapshotted by the prefix store)"
+# Indexed attention: the prefix store refuses those cache layers with a warning, as for the glm5_next drop-in.
+_INDEXED = (
+    "its indexed-attention layers keep an indexer's keys in the cache, which the prefix store refuses (clearly, as "
+    "for the glm5_next drop-in) rather than hold"
+)
 
 
 # model_type -> spec. Every model type of transformers' image-text-to-text mapping has an entry, and so does every
@@ -109,7 +118,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "cosmos3_omni": candidate(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
         "deepseek_ocr2": candidate(
             "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
-            "separator: a layout of its own"
+            "separator, the features of two pixel inputs joined per image: a layout of its own; not written yet"
         ),
         "deepseek_vl": drop_in("deepseek_vl.DeepseekVLForConditionalGeneration", LANGUAGE_MODEL),
         "deepseek_vl_hybrid": drop_in("deepseek_vl_hybrid.DeepseekVLHybridForConditionalGeneration"),
@@ -151,17 +160,15 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "granite_docling": candidate(
             "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image, as idefics3's "
-            "sub-images), with deepstack features: not written yet"
+            f"sub-images; {_PIECES}), with granite4_vision's `(decoder layer, features)` deepstack pairs, which the "
+            "per-chunk rows do not read yet (they read Qwen3-VL's per-layer list); not written yet"
         ),
         "hunyuan_vl": candidate(
             "flattened patches + `image_grid_thw`, but an image's run also takes features at its row separators and "
             "its start/end tokens (`h * (w + 1) + 2`), and its rope has `len(mrope_section)` axes whose image axis "
             "numbers images across the whole batch: a layout of its own; not written yet"
         ),
-        "hy_v4_vl": candidate(
-            f"{_PATCH_GRID}; its latent-attention decoder's indexer keeps its own keys in the cache "
-            "(`update_indexer`), which the prefix store and the KV restore would have to hold; not written yet"
-        ),
+        "hy_v4_vl": candidate(f"{_PATCH_GRID}; {_INDEXED}"),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
         "idefics": not_placeholder_based(
             "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens"
@@ -203,24 +210,27 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "llava_onevision": drop_in("llava_onevision.LlavaOnevisionForConditionalGeneration", LANGUAGE_MODEL),
         "minicpm_ocr": candidate(
             "an image is several runs (global view, then one run per slice between slice start/end tokens), each "
-            f"with its own token count: a layout of its own; {_HYBRID}"
+            f"with its own token count: {_PIECES}; not written yet ({_QWEN3_5_DECODER})"
         ),
         "minicpmv4_6": candidate(
             "an image is several runs (global view, then one run per slice between slice start/end tokens), each "
-            f"with its own token count: a layout of its own; {_HYBRID}"
+            f"with its own token count: {_PIECES}; not written yet ({_QWEN3_5_DECODER})"
         ),
-        "minicpmv4_7": candidate(f"an image is several runs (global view, then one per slice); {_MROPE}"),
+        "minicpmv4_7": candidate(
+            f"an image is several runs (global view, then one per slice; {_PIECES}), with {_MROPE}; not written yet "
+            f"({_QWEN3_5_DECODER})"
+        ),
         "minimax_m3_vl": candidate(
             "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers "
-            "keep a lightning indexer's keys in a cache layer of their own (`MiniMaxM3VLSparseCacheLayer`), which "
-            "the prefix store and the KV restore would have to hold; not written yet"
+            "keep a lightning indexer's keys in a cache layer of their own (`MiniMaxM3VLSparseCacheLayer`, a "
+            "`DynamicLayer` subclass the prefix store does not recognise as indexed): the store must refuse or hold "
+            "it first; not written yet"
         ),
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
         "mistral_large4": candidate(
-            "Pixtral rows (the `pixtral_rows` layout fits), with an indexed-attention MoE decoder whose indexer keeps "
-            "its own keys in the cache (`update_indexer`) and whose layers share KV: the prefix store and the KV "
-            "restore would have to hold both; not written yet"
+            f"Pixtral rows (the `pixtral_rows` layout fits) and an MoE decoder whose layers share KV; {_INDEXED}; "
+            "not written yet"
         ),
         "mllama": not_placeholder_based(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
@@ -231,7 +241,10 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": candidate(_AUDIO_IN_FORWARD),
-        "nemotron_h_omni": candidate(f"{_AUDIO_IN_FORWARD}; {_HYBRID}"),
+        "nemotron_h_omni": candidate(
+            f"{_AUDIO_IN_FORWARD}; its Nemotron-H decoder's mamba layers are `linear_attention` cache layers, which "
+            "the prefix store snapshots (tried on qwen3_5's and lfm2_vl's decoders, not on mamba yet)"
+        ),
         "ovis2": candidate(
             "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
             "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
@@ -267,16 +280,15 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),
         "qwen4_exp": candidate(
-            f"{_PATCH_GRID}; a Gated-DeltaNet decoder whose attention layers are `indexed_attention` (an indexer "
-            "with cached keys of its own, which the prefix store does not hold yet) and whose per-layer embeddings "
-            "hash n-grams of the preceding tokens: not written yet (qwen3_5's prefix snapshots cover its recurrent "
-            "layers)"
+            f"{_PATCH_GRID}; {_INDEXED}; its per-layer embeddings hash n-grams of the preceding tokens, so a chunk or "
+            "a resume point needs the tokens before it (qwen3_5's prefix snapshots cover its Gated-DeltaNet layers)"
         ),
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": candidate(
             "an image is several runs (one per local crop between `<patch_start>`/`<patch_end>`, then the global "
-            "view) from two pixel inputs (`pixel_values`, `pixel_values_local`): a layout of its own"
+            f"view) from two pixel inputs (`pixel_values`, `pixel_values_local`): {_PIECES}, and the two inputs' "
+            "features joined per image; not written yet"
         ),
         "t5gemma2": not_placeholder_based(
             "encoder-decoder: image placeholders are in the encoder's input; the decoder cross-attends"
