@@ -236,10 +236,11 @@ class PatchGridLayout(FamilyHooks):
             grid_key = modality.per_item_keys[0]
             grids[grid_key] = model_kwargs.get(grid_key)
             missing = grids[grid_key] is None and bool((token_types == MM_TOKEN_TYPES[modality.name]).any())
-            if missing and _positions_of_the_main_model(model_kwargs, input_ids) is not None:
+            given = _positions_of_the_main_model(model_kwargs, input_ids) if missing else None
+            if given is not None:
                 # transformers' main model handed this assistant its features without the grids (it pops every
                 # encoder argument) but with the positions it built from them, for the whole prompt: use them.
-                return _positions_of_the_main_model(model_kwargs, input_ids)
+                return given
             if missing:
                 raise ValueError(
                     f"The prompt has {modality.name} placeholders but no `{grid_key}`: this model's positions depend "
