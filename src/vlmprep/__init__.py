@@ -96,6 +96,7 @@ if TYPE_CHECKING:
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration
+    from .models.qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
     from .models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
     from .models.qwen2_vl import Qwen2VLForConditionalGeneration
     from .models.qwen3_5 import Qwen3_5ForConditionalGeneration

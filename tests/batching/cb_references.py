@@ -43,8 +43,10 @@ def reference_logprobs(upstream, request, generated: list[int]) -> torch.Tensor:
     """Log-probabilities of `generated` from ONE uncached forward of the prompt and answer (plain class)."""
     ids, inputs = split_request(request)
     # An answered placeholder id is text to `generate`, but a placeholder to a forward with pixels: the forward's
-    # input stops before the first one (its own step is still scored; later steps are checked by the tokens).
-    placeholders = {getattr(upstream.config, name, None) for name in ("image_token_id", "video_token_id")}
+    # input stops before the first one (its own step is still scored; later steps are checked by the tokens). So does
+    # an answered audio start: the Qwen2.5-Omni thinker's `get_rope_index` counts one as a clip, with no clip to match.
+    names = ("image_token_id", "video_token_id", "audio_token_id", "audio_start_token_id")
+    placeholders = {getattr(upstream.config, name, None) for name in names}
     cut = next((step for step, token in enumerate(generated) if token in placeholders), len(generated))
     fed = generated[:cut]
     for key in ANSWER_EXTENDED_KEYS:

@@ -10,7 +10,7 @@ from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 from support.registry import FAMILY_CASES
 from vlmprep.testing import AUDIO, IMAGE, VIDEO
 
-AUDIO_FAMILIES = ["gemma4"]
+AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker"]
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
@@ -31,3 +31,17 @@ def test_audio_requests_in_the_engine(family):
     )
     for request, output in zip(requests, outputs.values(), strict=True):
         assert_matches_reference(upstream, request, output, 4)
+
+
+def test_qwen2_5_omni_request_with_audio_in_video_is_refused():
+    upstream, ours = cb_pair("qwen2_5_omni_thinker")
+    request = FAMILY_CASES["qwen2_5_omni_thinker"].build_inputs(upstream.config, [[3], AUDIO, [4]], [1])
+    request["use_audio_in_video"] = True  # an option the engine does not carry: named in the refusal
+    outputs = ours.generate_batch(
+        [request],
+        generation_config=greedy(2),
+        continuous_batching_config=engine_config(max_batch_tokens=8),
+        progress_bar=False,
+    )
+    (output,) = outputs.values()
+    assert "Unknown request inputs ['use_audio_in_video']" in output.error

@@ -31,8 +31,9 @@ def family_requests(upstream, family: str) -> list:
 # per-layer deepstack rows at the same placeholders (Qwen3-VL), decoders that number tokens by cache length (EXAONE 4.5,
 # HyperCLOVAX: the engine's positions are each request's own, which is what that count gives an unpadded prompt).
 BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5", "hyperclovax_vision_v2"]
-# Qwen2.5-VL's videos come with `second_per_grid_ts` (the family case draws 1 or 2 seconds per seed).
-QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+# Qwen2.5-VL's videos come with `second_per_grid_ts` (the Qwen2.5-Omni thinker's with `video_second_per_grid`; the
+# family cases draw 1 or 2 seconds per seed).
+QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen2_5_omni_thinker"]
 
 
 def generate_batch(ours, requests: list, max_batch_tokens: int, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:

@@ -20,12 +20,15 @@ from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
-AUDIO_FAMILIES = ["gemma4"]
+AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker"]
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 # A chat mixing an image (turn 1) and two audio clips (turns 2 and 4) of different real lengths.
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
 TURN_SEEDS = [100, 101, None, 102, None]  # 101: 22 real frames, 102: all 40
 # Answers of text ids only: no special ids (placeholders), no padding, BOS or EOS (a turn must answer in full).
+# Each family's mask of a clip's real frames, and the axis of its features holding the mel bins
+AUDIO_MASK_KEYS = {"gemma4": "input_features_mask", "qwen2_5_omni_thinker": "feature_attention_mask"}
+MEL_BIN_AXES = {"gemma4": -1, "qwen2_5_omni_thinker": 1}
 TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 
@@ -99,17 +102,18 @@ def test_bad_audio_inputs_raise_clear_errors(family):
     without_features = {k: v for k, v in prompt.inputs().items() if not k.startswith("input_features")}
     with pytest.raises(ValueError, match="no pixel inputs were passed"):
         ours.generate(**without_features, max_new_tokens=1)
+    mask_key = AUDIO_MASK_KEYS[family]
     two_clips = dict(prompt.inputs())
-    for key in ("input_features", "input_features_mask"):
+    for key in ("input_features", mask_key):
         two_clips[key] = torch.cat([two_clips[key], two_clips[key]])
     with pytest.raises(ValueError, match=r"2 audio\(s\) were passed but the prompt has 1 audio placeholder run"):
         ours.generate(**two_clips, max_new_tokens=1)
-    wrong_bins = dict(prompt.inputs(), input_features=prompt.inputs()["input_features"][..., :8])
+    half_bins = prompt.inputs()["input_features"].narrow(MEL_BIN_AXES[family], 0, 8)
     with pytest.raises(ValueError, match="mel bins"):
-        ours.generate(**wrong_bins, max_new_tokens=1)
+        ours.generate(**dict(prompt.inputs(), input_features=half_bins), max_new_tokens=1)
     shorter_mask = dict(prompt.inputs())
-    shorter_mask["input_features_mask"] = shorter_mask["input_features_mask"].clone()
-    shorter_mask["input_features_mask"][:, 20:] = False  # the clip's run is longer than its real frames give
+    shorter_mask[mask_key] = shorter_mask[mask_key].clone()
+    shorter_mask[mask_key][:, 20:] = 0  # the clip's run is longer than its real frames give
     with pytest.raises(ValueError, match="more audio placeholder tokens than"):
         ours.generate(**shorter_mask, max_new_tokens=1)
     _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)  # the model is still exact afterwards
@@ -140,3 +144,14 @@ def test_two_clips_behind_identical_ids_never_share_prefix_kv(family):
             _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store)
         assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
     assert runs.batch_sizes == [], "the first clip's prompt, seen before, resumes from the store without encoding"
+
+
+def test_qwen2_5_omni_refuses_audio_in_video_and_lengths_without_mask():
+    upstream, ours = model_pair("qwen2_5_omni_thinker")
+    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1])
+    with pytest.raises(ValueError, match="use_audio_in_video=True"):
+        ours.generate(**prompt.inputs(), use_audio_in_video=True, max_new_tokens=1)
+    inputs = prompt.inputs()
+    lengths = inputs.pop("feature_attention_mask").sum(-1)
+    with pytest.raises(ValueError, match="without `feature_attention_mask`"):
+        ours.generate(**inputs, audio_feature_lengths=lengths, max_new_tokens=1)

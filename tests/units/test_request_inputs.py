@@ -55,6 +55,9 @@ NOT_READ = {
     "gemma4": {"per_layer_inputs"},
     # The deprecated name of `pixel_values` (upstream's `deprecate_kwarg` renames it before the forward reads it)
     "fuyu": {"image_patches"},
+    # Clip lengths when no mask is passed (the drop-in asks for `feature_attention_mask` instead), and the interleaving
+    # of a video with its audio, refused when set
+    "qwen2_5_omni_thinker": {"audio_feature_lengths", "use_audio_in_video"},
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
@@ -83,13 +86,25 @@ def test_the_multimodal_rope_families_are_found():
     assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"} <= set(ROPE_FAMILIES)
 
 
+# `get_rope_index` parameters the forward fills from inputs of other names (`None`: an option the drop-in refuses)
+ROPE_INPUT_NAMES = {
+    "qwen2_5_omni_thinker": {
+        "second_per_grids": "video_second_per_grid",
+        "audio_seqlens": "feature_attention_mask",
+        "use_audio_in_video": None,
+    },
+}
+
+
 @pytest.mark.parametrize("model_type", ROPE_FAMILIES)
 def test_every_position_input_is_a_position_key(model_type):
     # Every per-item input `get_rope_index` reads besides the grids is a position key, which a request carries and
     # its shared pages are keyed on
     drop_in = DROP_INS[model_type]
     facts = drop_in.vision_facts
-    read = set(inspect.signature(rope_index_owner(drop_in).get_rope_index).parameters)
+    names = ROPE_INPUT_NAMES.get(model_type, {})
+    read = {names.get(name, name) for name in inspect.signature(rope_index_owner(drop_in).get_rope_index).parameters}
+    read.discard(None)
     # A `get_rope_index` copied from Qwen2-VL may take inputs its model never gets (PaddleOCR-VL's `video_grid_thw`:
     # the model takes no videos): only what a request can pass to `forward` is read.
     read &= {"self", "kwargs", *inspect.signature(drop_in.forward).parameters}

@@ -60,6 +60,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "PaliGemmaForConditionalGeneration": "paligemma",
     "QianfanOCRForConditionalGeneration": "qianfan_ocr",
     "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
+    "Qwen2_5OmniThinkerForConditionalGeneration": "qwen2_5_omni",
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen3_5ForConditionalGeneration": "qwen3_5",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",

@@ -265,10 +265,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "encoder-decoder: the image is the encoder input and the decoder cross-attends; no placeholders"
         ),
         "qianfan_ocr": drop_in("qianfan_ocr.QianfanOCRForConditionalGeneration"),
-        "qwen2_5_omni_thinker": candidate(
-            f"{_AUDIO_IN_FORWARD}; its positions are {_MROPE} with `audio_seqlens`, and with `use_audio_in_video` "
-            "a video's frames and its audio track come interleaved in time chunks (each item several runs)"
-        ),
+        "qwen2_5_omni_thinker": drop_in("qwen2_5_omni.Qwen2_5OmniThinkerForConditionalGeneration"),
         "qwen2_5_vl": drop_in("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration", QWEN2_DECODER),
         "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", QWEN2_DECODER),
         "qwen3_5": drop_in("qwen3_5.Qwen3_5ForConditionalGeneration", QWEN3_5_DECODER),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
+from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
@@ -22,7 +23,16 @@ from vlmprep.testing import (
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
 )
-from vlmprep.testing.configs.omni import GEMMA4_MAX_PATCHES, GEMMA4_MEL_BINS, GEMMA4_PATCH_SIZE, GEMMA4_POOLING
+from vlmprep.testing.configs.omni import (
+    GEMMA4_MAX_PATCHES,
+    GEMMA4_MEL_BINS,
+    GEMMA4_PATCH_SIZE,
+    GEMMA4_POOLING,
+    QWEN_OMNI_AUDIO_END,
+    QWEN_OMNI_AUDIO_START,
+    QWEN_OMNI_MEL_BINS,
+)
+from vlmprep.testing.configs.patch_grid import VISION_END, VISION_START
 
 GRIDS = ((4, 4), (2, 4), (4, 2), (2, 2))  # (height, width) in patches
 AUDIO_FRAMES = 40
@@ -104,6 +114,78 @@ register(
             "num_frames_per_video",
             "input_features",
             "input_features_mask",
+        ),
+    )
+)
+
+
+def _qwen_omni_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    # `(mel_bins, frames)` features and the mask of the real frames; the processor's count of audio placeholders
+    generator = torch.Generator().manual_seed(2000 + seed)
+    features = torch.randn(QWEN_OMNI_MEL_BINS, AUDIO_FRAMES, generator=generator)
+    real = AUDIO_FRAMES - 6 * (seed % 7 % 4)
+    mask = torch.zeros(AUDIO_FRAMES, dtype=torch.long)
+    mask[:real] = 1
+    return features, mask, ((real - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def build_qwen_omni_inputs(config, segments: list, item_seeds: list[int]) -> dict:
+    """Qwen2.5-Omni thinker prompts: images and videos as Qwen2.5-VL's, an audio clip `<|audio_bos|>`, its
+    placeholders, `<|audio_eos|>`; each video one second per temporal patch or two (seed parity)."""
+    seeds = iter(item_seeds)
+    visual_segments, visual_seeds, clips = [], [], []
+    for segment in segments:
+        if isinstance(segment, list):
+            visual_segments.append(segment)
+        elif segment == AUDIO:
+            clips.append(_qwen_omni_clip(next(seeds)))
+            visual_segments.append([-len(clips)])  # marks where the clip goes
+        else:
+            visual_segments.append(segment)
+            visual_seeds.append(next(seeds))
+    ids, _, pixel_inputs, video_seeds = grid_prompt(
+        visual_segments,
+        visual_seeds,
+        lambda seed: IMAGE_GRIDS[seed % len(IMAGE_GRIDS)],
+        lambda medium, grid: (
+            [VISION_START, *[TINY_IMAGE_TOKEN_ID if medium == IMAGE else TINY_VIDEO_TOKEN_ID] * merged_tokens(grid)]
+            + [VISION_END],
+            [],
+        ),
+    )
+    prompt: list[int] = []
+    for token in ids:
+        if token >= 0:
+            prompt.append(token)
+        else:
+            tokens = clips[-token - 1][2]
+            prompt += [QWEN_OMNI_AUDIO_START, *[TINY_AUDIO_TOKEN_ID] * tokens, QWEN_OMNI_AUDIO_END]
+    # Upstream's forward numbers tokens with multimodal rope only when given a mask (without one, 1D positions):
+    # the processor always returns one
+    inputs = {"input_ids": torch.tensor([prompt]), "attention_mask": torch.ones(1, len(prompt), dtype=torch.long)}
+    inputs.update(pixel_inputs)
+    if video_seeds:
+        inputs["video_second_per_grid"] = torch.tensor([1.0 + (seed % 2) for seed in video_seeds])
+    if clips:
+        inputs["input_features"] = torch.stack([clip[0] for clip in clips])
+        inputs["feature_attention_mask"] = torch.stack([clip[1] for clip in clips])
+    return inputs
+
+
+register(
+    FamilyCase(
+        "qwen2_5_omni_thinker",
+        build_qwen_omni_inputs,
+        per_token_keys=("attention_mask",),
+        answer_token_types={"attention_mask": 1},
+        pixel_keys=(
+            "pixel_values",
+            "image_grid_thw",
+            "pixel_values_videos",
+            "video_grid_thw",
+            "video_second_per_grid",
+            "input_features",
+            "feature_attention_mask",
         ),
     )
 )

@@ -55,7 +55,7 @@ from .hybrid import (
 )
 from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
 from .linear_patches import tiny_fuyu_config
-from .omni import tiny_gemma4_config
+from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_cohere_compass_config,
@@ -114,6 +114,7 @@ __all__ = [
     "tiny_aria_config",
     "tiny_aya_vision_config",
     "tiny_gemma4_config",
+    "tiny_qwen2_5_omni_config",
     "tiny_chameleon_config",
     "tiny_cohere2_vision_config",
     "tiny_config",
