@@ -103,6 +103,7 @@ if TYPE_CHECKING:
     from .models.qwen3_vl import Qwen3VLForConditionalGeneration
     from .models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
+    from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration
     from .models.vipllava import VipLlavaForConditionalGeneration
     from .registration import register, unregister

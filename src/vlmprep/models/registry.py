@@ -288,11 +288,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "its own `_prefill` (a reference sliding-window cache that pins the prefill region) is the hook the "
             "vlmprep mixin replaces; the two need merging"
         ),
-        "video_llama_3": candidate(
-            "flattened patches + `image_grid_thw` with per-item `image_merge_sizes`, 1D positions; a video's runs "
-            "(one per frame) have the lengths of its `video_compression_mask`, which the model applies to the whole "
-            "call's video features, so the drop-in would have to apply it per video in preparation; not written yet"
-        ),
+        "video_llama_3": drop_in("video_llama_3.VideoLlama3ForConditionalGeneration", LANGUAGE_MODEL),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vision-encoder-decoder": not_placeholder_based(
