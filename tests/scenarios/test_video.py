@@ -23,7 +23,13 @@ from support.references import (
     generate_logits,
     generate_new_image_turn,
 )
-from support.registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, LLAVA_VIDEO_FAMILIES, QWEN_FAMILIES
+from support.registry import (
+    COMPRESSED_VIDEO_FAMILIES,
+    GLM_FAMILIES,
+    IMAGE_AND_VIDEO_FAMILIES,
+    LLAVA_VIDEO_FAMILIES,
+    QWEN_FAMILIES,
+)
 from vlmprep.testing import IMAGE, VIDEO
 
 
@@ -44,7 +50,10 @@ LLAVA_VIDEO_PROMPTS = {
 QWEN_VIDEO_PROMPTS = {"images_and_video": ([SYSTEM, IMAGE, [30], VIDEO, [31], IMAGE, [32]], [0, 1, 2], [2, 1])}
 VIDEO_PROMPT_PARAMS = [
     pytest.param(family, *prompt, id=f"{family}-{name}")
-    for families, prompts in ((LLAVA_VIDEO_FAMILIES, LLAVA_VIDEO_PROMPTS), (QWEN_FAMILIES, QWEN_VIDEO_PROMPTS))
+    for families, prompts in (
+        (LLAVA_VIDEO_FAMILIES, LLAVA_VIDEO_PROMPTS),
+        ([*QWEN_FAMILIES, *COMPRESSED_VIDEO_FAMILIES], QWEN_VIDEO_PROMPTS),
+    )
     for family in families
     for name, prompt in prompts.items()
 ]
@@ -58,6 +67,11 @@ def count_videos(prompt: Prompt) -> int:
 @pytest.mark.parametrize("num_beams", [1, 3])
 @pytest.mark.parametrize(("family", "segments", "seeds", "expected_runs"), VIDEO_PROMPT_PARAMS)
 def test_video_prompts_match_transformers(family, segments, seeds, expected_runs, num_beams):
+    if family in COMPRESSED_VIDEO_FAMILIES and num_beams > 1:
+        pytest.skip(
+            "upstream's VideoLLaMA3 beam search fails on a video (`torch.cat(): expected a non-empty list`): no "
+            "reference; the drop-in's beams share the greedy path's features"
+        )
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, segments, image_seeds=seeds)
     assert count_videos(prompt) == 1
@@ -70,7 +84,7 @@ def test_video_prompts_match_transformers(family, segments, seeds, expected_runs
     assert runs.batch_sizes == expected_runs
 
 
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
+@pytest.mark.parametrize("family", [*QWEN_FAMILIES, *COMPRESSED_VIDEO_FAMILIES])
 def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
     """Each row equals transformers on that row's prompt alone (uncached forwards); one encoder run per modality."""
     upstream, ours = model_pair(family)
