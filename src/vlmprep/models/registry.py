@@ -153,11 +153,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image, as idefics3's "
             "sub-images), with deepstack features: not written yet"
         ),
-        "hunyuan_vl": candidate(
-            "flattened patches + `image_grid_thw`, but an image's run also takes features at its row separators and "
-            "its start/end tokens (`h * (w + 1) + 2`), and its rope has `len(mrope_section)` axes whose image axis "
-            "numbers images across the whole batch: a layout of its own; not written yet"
-        ),
+        "hunyuan_vl": drop_in("hunyuan_vl.HunYuanVLForConditionalGeneration"),
         "hy_v4_vl": candidate(
             f"{_PATCH_GRID}; its latent-attention decoder's indexer keeps its own keys in the cache "
             "(`update_indexer`), which the prefix store and the KV restore would have to hold; not written yet"
