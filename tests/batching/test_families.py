@@ -33,6 +33,8 @@ def family_requests(upstream, family: str) -> list:
 BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5", "hyperclovax_vision_v2"]
 # Qwen2.5-VL's videos come with `second_per_grid_ts` (the family case draws 1 or 2 seconds per seed).
 QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+# VideoLLaMA3's videos keep the rows of their compression mask, one run per frame.
+WITH_VIDEOS = [*QWEN_WITH_VIDEOS, "video_llama_3"]
 
 
 def generate_batch(ours, requests: list, max_batch_tokens: int, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
@@ -55,7 +57,7 @@ def test_image_requests_equal_generate(family, max_batch_tokens):
         assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
 
 
-@pytest.mark.parametrize("family", QWEN_WITH_VIDEOS)
+@pytest.mark.parametrize("family", WITH_VIDEOS)
 def test_images_and_videos(family):
     # Qwen3-VL merges the image and video deepstack rows of a forward by placeholder position: a step may hold both
     upstream, ours = cb_pair(family)
