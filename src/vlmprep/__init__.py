@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from .models.glm46v import Glm46VForConditionalGeneration
     from .models.glm_ocr import GlmOcrForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
+    from .models.hunyuan_vl import HunYuanVLForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics2 import Idefics2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
@@ -104,6 +105,7 @@ if TYPE_CHECKING:
     from .models.qwen3_vl import Qwen3VLForConditionalGeneration
     from .models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
+    from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration
     from .models.vipllava import VipLlavaForConditionalGeneration
     from .registration import register, unregister

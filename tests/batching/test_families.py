@@ -34,6 +34,8 @@ BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5"
 # Qwen2.5-VL's videos come with `second_per_grid_ts` (the Qwen2.5-Omni thinker's with `video_second_per_grid`; the
 # family cases draw 1 or 2 seconds per seed).
 QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen2_5_omni_thinker"]
+# VideoLLaMA3's videos keep the rows of their compression mask, one run per frame.
+WITH_VIDEOS = [*QWEN_WITH_VIDEOS, "video_llama_3"]
 
 
 def generate_batch(ours, requests: list, max_batch_tokens: int, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
@@ -56,7 +58,7 @@ def test_image_requests_equal_generate(family, max_batch_tokens):
         assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
 
 
-@pytest.mark.parametrize("family", QWEN_WITH_VIDEOS)
+@pytest.mark.parametrize("family", WITH_VIDEOS)
 def test_images_and_videos(family):
     # Qwen3-VL merges the image and video deepstack rows of a forward by placeholder position: a step may hold both
     upstream, ours = cb_pair(family)

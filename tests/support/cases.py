@@ -36,6 +36,8 @@ class FamilyCase:
         refused_train_parts: parts (`"decoder"`, `"vision"`) whose train mode the drop-in refuses in `generate` with a
             clear error (Emu3's VQ-VAE, whose BatchNorm makes an image's codes depend on the images encoded with it):
             the differential test draws no call with them in train mode.
+        one_row_with_items: whether the drop-in refuses a batch with items in more than one row (HunYuanVL numbers
+            images across the batch upstream): the differential test then draws such batches without items.
     """
 
     name: str
@@ -46,6 +48,7 @@ class FamilyCase:
     collate: Callable | None = None
     answer_token_types: dict[str, int] = field(default_factory=dict)
     refused_train_parts: tuple[str, ...] = ()
+    one_row_with_items: bool = False
 
     @property
     def upstream_class(self) -> type[PreTrainedModel]:

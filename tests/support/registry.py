@@ -23,6 +23,7 @@ from support.cases import FAMILY_CASES, FamilyCase, register
 __all__ = [
     "FAMILY_CASES",
     "SCENARIOS",
+    "COMPRESSED_VIDEO_FAMILIES",
     "FamilyCase",
     "Scenario",
     "declare_scenario",
@@ -41,7 +42,10 @@ QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"
 GLM_MROPE_FAMILIES = ["glm4v", "glm4v_moe", "glm46v", "glm_ocr"]
 GLM_FAMILIES = [*GLM_MROPE_FAMILIES, "glm5_next"]
 LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video"]
-IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES]  # an image and a video in one prompt
+# VideoLLaMA3 gives a video one run per frame of the rows its compression mask keeps (some frames shorter).
+COMPRESSED_VIDEO_FAMILIES = ["video_llama_3"]
+# An image and a video in one prompt
+IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES, *COMPRESSED_VIDEO_FAMILIES]
 
 
 def _import_case_modules() -> None:

@@ -170,11 +170,13 @@ class ItemEncoder:
                 continue
             inputs = self._item_inputs(modality.name, [self.span_of[index].input_index for index in group])
             check_finite_pixels(inputs, modality.pixel_keys)
+            kept_rows = inputs.pop(modality.kept_rows_key, None) if modality.kept_rows_key else None
             encode = getattr(model.model, f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
             features_key = model.vision_facts.features_key
-            pooled = split_per_item(_without_padding_rows(outputs, features_key, modality.output_mask_attr), counts)
+            rows = _without_padding_rows(outputs, features_key, modality.output_mask_attr)
+            pooled = split_per_item(rows if kept_rows is None else _kept(rows, kept_rows), counts)
             layers = deepstack_layers(outputs)
             per_layer = [split_per_item(layer, counts) for layer in layers] if layers is not None else None
             for position, index in enumerate(group):
@@ -219,6 +221,14 @@ def _without_padding_rows(outputs, features_key: str, output_mask_attr: str | No
         return features
     real_rows = getattr(outputs, output_mask_attr)  # (num_items, rows), True where a row is real
     return [rows[keep.to(rows.device).bool()] for rows, keep in zip(features, real_rows, strict=True)]
+
+
+def _kept(rows, kept_rows: torch.Tensor) -> list[torch.Tensor]:
+    # The encoder's rows of each item (a list, one entry per item), less those the model's row mask drops: the mask
+    # covers the items' rows in order, so each item takes its own stretch of it.
+    pieces = [piece.reshape(-1, piece.shape[-1]) for piece in rows]
+    masks = torch.split(kept_rows.to(pieces[0].device).bool(), [piece.shape[0] for piece in pieces])
+    return [piece[mask] for piece, mask in zip(pieces, masks, strict=True)]
 
 
 def _item_lengths(spans: list[ItemSpan]) -> dict[int, int]:

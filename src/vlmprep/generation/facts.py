@@ -43,6 +43,11 @@ class ModalityFacts:
             padding of a batch of items (Gemma 4's audio tower returns `attention_mask`): the padding rows are
             dropped from each item's features, as the model drops them before filling the placeholders. `None`
             when every row of an item's output fills a placeholder.
+        kept_rows_key (`str`, *optional*):
+            a per-item input (one of `per_item_keys`) marking which of the encoder's rows the model keeps, over every
+            item of the call in order (VideoLLaMA3's `video_compression_mask`, which drops frame patches that repeat
+            the previous frame): withheld from the encoder, hashed with the item, and applied to each item's rows,
+            as the model applies it to the whole call's features before filling the placeholders.
     """
 
     name: str
@@ -53,6 +58,7 @@ class ModalityFacts:
     features_as_list: bool | None = None
     position_keys: tuple[str, ...] = ()
     output_mask_attr: str | None = None
+    kept_rows_key: str | None = None
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The placeholder token id of a model config."""

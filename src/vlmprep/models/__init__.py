@@ -39,6 +39,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Glm5NextForConditionalGeneration": "glm5_next",
     "GlmOcrForConditionalGeneration": "glm_ocr",
     "GotOcr2ForConditionalGeneration": "got_ocr2",
+    "HunYuanVLForConditionalGeneration": "hunyuan_vl",
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
     "Idefics2ForConditionalGeneration": "idefics2",
     "Idefics3ForConditionalGeneration": "idefics3",
@@ -67,6 +68,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe",
     "SmolVLMForConditionalGeneration": "smolvlm",
+    "VideoLlama3ForConditionalGeneration": "video_llama_3",
     "VideoLlavaForConditionalGeneration": "video_llava",
     "VipLlavaForConditionalGeneration": "vipllava",
 }

@@ -163,11 +163,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             f"sub-images; {_PIECES}), with granite4_vision's `(decoder layer, features)` deepstack pairs, which the "
             "per-chunk rows do not read yet (they read Qwen3-VL's per-layer list); not written yet"
         ),
-        "hunyuan_vl": candidate(
-            "flattened patches + `image_grid_thw`, but an image's run also takes features at its row separators and "
-            "its start/end tokens (`h * (w + 1) + 2`), and its rope has `len(mrope_section)` axes whose image axis "
-            "numbers images across the whole batch: a layout of its own; not written yet"
-        ),
+        "hunyuan_vl": drop_in("hunyuan_vl.HunYuanVLForConditionalGeneration"),
         "hy_v4_vl": candidate(f"{_PATCH_GRID}; {_INDEXED}"),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
         "idefics": not_placeholder_based(
@@ -297,11 +293,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "its own `_prefill` (a reference sliding-window cache that pins the prefill region) is the hook the "
             "vlmprep mixin replaces; the two need merging"
         ),
-        "video_llama_3": candidate(
-            "flattened patches + `image_grid_thw` with per-item `image_merge_sizes`, 1D positions; a video's runs "
-            "(one per frame) have the lengths of its `video_compression_mask`, which the model applies to the whole "
-            "call's video features, so the drop-in would have to apply it per video in preparation; not written yet"
-        ),
+        "video_llama_3": drop_in("video_llama_3.VideoLlama3ForConditionalGeneration", LANGUAGE_MODEL),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vision-encoder-decoder": not_placeholder_based(

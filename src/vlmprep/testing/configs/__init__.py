@@ -55,6 +55,7 @@ from .hybrid import (
 )
 from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
 from .linear_patches import tiny_fuyu_config
+from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
@@ -135,6 +136,7 @@ __all__ = [
     "tiny_glm4v_config",
     "tiny_glm4v_moe_config",
     "tiny_got_ocr2_config",
+    "tiny_hunyuan_vl_config",
     "tiny_hyperclovax_vision_v2_config",
     "tiny_inkling2_config",
     "tiny_inkling2_loop_config",
@@ -163,6 +165,7 @@ __all__ = [
     "tiny_sam_vision_config",
     "tiny_smolvlm_config",
     "tiny_text_config",
+    "tiny_video_llama_3_config",
     "tiny_video_llava_config",
     "tiny_vipllava_config",
     "tiny_vision_config",
