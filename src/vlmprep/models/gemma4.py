@@ -21,7 +21,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
 from .base import VisionPrepMixin
-from .layouts.audio import select_audio_clips
+from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows, select_audio_clips
 from .layouts.stated_counts import PatchRowsAndAudioLayout
 
 _VIDEO = ModalityFacts(
@@ -205,12 +205,7 @@ class Gemma4ForConditionalGeneration(
         encoded = kwargs.get("mm_encoder_outputs") or {}
         if encoded.get("audio") is None:
             return super().forward(*args, **kwargs)
-        input_ids = args[0] if args else kwargs.get("input_ids")
-        if input_ids is None or len(args) > 1 or kwargs.get("inputs_embeds") is not None:
-            raise ValueError(
-                "Encoded audio (`mm_encoder_outputs['audio']`) is placed by `input_ids`, passed by name: pass "
-                "`input_ids` (not `inputs_embeds`) and every other input as a keyword."
-            )
+        input_ids = input_ids_for_encoded_items(args, kwargs)
         inputs_embeds, per_layer_inputs = self._embed_with_encoded_items(input_ids, encoded)
         kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, per_layer_inputs=per_layer_inputs)
         kwargs["mm_encoder_outputs"] = None
@@ -235,13 +230,5 @@ class Gemma4ForConditionalGeneration(
             output = encoded.get(modality)
             if output is None:
                 continue
-            rows = output.pooler_output
-            rows = torch.cat(list(rows)) if isinstance(rows, (list, tuple)) else rows.reshape(-1, rows.shape[-1])
-            if int(mask.sum()) != rows.shape[0]:
-                raise ValueError(
-                    f"The prompt has {int(mask.sum())} {modality} placeholder tokens but {rows.shape[0]} encoded "
-                    f"{modality} rows were given. Pass the rows of every {modality} placeholder of `input_ids`."
-                )
-            mask = mask.unsqueeze(-1).expand_as(inputs_embeds)
-            inputs_embeds = inputs_embeds.masked_scatter(mask, rows.to(inputs_embeds.device, inputs_embeds.dtype))
+            inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, output, modality)
         return inputs_embeds, per_layer_inputs

@@ -22,6 +22,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts
 from .base import VisionPrepMixin
+from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
 from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 _VIDEO = replace(PATCH_GRID_FACTS.modality("video"), position_keys=("video_second_per_grid",))
@@ -201,25 +202,12 @@ class Qwen2_5OmniThinkerForConditionalGeneration(
         encoded = kwargs.get("mm_encoder_outputs") or {}
         if encoded.get("audio") is None:
             return super().forward(*args, **kwargs)
-        input_ids = args[0] if args else kwargs.get("input_ids")
-        if input_ids is None or len(args) > 1 or kwargs.get("inputs_embeds") is not None:
-            raise ValueError(
-                "Encoded audio (`mm_encoder_outputs['audio']`) is placed by `input_ids`, passed by name: pass "
-                "`input_ids` (not `inputs_embeds`) and every other input as a keyword."
-            )
+        input_ids = input_ids_for_encoded_items(args, kwargs)
         if kwargs.get("input_features") is not None:
             raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
         inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        rows = encoded["audio"].pooler_output
-        rows = torch.cat(list(rows)) if isinstance(rows, (list, tuple)) else rows.reshape(-1, rows.shape[-1])
         mask = input_ids == self.config.audio_token_id
-        if int(mask.sum()) != rows.shape[0]:
-            raise ValueError(
-                f"The prompt has {int(mask.sum())} audio placeholder tokens but {rows.shape[0]} encoded audio rows "
-                "were given. Pass the rows of every audio placeholder of `input_ids`."
-            )
-        mask = mask.unsqueeze(-1).expand_as(inputs_embeds)
-        inputs_embeds = inputs_embeds.masked_scatter(mask, rows.to(inputs_embeds.device, inputs_embeds.dtype))
+        inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded["audio"], "audio")
         encoded = {name: output for name, output in encoded.items() if name != "audio"}
         kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=encoded or None)
         return super().forward(**kwargs)

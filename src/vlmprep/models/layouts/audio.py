@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["select_audio_clips"]
+__all__ = ["input_ids_for_encoded_items", "scatter_encoded_rows", "select_audio_clips"]
 
 
 def select_audio_clips(
@@ -39,3 +39,48 @@ def select_audio_clips(
     last = torch.where(real, torch.arange(real.shape[-1], device=real.device) + 1, 0).amax(-1)
     frames = int(last.max()) if last.numel() else 0
     return {features_key: features[:, :frames], mask_key: mask[:, :frames]}
+
+
+def input_ids_for_encoded_items(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
+    """The `input_ids` of a forward given encoded audio, which a family places by those ids itself.
+
+    Upstream's forwards take audio only as raw features; a drop-in handed encoded clip rows builds the input embeddings
+    from the ids, so it needs them, by name, and no `inputs_embeds`.
+
+    Args:
+        args (`tuple`): the forward's positional arguments.
+        kwargs (`dict[str, Any]`): its keyword arguments.
+
+    Returns:
+        `torch.Tensor`: the ids.
+    """
+    input_ids = args[0] if args else kwargs.get("input_ids")
+    if input_ids is None or len(args) > 1 or kwargs.get("inputs_embeds") is not None:
+        raise ValueError(
+            "Encoded audio (`mm_encoder_outputs['audio']`) is placed by `input_ids`, passed by name: pass "
+            "`input_ids` (not `inputs_embeds`) and every other input as a keyword."
+        )
+    return input_ids
+
+
+def scatter_encoded_rows(inputs_embeds: torch.Tensor, mask: torch.Tensor, output, modality: str) -> torch.Tensor:
+    """`inputs_embeds` with the encoded rows of `output` (its `pooler_output`, per item or joined) at `mask`.
+
+    Args:
+        inputs_embeds (`torch.Tensor`): `(batch, tokens, hidden)` embeddings of the ids.
+        mask (`torch.Tensor`): `(batch, tokens)`, True at the modality's placeholders.
+        output: the modality's encoder output, as `mm_encoder_outputs` holds it.
+        modality (`str`): its name, for the error.
+
+    Returns:
+        `torch.Tensor`: the embeddings with the rows in placeholder order.
+    """
+    rows = output.pooler_output
+    rows = torch.cat(list(rows)) if isinstance(rows, (list, tuple)) else rows.reshape(-1, rows.shape[-1])
+    if int(mask.sum()) != rows.shape[0]:
+        raise ValueError(
+            f"The prompt has {int(mask.sum())} {modality} placeholder tokens but {rows.shape[0]} encoded {modality} "
+            f"rows were given. Pass the rows of every {modality} placeholder of `input_ids`."
+        )
+    mask = mask.unsqueeze(-1).expand_as(inputs_embeds)
+    return inputs_embeds.masked_scatter(mask, rows.to(inputs_embeds.device, inputs_embeds.dtype))
