@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
     from .models.cohere_compass import CohereCompassForConditionalGeneration
     from .models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
+    from .models.cosmos3_omni import Cosmos3OmniForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
     from .models.emu3 import Emu3ForConditionalGeneration

@@ -25,6 +25,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Cohere2VisionForConditionalGeneration": "cohere2_vision",
     "CohereCompassForConditionalGeneration": "cohere_compass",
     "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",
+    "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",
     "DeepseekVLForConditionalGeneration": "deepseek_vl",
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
     "Emu3ForConditionalGeneration": "emu3",

@@ -45,6 +45,7 @@ from .family_spec import (
 )
 from .text_only_rules import (
     COHERE2_VISION,
+    COSMOS3_OMNI_DECODER,
     INKLING2_DECODER,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
@@ -115,7 +116,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "cohere2_vision": drop_in("cohere2_vision.Cohere2VisionForConditionalGeneration", COHERE2_VISION),
         "cohere_compass": drop_in("cohere_compass.CohereCompassForConditionalGeneration", LANGUAGE_MODEL),
         "cosmos3_edge": drop_in("cosmos3_edge.Cosmos3EdgeForConditionalGeneration"),
-        "cosmos3_omni": candidate(f"{_AUDIO_IN_FORWARD}; its images are Qwen3-VL's (`patch_grid_per_frame`)"),
+        "cosmos3_omni": drop_in("cosmos3_omni.Cosmos3OmniForConditionalGeneration", COSMOS3_OMNI_DECODER),
         "deepseek_ocr2": candidate(
             "one run per image covering its global view, its `num_local_patches` crops (`pixel_values_local`) and a "
             "separator, the features of two pixel inputs joined per image: a layout of its own; not written yet"

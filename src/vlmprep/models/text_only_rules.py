@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "COHERE2_VISION",
+    "COSMOS3_OMNI_DECODER",
     "INKLING2_DECODER",
     "LANGUAGE_MODEL",
     "QWEN2_DECODER",
@@ -37,18 +38,31 @@ class TextOnlyFamily:
         decoder_model_type (`str`, *optional*):
             For a text config with no causal-LM class of its own (`qwen2_vl_text`, ...): the model type of the
             causal-LM config its attributes are carried over to (`qwen2`, ...), multimodal rope keys dropped.
+        key_renames (`tuple[tuple[str, str | None], ...]`, *optional*, defaults to `()`):
+            `(checkpoint infix, decoder infix)` pairs applied to a key the prefix rules kept, for checkpoints that
+            name a decoder module otherwise (`.self_attn.to_q.`); a decoder infix of `None` marks a key that is not
+            the decoder's (another tower's weights kept inside the decoder's layers).
     """
 
     key_rules: tuple[tuple[str, str | None], ...]
     decoder_config_overrides: tuple[tuple[str, Any], ...] = ()
     decoder_model_type: str | None = None
+    key_renames: tuple[tuple[str, str | None], ...] = ()
 
     def decoder_key(self, checkpoint_key: str) -> str | None:
         """The decoder's name for a checkpoint key, or `None` when the key is not a text-decoder tensor."""
         for source, target in self.key_rules:
             if checkpoint_key.startswith(source):
-                return None if target is None else target + checkpoint_key[len(source) :]
+                return None if target is None else self._renamed(target + checkpoint_key[len(source) :])
         return None
+
+    def _renamed(self, decoder_key: str) -> str | None:
+        for source, target in self.key_renames:
+            if source in decoder_key:
+                if target is None:
+                    return None
+                decoder_key = decoder_key.replace(source, target)
+        return decoder_key
 
 
 # `save_pretrained` (transformers 5.2x) writes the legacy names `language_model.model.*` / `language_model.lm_head.*`
@@ -76,8 +90,37 @@ _QWEN_VL_KEYS = (
     ("model.", "model."),
     ("lm_head.", "lm_head."),
 )
+# Diffusers' attention module names and Qwen3's.
+_DIFFUSERS_ATTENTION_NAMES = (
+    ("to_q", "q_proj"),
+    ("to_k", "k_proj"),
+    ("to_v", "v_proj"),
+    ("to_out", "o_proj"),
+    ("norm_q", "q_norm"),
+    ("norm_k", "k_norm"),
+)
 QWEN2_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen2")
 QWEN3_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS, decoder_model_type="qwen3")
+# Cosmos3 Omni is saved (by `save_pretrained` too, through transformers' conversion mapping) under its unified
+# checkpoint's names: the decoder at the top level (`layers.*`, `embed_tokens.*`, `norm.*`) with Diffusers-style
+# attention names (`to_q`, `norm_q`, ...), Qwen3-VL's tower as `blocks.*`, `merger.*`, ..., and in unified checkpoints
+# the generator's weights inside the decoder layers (`add_q_proj`, `moe_gen`, ...), which the reasoner never reads.
+# Module names (`model.language_model.*`) are accepted too. The decoder is Qwen3's, as Qwen3-VL's.
+COSMOS3_OMNI_DECODER = TextOnlyFamily(
+    key_rules=(
+        *_QWEN_VL_KEYS,
+        ("layers.", "model.layers."),
+        ("embed_tokens.", "model.embed_tokens."),
+        ("norm.", "model.norm."),
+    ),
+    decoder_model_type="qwen3",
+    key_renames=(
+        *((f".{generator}.", None) for generator in ("add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")),
+        *((f".{generator}.", None) for generator in ("norm_added_q", "norm_added_k")),
+        ("moe_gen", None),
+        *((f".self_attn.{diffusers}.", f".self_attn.{qwen}.") for diffusers, qwen in _DIFFUSERS_ATTENTION_NAMES),
+    ),
+)
 # Qwen3-VL-MoE's router always renormalizes the top-k probabilities; Qwen3-MoE does so only with `norm_topk_prob`.
 QWEN3_MOE_DECODER = TextOnlyFamily(
     key_rules=_QWEN_VL_KEYS,
