@@ -19,6 +19,7 @@ REFUSED = {
     "glm5_next": "paged cache does not hold",
     "inkling2": "paged cache does not hold",
     "inkling2_loop": "paged cache does not hold",
+    "inkling_mm_model": "paged cache does not hold",
     "qwen3_5": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "qwen3_5_moe": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "kimi_k25": "latent attention",

@@ -8,7 +8,7 @@ from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 
 from support.references import VIDEO
 from support.registry import FAMILY_CASES
-from vlmprep.testing import IMAGE
+from vlmprep.testing import AUDIO, IMAGE
 
 MAX_NEW_TOKENS = 4
 
@@ -37,3 +37,13 @@ def test_images_and_videos_in_small_steps(family):
     outputs = generate_batch(ours, requests, max_batch_tokens=8)
     for request, output in zip(requests, outputs.values(), strict=True):
         assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
+
+
+@pytest.mark.parametrize("family", ["inkling_mm_model"])
+def test_decoders_with_short_convolutions_are_refused_clearly(family):
+    # Inkling's layers hold short-convolution states next to their KV: the engine's paged cache holds KV only
+    upstream, ours = cb_pair(family)
+    build = FAMILY_CASES[family].build_inputs
+    requests = [build(upstream.config, [[3, 4], IMAGE, [5], AUDIO, [6]], [1, 2]), [7, 8, 9]]
+    with pytest.raises(ValueError, match="paged cache does not hold"):
+        ours.generate_batch(requests, generation_config=greedy(2), progress_bar=False)

@@ -61,8 +61,8 @@ def _pixel_inputs(prompt: Prompt) -> dict:
 
 
 def _patch_count_message(model, inputs: dict) -> str | None:
-    # Fuyu's items are patches, one per placeholder: its message counts patches and placeholder tokens.
-    if model.config.model_type != "fuyu":
+    # Fuyu's and Inkling's items are patches, one per placeholder: their message counts patches and placeholders.
+    if model.config.model_type not in ("fuyu", "inkling_mm_model"):
         return None
     patches = inputs["pixel_values"].shape[0]
     placeholders = int((inputs["input_ids"] == model.config.image_token_id).sum())

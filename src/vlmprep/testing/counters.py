@@ -45,13 +45,16 @@ class VisionRunCounter:
 
     def _counting(self, modality: str, encode):
         signature = inspect.signature(encode)
+        takes_any = any(param.kind is param.VAR_KEYWORD for param in signature.parameters.values())
 
         @functools.wraps(encode)  # keeps the signature the mixin inspects
         def wrapper(*args, **kwargs):
             if self._active:
                 # An encoder calling another (Qwen3-VL's videos go through `get_image_features`): one run, counted once
                 return encode(*args, **kwargs)
-            bound = signature.bind(*args, **kwargs)
+            # Decorators may take keywords the encoder's own signature lacks (`return_dict` of `can_return_tuple`)
+            known = {name: value for name, value in kwargs.items() if name in signature.parameters or takes_any}
+            bound = signature.bind(*args, **known)
             named = {name: value for name, value in bound.arguments.items() if name != "kwargs"}
             named.update(bound.arguments.get("kwargs", {}))
             self.batch_sizes.append(self._count(modality, named))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import transformers
 
+from .parts import TINY_AUDIO_TOKEN_ID, TINY_BOA_TOKEN_ID, TINY_BOI_TOKEN_ID, TINY_IMAGE_TOKEN_ID, tiny_text_config
 from .patch_grid import QWEN_SPECIAL_TOKENS, tiny_qwen3_vl_config
 
 
@@ -21,4 +22,46 @@ def tiny_cosmos3_omni_config() -> transformers.Cosmos3OmniConfig:
     qwen3 = tiny_qwen3_vl_config()
     return transformers.Cosmos3OmniConfig(
         text_config=qwen3.text_config.to_dict(), vision_config=qwen3.vision_config.to_dict(), **QWEN_SPECIAL_TOKENS
+    )
+
+
+INKLING_PATCH_SIZE = 4
+INKLING_TEMPORAL_PATCH = 2  # the image processor repeats an image's patch in time to the tower's temporal patch
+INKLING_MEL_BINS = 4
+INKLING_MEL_VOCAB = 8  # dMel levels per mel bin
+
+
+def tiny_inkling_mm_model_config() -> transformers.InklingConfig:
+    """A tiny Inkling config: a 4-layer tower folding each 2x4x4 px patch on its own into one placeholder's
+    features; an audio tower embedding each frame's 4 dMel bins (8 levels each); a decoder of one sliding-window layer
+    (a window of 6 tokens, so prompts exceed it) and one full layer, each with its short convolutions (running states),
+    layer 0 dense, layer 1 routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.InklingConfig`
+    """
+    text = tiny_text_config(None, head_dim=16, swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16)
+    text.update(sliding_window_size=6, d_rel=4, rel_extent=8, log_scaling_n_floor=8)
+    text.update(layer_types=["hybrid_sliding", "hybrid"], mlp_layer_types=["dense", "sparse"])
+    text.update(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, n_shared_experts=1)
+    # The head reads hidden states divided by this width multiplier (24 by default): 1 keeps tiny logits apart
+    text.update(logits_mup_width_multiplier=1.0, unpadded_vocab_size=128, pad_token_id=0, bos_token_id=1)
+    text.update(eos_token_id=2)
+    # 4 layers, one per scale of a 2x4x4 patch (so the tower plans its scales without scipy's assignment)
+    vision = {
+        "patch_size": INKLING_PATCH_SIZE,
+        "temporal_patch_size": INKLING_TEMPORAL_PATCH,
+        "num_channels": 3,
+        "num_hidden_layers": 4,
+        "text_hidden_size": 32,
+    }
+    audio = {"n_mel_bins": INKLING_MEL_BINS, "mel_vocab_size": INKLING_MEL_VOCAB, "text_hidden_size": 32}
+    return transformers.InklingConfig(
+        text_config=text,
+        vision_config=vision,
+        audio_config=audio,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        audio_token_id=TINY_AUDIO_TOKEN_ID,
+        image_bos_token_id=TINY_BOI_TOKEN_ID,
+        audio_bos_token_id=TINY_BOA_TOKEN_ID,
     )

@@ -1,0 +1,107 @@
+"""Image patches as items of one placeholder each, and audio clips as one run of their frames (Inkling).
+
+A tower that encodes every patch on its own (no attention or pooling across patches) gives a patch the same features
+alone or among its image's other patches: each patch is then an item of the mechanism, one placeholder, encoded once,
+cached and hashed on its own wherever a chunk or a cache cuts its image, as Fuyu's linear patches. `pixel_values`
+holds every image's patches back to back, in prompt order, one per image placeholder; how many patches an image has
+is not a model input (the processor keeps `num_patches` to itself), and need not be.
+
+An audio clip is one run of placeholders, one per real frame of its (padded) frames, read from the modality's
+features and mask (`ModalityFacts.pixel_keys[0]` and `per_item_keys[0]`); its frames are cut to the real ones
+(`select_audio_clips`) so that a clip hashes alike alone or padded in a batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...generation.hooks import FamilyHooks
+from .audio import select_audio_clips
+
+__all__ = ["PatchItemsAndAudioLayout"]
+
+
+class PatchItemsAndAudioLayout(FamilyHooks):
+    """Each image patch is one item of one placeholder; an audio clip one run of its real frames."""
+
+    layout_name = "patch_items_and_audio"
+    layout_description = (
+        "each image patch (encoded on its own) is one item of one placeholder; an audio clip one run of its real "
+        "frames, one placeholder each"
+    )
+
+    def _audio_keys(self) -> tuple[str, str | None]:
+        audio = self._modality_facts("audio")
+        return audio.pixel_keys[0], (audio.per_item_keys or (None,))[0]
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
+        """One placeholder per patch; an audio clip's real frames (all its frames without a mask).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
+
+        Returns:
+            `int` (images), `list[int]` (one count per clip) or `None` without audio inputs.
+        """
+        if modality == "image":
+            return 1
+        features_key, mask_key = self._audio_keys()
+        features, mask = model_kwargs.get(features_key), model_kwargs.get(mask_key) if mask_key else None
+        if mask is not None:
+            return [int(clip_mask.sum()) for clip_mask in mask.bool()]
+        return None if features is None else [features.shape[1]] * features.shape[0]
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Patches of every image (the rows of `pixel_values`), or audio clips.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
+
+        Returns:
+            `int` or `None` (no inputs of that modality)
+        """
+        values = model_kwargs.get(self._modality_facts(modality).pixel_keys[0])
+        return None if values is None else values.shape[0]
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The given patches, or the given clips cut to their real frames.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): patch or clip indices, in placeholder order.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+        """
+        if modality == "audio":
+            features_key, mask_key = self._audio_keys()
+            return select_audio_clips(model_kwargs, indices, features_key, mask_key)
+        key = self.vision_facts.pixel_keys[0]
+        return {key: model_kwargs[key][torch.as_tensor(indices, dtype=torch.long)]}
+
+    def check_item_count(self, model_kwargs: dict[str, Any], spans: list, modality: str = "image") -> None:
+        """Raise a clear `ValueError` unless the inputs hold one patch per image placeholder (one clip per run).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            spans (`list[ItemSpan]`): the prompt's spans of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+        """
+        if modality != "image":
+            return super().check_item_count(model_kwargs, spans, modality=modality)
+        patches = self.count_items(model_kwargs, modality=modality)
+        placeholders = len({span.item_index for span in spans})
+        if patches != placeholders:
+            raise ValueError(
+                f"`{self.vision_facts.pixel_keys[0]}` holds {patches} image patches but the prompt has {placeholders} "
+                "image placeholder tokens (one per patch). Pass the patches of every image of the prompt, in prompt "
+                "order (also of those already in the cache), as the processor makes them with the prompt, or fix "
+                "the prompt."
+            )
