@@ -16,13 +16,20 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import Cache, DynamicIndexedLayer, LinearAttentionCacheLayerMixin, StaticIndexedLayer
+from transformers.cache_utils import (
+    Cache,
+    DummyLayer,
+    DynamicIndexedLayer,
+    LinearAttentionCacheLayerMixin,
+    StaticIndexedLayer,
+)
 
 __all__ = [
     "RecurrentCapture",
     "StateSnapshot",
     "capture_recurrent_states",
     "indexed_cache_layers",
+    "layers_without_kv",
     "recurrent_layer_indices",
     "restore_snapshot",
     "snapshot_of_row",
@@ -56,6 +63,14 @@ class StateSnapshot:
 def recurrent_layer_indices(cache: Cache) -> list[int]:
     """Indices of the cache layers that hold convolution or recurrent states (transformers' linear-attention layers)."""
     return [i for i, layer in enumerate(cache.layers) if isinstance(layer, LinearAttentionCacheLayerMixin)]
+
+
+def layers_without_kv(cache: Cache) -> list[int]:
+    """Indices of the cache layers holding no per-token KV: the recurrent layers, and transformers' `DummyLayer` of a
+    decoder layer that caches nothing (Nemotron-H's MLP and MoE layers), whose stored rows are empty runs."""
+    return [
+        i for i, layer in enumerate(cache.layers) if isinstance(layer, LinearAttentionCacheLayerMixin | DummyLayer)
+    ]
 
 
 def capture_recurrent_states(cache: Cache) -> RecurrentCapture:

@@ -32,6 +32,7 @@ from ..cache.recurrent_state import (
     StateSnapshot,
     capture_recurrent_states,
     indexed_cache_layers,
+    layers_without_kv,
     recurrent_layer_indices,
     restore_snapshot,
     snapshot_of_row,
@@ -241,12 +242,12 @@ class PrefixRequest:
         # One unpadded row: its KV as is, views of the stored edges when one edge holds them (the cache copies
         # them: stored KV is never written to)
         match = self.rows[0].match
-        state_layers = recurrent_layer_indices(self.cache)
-        if state_layers:
+        if self.recurrent:
             restore_snapshot(self.cache, match.snapshots[resume], device)
+        without_kv = layers_without_kv(self.cache)
         for layer_index in range(len(self.cache.layers)):
-            if layer_index in state_layers:
-                continue  # no per-token KV: its state was restored from the snapshot
+            if layer_index in without_kv:
+                continue  # no per-token KV: a state restored from the snapshot, or no cache at all
             keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
             if keys.device != device:
                 keys, values = keys.to(device), values.to(device)
@@ -255,8 +256,8 @@ class PrefixRequest:
 
     def _load_rows(self, resume: int, device: torch.device) -> None:
         # Several rows, or a padded one: each row's stored KV after its padding, the padding slots left at zero.
-        batch_size = len(self.rows)
-        for layer_index in range(len(self.cache.layers)):
+        batch_size, without_kv = len(self.rows), layers_without_kv(self.cache)
+        for layer_index in (index for index in range(len(self.cache.layers)) if index not in without_kv):
             keys = values = None
             for record in self.rows:
                 length = resume - record.pad
@@ -280,7 +281,7 @@ class PrefixRequest:
                 layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
         length = int(self.cache.get_seq_length())
         states = [_all_states(layer, length) for layer in self.cache.layers]
-        for index in recurrent_layer_indices(self.cache):  # no per-token KV: an empty run keeps the layers aligned
+        for index in layers_without_kv(self.cache):  # no per-token KV: an empty run keeps the layers aligned
             states[index] = (torch.empty((len(self.rows), 0, length, 0)),) * 2  # (batch, no heads, tokens, no dim)
         if any(state is None for state in states):
             logger.warning_once(
