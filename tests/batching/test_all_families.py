@@ -16,6 +16,7 @@ REFUSED = {
     "paligemma": "attends bidirectionally over its whole prefix",
     "lfm2_vl": "paged cache does not hold",
     "lfm3_vl": "paged cache does not hold",
+    "nemotron_h_omni": "paged cache does not hold",
     "glm5_next": "paged cache does not hold",
     "inkling2": "paged cache does not hold",
     "inkling2_loop": "paged cache does not hold",

@@ -39,9 +39,9 @@ def test_images_and_videos_in_small_steps(family):
         assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
 
 
-@pytest.mark.parametrize("family", ["inkling_mm_model"])
-def test_decoders_with_short_convolutions_are_refused_clearly(family):
-    # Inkling's layers hold short-convolution states next to their KV: the engine's paged cache holds KV only
+@pytest.mark.parametrize("family", ["inkling_mm_model", "nemotron_h_omni"])
+def test_decoders_with_recurrent_states_are_refused_clearly(family):
+    # Inkling's short convolutions and Nemotron-H's mamba layers hold states: the engine's paged cache holds KV only
     upstream, ours = cb_pair(family)
     build = FAMILY_CASES[family].build_inputs
     requests = [build(upstream.config, [[3, 4], IMAGE, [5], AUDIO, [6]], [1, 2]), [7, 8, 9]]

@@ -301,7 +301,7 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
     positions its language model received in that forward.
     """
     recorded = {}
-    owner = upstream.model
+    owner = getattr(upstream, "model", upstream)  # Nemotron-H Omni keeps its encoders on itself
     modalities = [name for name in ("image", "video") if hasattr(owner, f"get_{name}_features")]
 
     def recording(name, encode):

@@ -1,7 +1,7 @@
-"""The prefix store and chunked prefill on a Mamba-2 decoder (Nemotron-H, as in Nemotron-H Omni): its mamba layers
-are transformers' linear-attention cache layers (a convolution window and an SSM state), its MLP and MoE layers cache
-nothing (`DummyLayer`). Text prompts only: `nemotron_h_omni` is not a drop-in yet (docs/families.md says why), so the
-host here is a bare `VisionPrepMixin` over the plain class, checked against that class without a cache."""
+"""The prefix store and chunked prefill on Nemotron-H Omni's Mamba-2 decoder with a MoE layer: its mamba layers are
+transformers' linear-attention cache layers (a convolution window and an SSM state), its MLP and MoE layers cache
+nothing (`DummyLayer`). Text prompts, checked against the plain class without a cache (the family's conformance
+scenarios and tests/units/test_nemotron_h_omni.py run its images and audio on the two-layer tiny decoder)."""
 
 from __future__ import annotations
 
@@ -10,73 +10,16 @@ import torch
 import transformers
 
 from support.references import assert_close, assert_same_steps
-from vlmprep import PrefixCache, VisionFacts, VisionPrepMixin
+from vlmprep import NemotronH_Omni_Reasoning_V3, PrefixCache
 from vlmprep.testing import PrefillCounter, tiny_model
-
-
-class _TextOnlyNemotronHOmni(VisionPrepMixin, transformers.NemotronH_Omni_Reasoning_V3):
-    vision_facts = VisionFacts(per_image_keys=("image_grid_hw",), pixel_layout=None)
-
-    @property
-    def model(self):
-        # The mixin finds the encoders on `model`; this class keeps them on itself
-        return self
-
-
-def _tiny_config() -> transformers.NemotronH_Omni_Reasoning_V3_Config:
-    # A mamba layer (4 heads of 8, state 8, convolution of 4, scanned in chunks of 4), an attention layer, a MoE layer
-    text = {
-        "vocab_size": 128,
-        "hidden_size": 32,
-        "layers_block_type": ["linear_attention", "full_attention", "moe"],
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 16,
-        "intermediate_size": 32,
-        "moe_intermediate_size": 16,
-        "moe_shared_expert_intermediate_size": 16,
-        "n_routed_experts": 4,
-        "num_experts_per_tok": 2,
-        "ssm_state_size": 8,
-        "mamba_num_heads": 4,
-        "mamba_n_groups": 2,
-        "mamba_head_dim": 8,
-        "mamba_d_conv": 4,
-        "mamba_expand": 1,
-        "mamba_chunk_size": 4,
-        "num_nextn_predict_layers": 0,
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    }
-    vision = {
-        "hidden_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "mlp_ratio": 2.0,
-        "patch_size": 4,
-        "image_size": 16,
-        "max_img_size": 32,
-        "num_cls_tokens": 2,
-        "num_registers": 1,
-        "video_temporal_patch_size": 2,
-    }
-    return transformers.NemotronH_Omni_Reasoning_V3_Config(
-        text_config=text,
-        vision_config=vision,
-        audio_config=None,
-        projector_hidden_size=32,
-        vision_hidden_size=32,
-        image_token_id=122,
-        video_token_id=123,
-        audio_token_id=124,
-    )
+from vlmprep.testing.configs import tiny_nemotron_h_omni_config
 
 
 @pytest.fixture(scope="module")
 def pair():
-    upstream = tiny_model(transformers.NemotronH_Omni_Reasoning_V3, _tiny_config()).eval()
-    ours = _TextOnlyNemotronHOmni(upstream.config).eval()
+    config = tiny_nemotron_h_omni_config(layers_block_type=("linear_attention", "full_attention", "moe"))
+    upstream = tiny_model(transformers.NemotronH_Omni_Reasoning_V3, config).eval()
+    ours = NemotronH_Omni_Reasoning_V3(upstream.config).eval()
     ours.load_state_dict(upstream.state_dict())
     return upstream, ours
 

@@ -47,7 +47,7 @@ class ItemEncoder:
         """Arguments of `get_<modality>_features` that are not per-item inputs (read from the call's inputs)."""
         facts = self.model.vision_facts.modality(modality)
         skip = frozenset({"kwargs", *facts.pixel_keys, *facts.per_item_keys})
-        return _encoder_argument_names(type(self.model.model), modality, skip)
+        return _encoder_argument_names(type(encoder_owner(self.model)), modality, skip)
 
     def _shared_arguments(self, modality: str) -> dict[str, Any]:
         names = self.encoder_argument_names(modality)
@@ -171,7 +171,7 @@ class ItemEncoder:
             inputs = self._item_inputs(modality.name, [self.span_of[index].input_index for index in group])
             check_finite_pixels(inputs, modality.pixel_keys)
             kept_rows = inputs.pop(modality.kept_rows_key, None) if modality.kept_rows_key else None
-            encode = getattr(model.model, f"get_{modality.name}_features")
+            encode = getattr(encoder_owner(model), f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
             features_key = model.vision_facts.features_key
@@ -198,6 +198,12 @@ class ItemEncoder:
                     f"but its vision features have {features[index].shape[0]} rows. The prompt was built for another "
                     f"{span.modality} size or model config; build it with this model's processor."
                 )
+
+
+def encoder_owner(model):
+    """The module holding a drop-in's `get_<modality>_features`: its base `model`, or the drop-in itself when it keeps
+    its encoders on itself (Nemotron-H Omni)."""
+    return getattr(model, "model", model)
 
 
 def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> None:

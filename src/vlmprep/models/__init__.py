@@ -59,6 +59,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
     "Mistral3ForConditionalGeneration": "mistral3",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
+    "NemotronH_Omni_Reasoning_V3": "nemotron_h_omni",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
     "PaliGemmaForConditionalGeneration": "paligemma",
     "QianfanOCRForConditionalGeneration": "qianfan_ocr",

@@ -48,6 +48,7 @@ from .text_only_rules import (
     COSMOS3_OMNI_DECODER,
     INKLING2_DECODER,
     LANGUAGE_MODEL,
+    NEMOTRON_H_DECODER,
     QWEN2_DECODER,
     QWEN3_5_DECODER,
     QWEN3_DECODER,
@@ -238,13 +239,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": candidate(_AUDIO_IN_FORWARD),
-        "nemotron_h_omni": candidate(
-            f"{_AUDIO_IN_FORWARD}; moreover the class keeps its encoders on itself (no `model` to find them on), a "
-            "video reuses the image placeholder with no token types to tell them apart, `video_pruning_rate > 0` "
-            "drops video tokens inside the forward, and a clip's audio rows depend on its batch's padding (a clip of "
-            "12 frames gives 3 rows alone, 4 padded to 20); its Nemotron-H decoder resumes exactly from the prefix "
-            "store's mamba snapshots (tests/units/test_prefix_cache_mamba.py)"
-        ),
+        "nemotron_h_omni": drop_in("nemotron_h_omni.NemotronH_Omni_Reasoning_V3", NEMOTRON_H_DECODER),
         "ovis2": candidate(
             "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
             "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"

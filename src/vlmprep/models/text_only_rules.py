@@ -14,6 +14,7 @@ __all__ = [
     "COSMOS3_OMNI_DECODER",
     "INKLING2_DECODER",
     "LANGUAGE_MODEL",
+    "NEMOTRON_H_DECODER",
     "QWEN2_DECODER",
     "QWEN3_5_DECODER",
     "QWEN3_DECODER",
@@ -75,6 +76,17 @@ _LANGUAGE_MODEL_KEYS = (
     ("lm_head.", "lm_head."),
 )
 LANGUAGE_MODEL = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS)
+
+# Nemotron-H Omni is saved (by `save_pretrained` too, through transformers' conversion mapping) with its decoder under
+# Nemotron-H's original names, `language_model.backbone.*` with one tensor per expert; `NemotronHForCausalLM` reads
+# `backbone.*` through its own conversion mapping (which renames it and stacks the experts), as from its checkpoints.
+NEMOTRON_H_DECODER = TextOnlyFamily(
+    key_rules=(
+        ("language_model.backbone.", "backbone."),
+        ("language_model.model.", "model."),
+        ("language_model.lm_head.", "lm_head."),
+    )
+)
 
 # Idefics2/3 and SmolVLM keep the decoder under `model.text_model`.
 TEXT_MODEL = TextOnlyFamily(key_rules=(("model.text_model.", "model."), ("lm_head.", "lm_head.")))

@@ -7,6 +7,11 @@ Inkling's processor writes an image as `<|content_image|>` then one placeholder 
 in time to the tower's 2 frames: 4, 2, 6 or 3 patches by seed modulo 7 modulo 4), and an audio clip as
 `<|content_audio_input|>` then one placeholder per real frame of its dMel levels (`INKLING_AUDIO_FRAMES` frames of 4
 mel bins, of which 6, 5, 4 or 3 are real, same rule), padded at the end to the longest clip.
+
+Nemotron-H Omni's processor writes an image as `<img>`, one placeholder per 2x2 pixel-shuffled patches of its grid
+(`NEMOTRON_GRIDS`, by seed modulo 7 modulo 4), `</img>`, and an audio clip as `<so_start>`, its placeholders,
+`<so_end>`: `subsampled(L // hop + 1)` of them for `L` samples, the mask marking `L // hop` real frames (Parakeet's
+feature extractor; the features are zero past the mask), clips padded with zero frames to the longest.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from vlmprep.testing import (
     TINY_AUDIO_TOKEN_ID,
     TINY_BOA_TOKEN_ID,
     TINY_BOI_TOKEN_ID,
+    TINY_EOA_TOKEN_ID,
+    TINY_EOI_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
 )
@@ -29,6 +36,8 @@ from vlmprep.testing.configs.omnic import (
     INKLING_MEL_VOCAB,
     INKLING_PATCH_SIZE,
     INKLING_TEMPORAL_PATCH,
+    NEMOTRON_MEL_BINS,
+    NEMOTRON_PATCH_SIZE,
 )
 from vlmprep.testing.configs.patch_grid import MERGE_SIZE, VISION_END, VISION_START
 
@@ -133,6 +142,84 @@ register(
             "new_image_next_to_cached_image_encodes_only_the_new_one": _PATCHES_COUNTED,
             "left_padded_batch_matches_solo_runs": _PADDING_MOVES_UPSTREAM,
             "chunked_batch_matches_unchunked_batch": _PADDING_MOVES_UPSTREAM,
+        },
+    )
+)
+
+
+NEMOTRON_GRIDS = ((4, 4), (2, 4), (4, 2), (2, 2))  # (h, w) in 4 px patches: 4, 2, 2 and 1 placeholders
+NEMOTRON_AUDIO_FRAMES = 20
+
+
+def _subsampled(frames: int) -> int:
+    # Two stride-2 convolutions of kernel 3 and padding 1 (the processor's `_estimate_audio_num_embeddings`)
+    for _ in range(2):
+        frames = (frames - 1) // 2 + 1
+    return frames
+
+
+def _nemotron_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    # `(frames, mel_bins)` features, zero past the mask of `L // hop` real frames, and the clip's placeholders
+    generator = torch.Generator().manual_seed(4000 + seed)
+    real = NEMOTRON_AUDIO_FRAMES - 1 - 4 * (seed % 7 % 4)  # L // hop: 19, 15, 11 or 7
+    mask = torch.zeros(NEMOTRON_AUDIO_FRAMES, dtype=torch.bool)
+    mask[:real] = True
+    features = torch.randn(NEMOTRON_AUDIO_FRAMES, NEMOTRON_MEL_BINS, generator=generator) * mask[:, None]
+    return features, mask, _subsampled(real + 1)
+
+
+# transformers' `DynamicCache.crop` cannot roll back a mamba layer's convolution and SSM states.
+_CROPPED_MAMBA_CACHE = (
+    "the scenario builds its caches with `DynamicCache.crop`, which cannot roll back a mamba layer's convolution "
+    "and SSM states, so its caches are wrong; resuming is checked through prefix-store snapshots and uncropped caches "
+    "(tests/units/test_nemotron_h_omni.py, tests/units/test_prefix_cache_mamba.py)"
+)
+_UPSTREAM_BEAMS = (
+    "transformers 5.24's `NemotronH_Omni_Reasoning_V3._expand_multimodal_outputs` repeats features image by image "
+    "([A, A, A, B, B, B]) instead of copy by copy, so upstream's beams and num_return_sequences with two images in a "
+    "prompt are wrong; every mode is checked against upstream on one-image prompts in tests/units/test_nemotron_h_omni.py"
+)
+
+
+def build_nemotron_h_omni_inputs(config, segments: list, item_seeds: list[int]) -> dict:
+    """`input_ids`, the images' flattened patches with `image_grid_hw`, and the clips with their mask."""
+    ids: list[int] = []
+    patches, grids, clips = [], [], []
+    seeds = iter(item_seeds)
+    for segment in segments:
+        if isinstance(segment, list):
+            ids += segment
+        elif segment == AUDIO:
+            features, mask, tokens = _nemotron_clip(next(seeds))
+            clips.append((features, mask))
+            ids += [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * tokens, TINY_EOA_TOKEN_ID]
+        else:
+            seed = next(seeds)
+            height, width = NEMOTRON_GRIDS[seed % 7 % len(NEMOTRON_GRIDS)]
+            generator = torch.Generator().manual_seed(seed)
+            patches.append(torch.rand(height * width, 3 * NEMOTRON_PATCH_SIZE**2, generator=generator) * 2 - 1)
+            grids.append((height, width))
+            ids += [TINY_BOI_TOKEN_ID, *[TINY_IMAGE_TOKEN_ID] * (height * width // 4), TINY_EOI_TOKEN_ID]
+    inputs = {"input_ids": torch.tensor([ids])}
+    if patches:
+        inputs["pixel_values"] = torch.cat(patches)
+        inputs["image_grid_hw"] = torch.tensor(grids)
+    if clips:
+        inputs["input_features"] = torch.stack([clip[0] for clip in clips])
+        inputs["input_features_mask"] = torch.stack([clip[1] for clip in clips])
+    return inputs
+
+
+register(
+    FamilyCase(
+        "nemotron_h_omni",
+        build_nemotron_h_omni_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "image_grid_hw", "input_features", "input_features_mask"),
+        skip={
+            "cached_prefix_of_every_length_with_chunks": _CROPPED_MAMBA_CACHE,
+            "cache_cropped_inside_image": _CROPPED_MAMBA_CACHE,
+            "generate_matches_transformers": _UPSTREAM_BEAMS,
         },
     )
 )

@@ -105,3 +105,15 @@ class PatchItemsAndAudioLayout(FamilyHooks):
                 "order (also of those already in the cache), as the processor makes them with the prompt, or fix "
                 "the prompt."
             )
+
+
+class PatchGridHWAndPaddedAudioLayout(FamilyHooks):
+    """An image is one run of its pixel-shuffled `(h, w)` patch grid (flattened patches of every image back to back,
+    `image_grid_hw`); an audio clip one run of its subsampled frames, encoded padded as the call pads it (Nemotron-H
+    Omni: the family states its counts and selections itself)."""
+
+    layout_name = "patch_grid_hw_and_padded_audio"
+    layout_description = (
+        "an image is one run of its pixel-shuffled (h, w) patch grid; an audio clip one run of its subsampled "
+        "frames, encoded with its batch's padding"
+    )

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_AUDIO_TOKEN_ID, TINY_BOA_TOKEN_ID, TINY_BOI_TOKEN_ID, TINY_IMAGE_TOKEN_ID, tiny_text_config
+from .parts import (
+    TINY_AUDIO_TOKEN_ID,
+    TINY_BOA_TOKEN_ID,
+    TINY_BOI_TOKEN_ID,
+    TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
+    tiny_text_config,
+)
 from .patch_grid import QWEN_SPECIAL_TOKENS, tiny_qwen3_vl_config
 
 
@@ -64,4 +71,64 @@ def tiny_inkling_mm_model_config() -> transformers.InklingConfig:
         audio_token_id=TINY_AUDIO_TOKEN_ID,
         image_bos_token_id=TINY_BOI_TOKEN_ID,
         audio_bos_token_id=TINY_BOA_TOKEN_ID,
+    )
+
+
+NEMOTRON_PATCH_SIZE = 4
+NEMOTRON_MEL_BINS = 16
+
+
+def tiny_nemotron_h_omni_config(
+    layers_block_type: tuple[str, ...] = ("linear_attention", "full_attention"),
+) -> transformers.NemotronH_Omni_Reasoning_V3_Config:
+    """A tiny Nemotron-H Omni config: a one-layer RADIO tower on 4 px patches, pixel-shuffled 2x2; a one-layer
+    Parakeet audio tower subsampling 16-bin frames 4x; a decoder of a mamba layer (4 heads of 8, state 8, convolution
+    of 4, scanned in chunks of 4) and an attention layer.
+
+    Args:
+        layers_block_type (`tuple[str, ...]`, *optional*, defaults to `("linear_attention", "full_attention")`):
+            the decoder's layers; a `"moe"` layer routes to 2 of 4 experts and caches nothing.
+
+    Returns:
+        `transformers.NemotronH_Omni_Reasoning_V3_Config`
+    """
+    text = tiny_text_config(None, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text.update(layers_block_type=list(layers_block_type), intermediate_size=32, n_routed_experts=4)
+    text.update(moe_intermediate_size=16, moe_shared_expert_intermediate_size=16, num_experts_per_tok=2)
+    text.update(ssm_state_size=8, mamba_num_heads=4, mamba_n_groups=2, mamba_head_dim=8)
+    text.update(mamba_d_conv=4, mamba_expand=1, mamba_chunk_size=4, num_nextn_predict_layers=0)
+    text.pop("num_hidden_layers")  # the block types give the layers
+    vision = {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "mlp_ratio": 2.0,
+        "patch_size": NEMOTRON_PATCH_SIZE,
+        "image_size": 16,
+        "max_img_size": 32,
+        "num_cls_tokens": 2,
+        "num_registers": 1,
+        "video_temporal_patch_size": 2,
+    }
+    audio = {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "subsampling_factor": 4,
+        "subsampling_conv_channels": 4,
+        "num_mel_bins": NEMOTRON_MEL_BINS,
+        "conv_kernel_size": 3,
+        "projection_hidden_size": 32,
+        "projection_bias": False,
+    }
+    return transformers.NemotronH_Omni_Reasoning_V3_Config(
+        text_config=text,
+        vision_config=vision,
+        audio_config=audio,
+        projector_hidden_size=32,
+        vision_hidden_size=32,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        video_token_id=TINY_VIDEO_TOKEN_ID,
+        audio_token_id=TINY_AUDIO_TOKEN_ID,
     )

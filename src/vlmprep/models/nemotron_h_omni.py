@@ -1,0 +1,197 @@
+"""Nemotron-H Omni (`NemotronH_Omni_Reasoning_V3`): images and audio clips, each encoded once; videos refused.
+
+An image is flattened `num_channels * patch_size**2` patches (every image's patches back to back in `pixel_values`)
+on an `image_grid_hw` `(h, w)` grid, pixel-shuffled by `1 / downsample_ratio` into one run of
+`h * w / merge**2` placeholders between `<img>` and `</img>` (`replace_image_token`); the RADIO tower attends within
+each image. An audio clip is Parakeet log-mel frames `(clips, frames, mel_bins)` with `input_features_mask` of its
+real frames; it fills `subsampled(real + 1)` placeholders, as many as the tower gives for the clip padded to the
+call's frames (its last rows depend on that padding, so a clip is encoded padded as given, never cut). The decoder is
+Nemotron-H's: mamba layers (transformers' linear-attention cache layers), attention and MoE layers; positions 1D.
+
+transformers' class keeps its encoders on itself (no `model`), and its forward reads encoded images from
+`mm_encoder_outputs` but encodes audio from `input_features` on every call: when a forward gets encoded audio rows,
+the drop-in embeds the ids and scatters image and audio rows itself, exactly as upstream's forward does. A video's
+frames reuse the image placeholder with no token types to tell them apart, and `video_pruning_rate` drops tokens
+inside the forward: videos are refused, not supported yet.
+"""
+
+import inspect
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation.facts import ModalityFacts, VisionFacts
+from .base import VisionPrepMixin
+from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
+
+_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("input_features_mask",))
+_VIDEOS = (
+    "Videos are not supported by vlmprep's Nemotron-H Omni yet (their frames reuse the image placeholder, and "
+    "`video_pruning_rate` drops tokens inside the forward): use `transformers.NemotronH_Omni_Reasoning_V3` for them."
+)
+
+
+class NemotronH_Omni_Reasoning_V3(
+    PatchGridHWAndPaddedAudioLayout, VisionPrepMixin, transformers.NemotronH_Omni_Reasoning_V3
+):
+    """Drop-in `transformers.NemotronH_Omni_Reasoning_V3` whose vision and audio towers run once, in input preparation.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+    >>> from vlmprep.testing.configs import tiny_nemotron_h_omni_config
+    >>> model = NemotronH_Omni_Reasoning_V3(tiny_nemotron_h_omni_config()).eval()
+    >>> model.item_token_counts({"image_grid_hw": torch.tensor([[4, 4], [2, 4]])})  # pixel-shuffled 2x2
+    [4, 2]
+
+    ```
+    """
+
+    vision_facts = VisionFacts(
+        per_image_keys=("image_grid_hw",), pixel_layout=None, features_as_list=True, other_modalities=(_AUDIO,)
+    )
+
+    def _merge(self) -> int:
+        return round(1 / self.config.downsample_ratio)
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """Placeholders of each item: an image's pixel-shuffled grid; a clip's subsampled real frames plus one, at
+        most what the tower gives for the call's padded frames (upstream's arithmetic).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
+
+        Returns:
+            `list[int]` or `None` (without the inputs that give the counts)
+        """
+        if modality == "audio":
+            features, mask = model_kwargs.get("input_features"), model_kwargs.get("input_features_mask")
+            if features is None or self.audio_tower is None:
+                return None
+            subsampled = self.audio_tower._get_subsampling_output_length
+            most = int(subsampled(torch.tensor([features.shape[1]]))[0])
+            if mask is None:
+                return [most] * features.shape[0]
+            return [min(int(rows), most) for rows in subsampled(mask.sum(-1) + 1)]
+        grids = model_kwargs.get("image_grid_hw")
+        return None if grids is None else (grids.prod(-1) // self._merge() ** 2).tolist()
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Images (rows of `image_grid_hw`) or audio clips; videos are refused.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+
+        Returns:
+            `int` or `None`
+        """
+        if model_kwargs.get("pixel_values_videos") is not None:
+            raise ValueError(_VIDEOS)
+        if modality == "audio":
+            features = model_kwargs.get("input_features")
+            return None if features is None else features.shape[0]
+        if model_kwargs.get("pixel_values") is None:
+            return None
+        if model_kwargs.get("image_grid_hw") is None:
+            raise ValueError(
+                "`pixel_values` holds the flattened patches of every image: pass `image_grid_hw` (the image "
+                "processor returns it) to split them per image."
+            )
+        return model_kwargs["image_grid_hw"].shape[0]
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The patches and grids of the given images, or the given clips as the call pads them.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the items of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+        """
+        if modality == "audio":
+            selected = {"input_features": model_kwargs["input_features"][indices]}
+            if model_kwargs.get("input_features_mask") is not None:
+                selected["input_features_mask"] = model_kwargs["input_features_mask"][indices]
+            return selected
+        grids = model_kwargs["image_grid_hw"]
+        sizes = grids.prod(-1)
+        first = torch.cumsum(sizes, 0) - sizes
+        rows = torch.cat([torch.arange(int(first[i]), int(first[i] + sizes[i])) for i in indices])
+        return {"pixel_values": model_kwargs["pixel_values"][rows], "image_grid_hw": grids[indices]}
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise when patches or audio features do not fit the towers.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
+        """
+        if modality == "audio":
+            features, mask = model_kwargs.get("input_features"), model_kwargs.get("input_features_mask")
+            if self.audio_tower is None:
+                raise ValueError(
+                    "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove the "
+                    "audio from the prompt, or load a Nemotron-H Omni checkpoint with audio."
+                )
+            bins = self.config.audio_config.num_mel_bins
+            if features.ndim != 3 or features.shape[-1] != bins:
+                raise ValueError(
+                    f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not "
+                    f"take: (num_clips, frames, {bins} mel bins). Extract the features with this model's processor."
+                )
+            if mask is not None and tuple(mask.shape) != tuple(features.shape[:2]):
+                raise ValueError(
+                    f"`input_features_mask` has shape {tuple(mask.shape)} but `input_features` needs one entry per "
+                    f"frame, {tuple(features.shape[:2])}. Pass the mask the processor returned."
+                )
+            return
+        pixels, grids = model_kwargs.get("pixel_values"), model_kwargs.get("image_grid_hw")
+        width = self.config.vision_config.num_channels * self.config.vision_config.patch_size**2
+        if pixels.ndim != 2 or pixels.shape[-1] != width:
+            raise ValueError(
+                f"`pixel_values` has shape {tuple(pixels.shape)} but this model's vision tower takes flattened "
+                f"patches (patches, {width}). Preprocess the images with this model's processor."
+            )
+        if int(grids.prod(-1).sum()) != pixels.shape[0]:
+            raise ValueError(
+                f"`pixel_values` holds {pixels.shape[0]} patches but `image_grid_hw` describes "
+                f"{int(grids.prod(-1).sum())}: pass the grids the image processor returned with the pixels."
+            )
+
+    def forward(self, *args, **kwargs):
+        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
+
+        Args:
+            args, kwargs: what `transformers.NemotronH_Omni_Reasoning_V3.forward` takes.
+
+        Returns:
+            What upstream's forward returns.
+        """
+        if kwargs.get("pixel_values_videos") is not None:
+            raise ValueError(_VIDEOS)
+        encoded = kwargs.get("mm_encoder_outputs") or {}
+        if encoded.get("audio") is None:
+            return super().forward(*args, **kwargs)
+        input_ids = input_ids_for_encoded_items(args, kwargs)
+        if kwargs.get("input_features") is not None:
+            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
+        # What upstream's forward does before its language model: the ids embedded, then each modality's rows
+        inputs_embeds = self.get_input_embeddings()(input_ids)
+        for modality, token_id in (("image", self.config.image_token_id), ("audio", self.config.audio_token_id)):
+            if encoded.get(modality) is not None:
+                inputs_embeds = scatter_encoded_rows(inputs_embeds, input_ids == token_id, encoded[modality], modality)
+        kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
+        return super().forward(**kwargs)
+
+    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
+    forward.__signature__ = inspect.signature(transformers.NemotronH_Omni_Reasoning_V3.forward)

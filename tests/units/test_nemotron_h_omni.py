@@ -1,0 +1,85 @@
+"""Nemotron-H Omni: images and audio clips on a mamba decoder, exact against transformers in every generation mode,
+each item encoded once, a chat resuming from the prefix store's mamba snapshots; videos refused clearly. The shared
+`generate_matches_transformers` scenario is skipped for this family (upstream's beams repeat two images' features
+image by image): here every mode is compared on one-image prompts, where upstream is right."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import model_pair
+from support.chat import run_chat
+from support.references import SYSTEM, USER, Prompt, assert_close, assert_same_steps, generate_logits, uncached_logits
+from vlmprep import PrefixCache
+from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter
+
+FAMILY = "nemotron_h_omni"
+MODES = {
+    "greedy": {"do_sample": False},
+    "sample": {"do_sample": True, "top_k": 5},
+    "beams": {"do_sample": False, "num_beams": 3},
+    "return_two": {"do_sample": True, "num_return_sequences": 2},
+}
+TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_generate_matches_transformers_and_encodes_each_item_once(mode):
+    upstream, ours = model_pair(FAMILY)
+    ours.encoder_cache.clear()
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, AUDIO, [30]], image_seeds=[0, 1])
+    kwargs = dict(max_new_tokens=3, output_logits=True, return_dict_in_generate=True, **MODES[mode])
+    torch.manual_seed(1)
+    with VisionRunCounter(ours) as runs:
+        actual = ours.generate(**prompt.inputs(), **kwargs)
+    torch.manual_seed(1)
+    expected = upstream.generate(**prompt.inputs(), **kwargs)
+    assert torch.equal(actual.sequences, expected.sequences)
+    assert_same_steps(actual.logits, expected.logits)
+    assert runs.batch_sizes == [1, 1], "the image once, the clip once (beams and samples share them)"
+
+
+@pytest.mark.parametrize("chunk_size", [3, 5])
+def test_chunks_cutting_audio_runs_are_exact(chunk_size):
+    # Clips of 19 and 7 real frames: the shorter one is encoded padded as the call pads it
+    upstream, ours = model_pair(FAMILY)
+    ours.encoder_cache.clear()
+    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30], IMAGE, [31], AUDIO, [32, 33]], image_seeds=[3, 1, 0])
+    with VisionRunCounter(ours) as runs:
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
+    _, expected = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    assert_same_steps(logits, expected)
+    assert sorted(runs.batch_sizes) == [1, 2], "one image call, one call for both clips"
+
+
+def test_five_turn_chat_with_image_and_audio_feeds_only_new_tokens():
+    upstream, ours = model_pair(FAMILY)
+    ours.encoder_cache.clear()
+    store = PrefixCache(max_bytes=2**24)
+    turns = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
+    chat = run_chat(upstream, ours, turns, [[100], [101], [], [102], []], store, 3, **TEXT_ANSWERS)
+    assert chat.encoded == [1, 1, 1], "each item (the image, then each clip) is encoded once, when it first appears"
+    assert chat.fed <= 1.02 * chat.minimum, (chat.fed, chat.minimum)
+    assert store.stats.hits == len(turns) - 1 and store.stats.snapshots > 0
+
+
+def test_videos_and_bad_audio_inputs_raise_clear_errors_then_the_model_is_still_exact():
+    upstream, ours = model_pair(FAMILY)
+    inputs = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1]).inputs()
+    features, mask = inputs["input_features"], inputs["input_features_mask"]
+    bad = [
+        ({**inputs, "pixel_values_videos": torch.zeros(1, 1, 6, 16, 16)}, "Videos are not supported"),
+        ({k: v for k, v in inputs.items() if not k.startswith("input_features")}, "no pixel inputs were passed"),
+        (
+            {**inputs, "input_features": features.repeat(2, 1, 1), "input_features_mask": mask.repeat(2, 1)},
+            r"2 audio\(s\) were passed but the prompt has 1 audio placeholder run",
+        ),
+        ({**inputs, "input_features": features[..., :8]}, "mel bins"),
+        ({**inputs, "input_features_mask": torch.cat([mask, mask[:, -1:]], dim=1)}, "one entry per frame"),
+    ]
+    for bad_inputs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            ours.generate(**bad_inputs, max_new_tokens=1)
+    _, logits = generate_logits(ours, inputs, max_new_tokens=1)
+    assert_close(logits[0], uncached_logits(upstream, inputs))
