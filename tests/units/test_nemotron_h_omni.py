@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
 from conftest import model_pair
 from support.chat import run_chat
 from support.references import SYSTEM, USER, Prompt, assert_close, assert_same_steps, generate_logits, uncached_logits
-from vlmprep import PrefixCache
-from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter
+from vlmprep import NemotronH_Omni_Reasoning_V3, PrefixCache
+from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
+from vlmprep.testing.configs import tiny_nemotron_h_omni_config
 
 FAMILY = "nemotron_h_omni"
 MODES = {
@@ -83,3 +85,17 @@ def test_videos_and_bad_audio_inputs_raise_clear_errors_then_the_model_is_still_
             ours.generate(**bad_inputs, max_new_tokens=1)
     _, logits = generate_logits(ours, inputs, max_new_tokens=1)
     assert_close(logits[0], uncached_logits(upstream, inputs))
+
+
+def test_checkpoint_without_audio_tower():
+    config = tiny_nemotron_h_omni_config()
+    config.audio_config = None  # as checkpoints without a sound encoder
+    upstream = tiny_model(transformers.NemotronH_Omni_Reasoning_V3, config).eval()
+    ours = NemotronH_Omni_Reasoning_V3(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[1])
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    with_audio = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[0])
+    with pytest.raises(ValueError, match="no audio tower"):
+        ours.generate(**with_audio.inputs(), max_new_tokens=1)
