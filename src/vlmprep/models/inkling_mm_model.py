@@ -13,6 +13,10 @@ Upstream's forward reads encoded images from `mm_encoder_outputs` but embeds aud
 call, with no way to take it encoded. So when a forward gets encoded audio rows, the drop-in builds its input
 embeddings itself, exactly as upstream's forward does (the ids embedded, then image and audio rows scattered into
 their placeholders), and hands upstream `inputs_embeds`.
+
+No text-only rule yet: its checkpoints (and `save_pretrained`, through transformers' conversion mapping) hold the
+decoder's MLP and expert weights fused (`w13`, interleaved), which `InklingForCausalLM` does not read back through the
+text-only loader's key renames.
 """
 
 import inspect
