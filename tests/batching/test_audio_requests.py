@@ -10,7 +10,7 @@ from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 from support.registry import FAMILY_CASES
 from vlmprep.testing import AUDIO, IMAGE, VIDEO
 
-AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker"]
+AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)

@@ -20,15 +20,19 @@ from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
-AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker"]
+AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 # A chat mixing an image (turn 1) and two audio clips (turns 2 and 4) of different real lengths.
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
 TURN_SEEDS = [100, 101, None, 102, None]  # 101: 22 real frames, 102: all 40
 # Answers of text ids only: no special ids (placeholders), no padding, BOS or EOS (a turn must answer in full).
 # Each family's mask of a clip's real frames, and the axis of its features holding the mel bins
-AUDIO_MASK_KEYS = {"gemma4": "input_features_mask", "qwen2_5_omni_thinker": "feature_attention_mask"}
-MEL_BIN_AXES = {"gemma4": -1, "qwen2_5_omni_thinker": 1}
+AUDIO_MASK_KEYS = {
+    "gemma4": "input_features_mask",
+    "qwen2_5_omni_thinker": "feature_attention_mask",
+    "qwen3_omni_moe_thinker": "feature_attention_mask",
+}
+MEL_BIN_AXES = {"gemma4": -1, "qwen2_5_omni_thinker": 1, "qwen3_omni_moe_thinker": 1}
 TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 

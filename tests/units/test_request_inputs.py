@@ -58,6 +58,7 @@ NOT_READ = {
     # Clip lengths when no mask is passed (the drop-in asks for `feature_attention_mask` instead), and the interleaving
     # of a video with its audio, refused when set
     "qwen2_5_omni_thinker": {"audio_feature_lengths", "use_audio_in_video"},
+    "qwen3_omni_moe_thinker": {"audio_feature_lengths", "use_audio_in_video"},
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
@@ -94,6 +95,7 @@ ROPE_INPUT_NAMES = {
         "use_audio_in_video": None,
     },
 }
+ROPE_INPUT_NAMES["qwen3_omni_moe_thinker"] = ROPE_INPUT_NAMES["qwen2_5_omni_thinker"]
 
 
 @pytest.mark.parametrize("model_type", ROPE_FAMILIES)
