@@ -51,6 +51,7 @@ from .text_only_rules import (
     QWEN3_5_DECODER,
     QWEN3_DECODER,
     QWEN3_MOE_DECODER,
+    QWEN3_OMNI_MOE_DECODER,
     TEXT_MODEL,
 )
 
@@ -266,7 +267,9 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", QWEN2_DECODER),
         "qwen3_5": drop_in("qwen3_5.Qwen3_5ForConditionalGeneration", QWEN3_5_DECODER),
         "qwen3_5_moe": drop_in("qwen3_5_moe.Qwen3_5MoeForConditionalGeneration", QWEN3_5_DECODER),
-        "qwen3_omni_moe_thinker": drop_in("qwen3_omni_moe.Qwen3OmniMoeThinkerForConditionalGeneration"),
+        "qwen3_omni_moe_thinker": drop_in(
+            "qwen3_omni_moe.Qwen3OmniMoeThinkerForConditionalGeneration", QWEN3_OMNI_MOE_DECODER
+        ),
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),
         "qwen4_exp": candidate(
