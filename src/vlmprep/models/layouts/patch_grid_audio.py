@@ -7,6 +7,11 @@ end tokens); a video's `video_second_per_grid` spaces its rope positions in time
 (between the audio start and end tokens) whose length the family's audio tower gives. Positions come from the model's
 own `get_rope_index` over the whole prompt, never from `rope_deltas` left on the model.
 
+With `use_audio_in_video=True`, a video and its audio track (one clip of `input_features`, in prompt order among the
+clips) share one block, `<vision_start><audio_start>`, runs of video and audio placeholders interleaved in time as the
+processor writes them, `<audio_end><vision_end>`: each is one item of several runs, read from the prompt; upstream's
+`get_rope_index` numbers the block.
+
 Upstream's forwards read encoded images and videos from `mm_encoder_outputs` but encode audio from `input_features`
 on every call. So when a forward gets encoded audio rows, `place_encoded_audio` embeds the ids and scatters the rows
 into the audio placeholders, exactly as upstream's forward does first, and hands upstream those `inputs_embeds` with
@@ -15,6 +20,7 @@ the ids (which place the image and video rows).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -31,9 +37,11 @@ _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("feature
 # The Qwen-Omni thinkers' inputs: Qwen2-VL's images, videos spaced in time by `video_second_per_grid`, audio clips.
 PATCH_GRID_AUDIO_FACTS = replace(PATCH_GRID_FACTS, other_modalities=(_VIDEO, _AUDIO))
 
-_AUDIO_IN_VIDEO = (
-    "`use_audio_in_video=True` (a video's frames interleaved with its audio track) is not supported by vlmprep's "
-    "{name} yet: pass the video's audio as a separate clip, or use `transformers.{name}`."
+_VIDEO_WITHOUT_TRACK = (
+    "With `use_audio_in_video=True` every video comes with its audio track, interleaved in one block "
+    "(`<vision_start><audio_start>`, video and audio placeholders, `<audio_end><vision_end>`, as this model's processor "
+    "writes a video whose audio it loads), but the video placeholders at row {row}, position {position} are {where}: "
+    "upstream's positions would be wrong. Build the prompt with the processor, or call without `use_audio_in_video`."
 )
 
 
@@ -60,9 +68,62 @@ class PatchGridAudioLayout(PatchGridLayout):
         """
         return self.model.audio_tower._get_feat_extract_output_lengths(frames)[1].tolist()
 
-    def _refuse_audio_in_video(self, model_kwargs: dict[str, Any]) -> None:
-        if model_kwargs.get("use_audio_in_video"):
-            raise ValueError(_AUDIO_IN_VIDEO.format(name=type(self).__name__))
+    def prompt_item_token_counts(
+        self, input_ids: torch.Tensor, model_kwargs: dict[str, Any], modality: str = "image"
+    ) -> list | None:
+        """`item_token_counts`; with `use_audio_in_video=True`, a video's and a clip's runs, read from the prompt.
+
+        Args:
+            input_ids (`torch.Tensor`): the prompt's ids.
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+
+        Returns:
+            `list[int | list[int]]` or `None`
+        """
+        counts = self.item_token_counts(model_kwargs, modality=modality)
+        if not model_kwargs.get("use_audio_in_video") or modality == "image":
+            return counts
+        videos, clips = self._audio_in_video_runs(input_ids)
+        pieces = videos if modality == "video" else clips
+        for index, (runs, count) in enumerate(zip(pieces, counts or [], strict=False)):
+            if sum(runs) != count:
+                raise ValueError(
+                    f"{modality.capitalize()} {index} has {sum(runs)} placeholder tokens in the prompt but its inputs "
+                    f"give {count}. Build the prompt with this model's processor from the same {modality} inputs."
+                )
+        return pieces
+
+    def _audio_in_video_runs(self, input_ids: torch.Tensor) -> tuple[list[list[int]], list[list[int]]]:
+        # The run lengths of each video and of each clip, in prompt order (rows, then positions): a clip after an audio
+        # start alone is one run; a block opened by a vision start and an audio start holds a video and its track.
+        config = self.config
+        video_id, audio_id = config.video_token_id, config.audio_token_id
+        videos: list[list[int]] = []
+        clips: list[list[int]] = []
+        for row, ids in enumerate(input_ids.tolist()):
+            position = 0
+            while position < len(ids):
+                if ids[position] == video_id:
+                    where = "not inside such a block"
+                    raise ValueError(_VIDEO_WITHOUT_TRACK.format(row=row, position=position, where=where))
+                if ids[position] != config.audio_start_token_id:
+                    position += 1
+                    continue
+                in_video = position > 0 and ids[position - 1] == config.vision_start_token_id
+                placeholders = (video_id, audio_id) if in_video else (audio_id,)
+                end = position + 1
+                while end < len(ids) and ids[end] in placeholders:
+                    end += 1
+                runs = [(token, len(list(group))) for token, group in itertools.groupby(ids[position + 1 : end])]
+                clips.append([length for token, length in runs if token == audio_id])
+                if in_video:
+                    videos.append([length for token, length in runs if token == video_id])
+                    if not videos[-1] or not clips[-1]:
+                        where = "missing from the block there" if not videos[-1] else "alone in their block"
+                        raise ValueError(_VIDEO_WITHOUT_TRACK.format(row=row, position=position, where=where))
+                position = end
+        return videos, clips
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Placeholders of each item: an image's or video's merged grid, an audio clip's subsampled real frames.
@@ -89,7 +150,6 @@ class PatchGridAudioLayout(PatchGridLayout):
         Returns:
             `int` or `None`
         """
-        self._refuse_audio_in_video(model_kwargs)
         if modality != "audio":
             return super().count_items(model_kwargs, modality=modality)
         features = model_kwargs.get("input_features")
@@ -159,7 +219,6 @@ class PatchGridAudioLayout(PatchGridLayout):
         Returns:
             `torch.Tensor` of shape `(4, batch, seq)`
         """
-        self._refuse_audio_in_video(model_kwargs)
         attention_mask = model_kwargs.get("attention_mask")
         if attention_mask is None or attention_mask.shape[-1] != input_ids.shape[-1]:
             attention_mask = torch.ones_like(input_ids)  # upstream's `get_rope_index` reads a mask in every case
@@ -188,7 +247,7 @@ class PatchGridAudioLayout(PatchGridLayout):
             input_ids,
             **grids,
             attention_mask=attention_mask,
-            use_audio_in_video=False,
+            use_audio_in_video=bool(model_kwargs.get("use_audio_in_video")),
             audio_seqlens=None if audio_mask is None else audio_mask.sum(-1),
             second_per_grids=seconds,
         )
