@@ -33,9 +33,10 @@ def test_audio_requests_in_the_engine(family):
         assert_matches_reference(upstream, request, output, 4)
 
 
-def test_qwen2_5_omni_request_with_audio_in_video_is_refused():
-    upstream, ours = cb_pair("qwen2_5_omni_thinker")
-    request = FAMILY_CASES["qwen2_5_omni_thinker"].build_inputs(upstream.config, [[3], AUDIO, [4]], [1])
+@pytest.mark.parametrize("family", ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"])
+def test_qwen_omni_request_with_audio_in_video_is_refused(family):
+    upstream, ours = cb_pair(family)
+    request = FAMILY_CASES[family].build_inputs(upstream.config, [[3], AUDIO, [4]], [1])
     request["use_audio_in_video"] = True  # an option the engine does not carry: named in the refusal
     outputs = ours.generate_batch(
         [request],
