@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 
+from support.families.cases_qomni import qwen3_omni_clip
 from support.registry import FAMILY_CASES
-from vlmprep.testing import AUDIO, IMAGE, VIDEO
+from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, VIDEO
+from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START
 
 AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
 
@@ -31,6 +33,25 @@ def test_audio_requests_in_the_engine(family):
     )
     for request, output in zip(requests, outputs.values(), strict=True):
         assert_matches_reference(upstream, request, output, 4)
+
+
+def test_qwen3_omni_short_clips_of_requests_admitted_together_are_padded_as_each_alone():
+    # Clips under a window: upstream pads a request's windows to its own longest one; the engine encodes requests
+    # together only under the same padding (both clips come padded to 40 frames, of which 22 and 40 are real)
+    upstream, ours = cb_pair("qwen3_omni_moe_thinker")
+    requests = []
+    for seed in (3, 0):
+        features, mask, tokens = qwen3_omni_clip(seed, frames=40)
+        ids = [3, QWEN_OMNI_AUDIO_START, *[TINY_AUDIO_TOKEN_ID] * tokens, QWEN_OMNI_AUDIO_END, 4, 5]
+        requests.append({"input_ids": ids, "input_features": features[None], "feature_attention_mask": mask[None]})
+    outputs = ours.generate_batch(
+        requests,
+        generation_config=greedy(2),
+        continuous_batching_config=engine_config(max_batch_tokens=8),
+        progress_bar=False,
+    )
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, 2)
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"])

@@ -31,7 +31,8 @@ def encode_admitted(model, requests: list[RequestItems]) -> list[Exception | Non
     errors: list[Exception | None] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}
     for position, request in enumerate(requests):
-        groups.setdefault(_concat_signature(request.item_inputs), []).append(position)
+        key = (_concat_signature(request.item_inputs), model.encoding_group_key(request.item_inputs))
+        groups.setdefault(key, []).append(position)
     for members in groups.values():
         try:
             _encode_together(model, [requests[position] for position in members])

@@ -71,6 +71,19 @@ class FamilyHooks:
         """
         return self.item_token_counts(model_kwargs, modality=modality)
 
+    def encoding_group_key(self, model_kwargs: dict[str, Any]) -> tuple:
+        """What the items of several requests must share, besides the shapes of their inputs, to be encoded in one
+        call by the continuous-batching engine: by default nothing. The Qwen3-Omni thinker's clips depend on the
+        longest audio window of the call, so only requests with the same one are encoded together.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): one request's inputs.
+
+        Returns:
+            `tuple`
+        """
+        return ()
+
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """How many items of `modality` (images, videos, tiles, ...) the call's pixel inputs hold (`None`: none).
 

@@ -71,10 +71,25 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
         inputs = super().select_item_inputs(model_kwargs, indices, modality=modality)
         if modality != "audio":
             return inputs
+        longest = self._longest_window(model_kwargs)
+        return {**inputs, **self._padded_windows(inputs["input_features"], inputs["feature_attention_mask"], longest)}
+
+    def encoding_group_key(self, model_kwargs: dict[str, Any]) -> tuple:
+        """The longest audio window of a request's clips: requests are encoded together only under the same padding.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): one request's inputs.
+
+        Returns:
+            `tuple`
+        """
+        return () if model_kwargs.get("feature_attention_mask") is None else (self._longest_window(model_kwargs),)
+
+    def _longest_window(self, model_kwargs: dict[str, Any]) -> int:
+        # The frames upstream pads every window of the call's clips to: a full window once a clip fills one
         window = 2 * self.config.audio_config.n_window
         frames_of_every_clip = model_kwargs["feature_attention_mask"].sum(-1)
-        longest = window if bool((frames_of_every_clip >= window).any()) else int(frames_of_every_clip.max())
-        return {**inputs, **self._padded_windows(inputs["input_features"], inputs["feature_attention_mask"], longest)}
+        return window if bool((frames_of_every_clip >= window).any()) else int(frames_of_every_clip.max())
 
     def _padded_windows(self, features: torch.Tensor, mask: torch.Tensor, longest: int) -> dict[str, torch.Tensor]:
         # The windows of the clips' real frames, each padded to `longest` frames, and which rows of the tower's
