@@ -5,6 +5,7 @@ steps)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 
 from support.families.cases_qomni import qwen3_omni_clip
@@ -52,6 +53,24 @@ def test_qwen3_omni_short_clips_of_requests_admitted_together_are_padded_as_each
     )
     for request, output in zip(requests, outputs.values(), strict=True):
         assert_matches_reference(upstream, request, output, 2)
+
+
+def test_qwen3_omni_video_timed_between_integer_positions():
+    # 0.75 s per temporal patch: the video's second patch at rope position 1.5, which the engine keeps as a float
+    upstream, ours = cb_pair("qwen3_omni_moe_thinker")
+    request = FAMILY_CASES["qwen3_omni_moe_thinker"].build_inputs(
+        upstream.config, [[15], VIDEO, [17], AUDIO, [18]], [1, 4]
+    )
+    request["video_second_per_grid"] = torch.tensor([0.75])
+    requests = [request, [8, 9, 10]]
+    outputs = ours.generate_batch(
+        requests,
+        generation_config=greedy(3),
+        continuous_batching_config=engine_config(max_batch_tokens=8),
+        progress_bar=False,
+    )
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, 3)
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"])

@@ -13,9 +13,9 @@ import torch
 
 from conftest import model_pair
 from support.families.cases_qomni import qwen3_omni_clip
-from support.references import assert_close, generate_logits, uncached_logits
+from support.references import Prompt, assert_close, generate_logits, uncached_logits
 from vlmprep import PrefixCache
-from vlmprep.testing import TINY_AUDIO_TOKEN_ID, VisionRunCounter
+from vlmprep.testing import AUDIO, TINY_AUDIO_TOKEN_ID, VIDEO, VisionRunCounter
 from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START
 
 SYSTEM = [2, *range(10, 16)]
@@ -65,3 +65,19 @@ def test_chunks_cutting_short_clips_are_exact():
     for chunk_size in (2, 3):
         _, logits = generate_logits(ours, inputs, max_new_tokens=1, prefill_chunk_size=chunk_size)
         assert_close(logits[0], uncached_logits(upstream, inputs))
+
+
+def test_a_video_timed_between_integer_positions_is_exact():
+    # 0.75 s per temporal patch at 2 position ids a second: the second patch at 1.5. Upstream's rope takes float
+    # positions (a processor sampling 3 frames a second gives such times): they are not rounded
+    upstream, ours = model_pair("qwen3_omni_moe_thinker")
+    prompt = Prompt(ours.config, [SYSTEM, VIDEO, [30], AUDIO, [31, 32]], image_seeds=[1, 2])
+    inputs = dict(prompt.inputs(), video_second_per_grid=torch.tensor([0.75]))
+    for chunk_size in (None, 3):
+        sequences, logits = generate_logits(ours, inputs, max_new_tokens=2, prefill_chunk_size=chunk_size)
+        answer = sequences[0, prompt.length :]
+        ids = torch.cat([inputs["input_ids"], answer[None, :1]], dim=-1)
+        with torch.no_grad():
+            expected = upstream(**dict(inputs, input_ids=ids, attention_mask=torch.ones_like(ids))).logits[0, -2:]
+        for step, step_expected in zip(logits, expected, strict=True):
+            assert_close(step[0], step_expected)

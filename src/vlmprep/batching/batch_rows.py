@@ -165,7 +165,9 @@ def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor 
             pieces.append(torch.arange(end - length, end)[None])
     if rows is None:
         return None
-    positions = torch.zeros(rows, 1, num_tokens, dtype=torch.long)
+    # Float when a request's rotary positions are (the Qwen3-Omni thinker's video times may fall between integers)
+    dtype = torch.float32 if any(piece.is_floating_point() for piece in pieces) else torch.long
+    positions = torch.zeros(rows, 1, num_tokens, dtype=dtype)
     first = 0
     for piece in pieces:
         positions[:, 0, first : first + piece.shape[-1]] = piece  # a 1D piece is broadcast over the rows

@@ -253,7 +253,10 @@ class PatchGridAudioLayout(PatchGridLayout):
         )
         # Written, never read: as upstream's generate leaves it; vlmprep's positions never depend on it.
         self.model.rope_deltas = rope_deltas
-        return torch.cat([text_positions.unsqueeze(0), mrope.to(text_positions.dtype)], dim=0)
+        # The Qwen3-Omni thinker's rope positions are floats (a video's time may fall between two integers, as with
+        # 3 frames a second): kept so, as upstream's generate keeps them
+        dtype = mrope.dtype if mrope.is_floating_point() else text_positions.dtype
+        return torch.cat([text_positions.unsqueeze(0).to(dtype), mrope.to(dtype)], dim=0)
 
     def place_encoded_audio(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """The forward's arguments with encoded audio rows (`mm_encoder_outputs["audio"]`) placed in `inputs_embeds`.
