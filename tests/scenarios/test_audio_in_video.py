@@ -112,3 +112,30 @@ def test_a_video_without_its_track_is_refused(family):
     plain = FAMILY_CASES[family].build_inputs(ours.config, [SYSTEM, VIDEO, [30]], [1])
     with pytest.raises(ValueError, match="every video comes with its audio track"):
         ours.generate(**plain, use_audio_in_video=True, max_new_tokens=1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_left_padded_batch_numbers_the_clips_in_prompt_order(family):
+    # Row 0: a video with its track; row 1: a clip, a video with its track, an image. The clips are numbered over the
+    # rows in order (row 0's track, row 1's clip, row 1's track), as upstream's placement and positions number them.
+    upstream, ours = model_pair(family)
+    rows = [
+        _inputs(ours, [[2, 10], VIDEO_WITH_AUDIO, [30]], [1]),
+        _inputs(ours, [[2, 10, 11], AUDIO, [5], VIDEO_WITH_AUDIO, [31, 32], IMAGE, [3]], [2, 0, 3]),
+    ]
+    length = max(row["input_ids"].shape[-1] for row in rows)
+    inputs = {"use_audio_in_video": True, "pixel_values": rows[1]["pixel_values"]}
+    inputs["image_grid_thw"] = rows[1]["image_grid_thw"]
+    for key in ("input_ids", "attention_mask"):
+        inputs[key] = torch.cat([torch.nn.functional.pad(row[key], (length - row[key].shape[-1], 0)) for row in rows])
+    for key in (
+        "input_features",
+        "feature_attention_mask",
+        "pixel_values_videos",
+        "video_grid_thw",
+        "video_second_per_grid",
+    ):
+        inputs[key] = torch.cat([row[key] for row in rows])
+    _, logits = generate_logits(ours, inputs, max_new_tokens=1, prefill_chunk_size=4)
+    with torch.no_grad():
+        assert_close(logits[0], upstream(**inputs, use_cache=False).logits[:, -1])
