@@ -105,6 +105,7 @@ if TYPE_CHECKING:
     from .models.qwen2_vl import Qwen2VLForConditionalGeneration
     from .models.qwen3_5 import Qwen3_5ForConditionalGeneration
     from .models.qwen3_5_moe import Qwen3_5MoeForConditionalGeneration
+    from .models.qwen3_omni_moe import Qwen3OmniMoeThinkerForConditionalGeneration
     from .models.qwen3_vl import Qwen3VLForConditionalGeneration
     from .models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration

@@ -5,12 +5,15 @@ steps)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 
+from support.families.cases_qomni import qwen3_omni_clip
 from support.registry import FAMILY_CASES
-from vlmprep.testing import AUDIO, IMAGE, VIDEO
+from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, VIDEO
+from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START
 
-AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker"]
+AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
@@ -33,7 +36,32 @@ def test_audio_requests_in_the_engine(family):
         assert_matches_reference(upstream, request, output, 4)
 
 
+def test_qwen3_omni_short_clips_and_a_video_between_integer_positions():
+    # Clips under a window: upstream pads a request's windows to its own longest one; the engine encodes requests
+    # together only under the same padding (both clips come padded to 40 frames, of which 22 and 40 are real). A video
+    # of 0.75 s per temporal patch has its second patch at rope position 1.5, which the engine keeps as a float.
+    upstream, ours = cb_pair("qwen3_omni_moe_thinker")
+    requests = []
+    for seed in (3, 0):
+        features, mask, tokens = qwen3_omni_clip(seed, frames=40)
+        ids = [3, QWEN_OMNI_AUDIO_START, *[TINY_AUDIO_TOKEN_ID] * tokens, QWEN_OMNI_AUDIO_END, 4, 5]
+        requests.append({"input_ids": ids, "input_features": features[None], "feature_attention_mask": mask[None]})
+    build = FAMILY_CASES["qwen3_omni_moe_thinker"].build_inputs
+    requests.append(
+        {**build(upstream.config, [[15], VIDEO, [17]], [1]), "video_second_per_grid": torch.tensor([0.75])}
+    )
+    outputs = ours.generate_batch(
+        requests,
+        generation_config=greedy(3),
+        continuous_batching_config=engine_config(max_batch_tokens=8),
+        progress_bar=False,
+    )
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, 3)
+
+
 def test_qwen2_5_omni_request_with_audio_in_video_is_refused():
+    # The engine carries no `use_audio_in_video` (the Qwen3-Omni thinker's requests take the same keys)
     upstream, ours = cb_pair("qwen2_5_omni_thinker")
     request = FAMILY_CASES["qwen2_5_omni_thinker"].build_inputs(upstream.config, [[3], AUDIO, [4]], [1])
     request["use_audio_in_video"] = True  # an option the engine does not carry: named in the refusal

@@ -33,7 +33,14 @@ def family_requests(upstream, family: str) -> list:
 BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5", "hyperclovax_vision_v2"]
 # Qwen2.5-VL's videos come with `second_per_grid_ts` (the Qwen2.5-Omni thinker's with `video_second_per_grid`; the
 # family cases draw 1 or 2 seconds per seed).
-QWEN_WITH_VIDEOS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen2_5_omni_thinker"]
+QWEN_WITH_VIDEOS = [
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+    "qwen2_5_omni_thinker",
+    "qwen3_omni_moe_thinker",
+]
 # VideoLLaMA3's videos keep the rows of their compression mask, one run per frame.
 WITH_VIDEOS = [*QWEN_WITH_VIDEOS, "video_llama_3"]
 

@@ -20,15 +20,19 @@ from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
-AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker"]
+AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 # A chat mixing an image (turn 1) and two audio clips (turns 2 and 4) of different real lengths.
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
 TURN_SEEDS = [100, 101, None, 102, None]  # 101: 22 real frames, 102: all 40
 # Answers of text ids only: no special ids (placeholders), no padding, BOS or EOS (a turn must answer in full).
 # Each family's mask of a clip's real frames, and the axis of its features holding the mel bins
-AUDIO_MASK_KEYS = {"gemma4": "input_features_mask", "qwen2_5_omni_thinker": "feature_attention_mask"}
-MEL_BIN_AXES = {"gemma4": -1, "qwen2_5_omni_thinker": 1}
+AUDIO_MASK_KEYS = {
+    "gemma4": "input_features_mask",
+    "qwen2_5_omni_thinker": "feature_attention_mask",
+    "qwen3_omni_moe_thinker": "feature_attention_mask",
+}
+MEL_BIN_AXES = {"gemma4": -1, "qwen2_5_omni_thinker": 1, "qwen3_omni_moe_thinker": 1}
 TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 
@@ -146,11 +150,11 @@ def test_two_clips_behind_identical_ids_never_share_prefix_kv(family):
     assert runs.batch_sizes == [], "the first clip's prompt, seen before, resumes from the store without encoding"
 
 
-def test_qwen2_5_omni_refuses_audio_in_video_and_lengths_without_mask():
-    upstream, ours = model_pair("qwen2_5_omni_thinker")
+@pytest.mark.parametrize("family", ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"])
+def test_qwen_omni_refuses_lengths_without_mask(family):
+    # `use_audio_in_video=True` is checked in `test_audio_in_video.py`
+    upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1])
-    with pytest.raises(ValueError, match="use_audio_in_video=True"):
-        ours.generate(**prompt.inputs(), use_audio_in_video=True, max_new_tokens=1)
     inputs = prompt.inputs()
     lengths = inputs.pop("feature_attention_mask").sum(-1)
     with pytest.raises(ValueError, match="without `feature_attention_mask`"):

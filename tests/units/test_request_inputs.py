@@ -57,8 +57,9 @@ NOT_READ = {
     # The deprecated name of `pixel_values` (upstream's `deprecate_kwarg` renames it before the forward reads it)
     "fuyu": {"image_patches"},
     # Clip lengths when no mask is passed (the drop-in asks for `feature_attention_mask` instead), and the interleaving
-    # of a video with its audio, refused when set
+    # of a video with its audio track (`generate` takes it; the engine refuses a request with it)
     "qwen2_5_omni_thinker": {"audio_feature_lengths", "use_audio_in_video"},
+    "qwen3_omni_moe_thinker": {"audio_feature_lengths", "use_audio_in_video"},
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
@@ -87,7 +88,7 @@ def test_the_multimodal_rope_families_are_found():
     assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"} <= set(ROPE_FAMILIES)
 
 
-# `get_rope_index` parameters the forward fills from inputs of other names (`None`: an option the drop-in refuses)
+# `get_rope_index` parameters the forward fills from inputs of other names (`None`: an option the engine refuses)
 ROPE_INPUT_NAMES = {
     "qwen2_5_omni_thinker": {
         "second_per_grids": "video_second_per_grid",
@@ -95,6 +96,7 @@ ROPE_INPUT_NAMES = {
         "use_audio_in_video": None,
     },
 }
+ROPE_INPUT_NAMES["qwen3_omni_moe_thinker"] = ROPE_INPUT_NAMES["qwen2_5_omni_thinker"]
 
 
 @pytest.mark.parametrize("model_type", ROPE_FAMILIES)

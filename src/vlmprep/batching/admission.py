@@ -31,7 +31,8 @@ def encode_admitted(model, requests: list[RequestItems]) -> list[Exception | Non
     errors: list[Exception | None] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}
     for position, request in enumerate(requests):
-        groups.setdefault(_concat_signature(request.item_inputs), []).append(position)
+        key = (_concat_signature(request.item_inputs), model.encoding_group_key(request.item_inputs))
+        groups.setdefault(key, []).append(position)
     for members in groups.values():
         try:
             _encode_together(model, [requests[position] for position in members])
@@ -99,13 +100,24 @@ def _encode_together(model, requests: list[RequestItems]) -> None:
     needed = sorted(first_of_hash.values())
     features, deepstack = ItemEncoder(model, model_kwargs, spans).features(needed, hashes)
     features = {index: features[first_of_hash[hashes[index]]] for index in hashes}
-    # Qwen3-VL's per-layer features travel with each item's features, to the same placeholders
-    deepstack = {index: deepstack[first_of_hash[hashes[index]]] for index in hashes} if deepstack else None
+    # Qwen3-VL's per-layer features travel with each item's features, to the same placeholders (an item of a modality
+    # without them, the Qwen3-Omni thinker's audio, has none)
+    deepstack = (
+        {
+            index: deepstack[first_of_hash[hashes[index]]]
+            for index in hashes
+            if first_of_hash[hashes[index]] in deepstack
+        }
+        if deepstack
+        else None
+    )
     first_item = 0
     for request in requests:
         items = sorted({span.item_index for span in request.spans})
         request.features = {index: features[first_item + index] for index in items}
         if deepstack is not None:
-            request.deepstack = {index: deepstack[first_item + index] for index in items}
+            request.deepstack = {
+                index: deepstack[first_item + index] for index in items if first_item + index in deepstack
+            }
         request.item_inputs = {}  # the pixels are no longer needed: free them while the request runs
         first_item += len(items)

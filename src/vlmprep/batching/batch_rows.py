@@ -48,6 +48,11 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
         slices.append((length, rows))
     if not has_features:
         return None
+    if not num_layers:
+        # Only rows of a modality without deepstack rows (the Qwen3-Omni thinker's audio) but a generated image or video
+        # placeholder: upstream reads as many deepstack layers for it as its vision tower makes (zeros: text)
+        vision_config = getattr(model.config, "vision_config", None)
+        num_layers = len(getattr(vision_config, "deepstack_visual_indexes", None) or ())
     ids = input_ids[0].tolist()
     # Per modality, (rows, per-layer rows or None for a generated placeholder) in the order the model fills them
     pieces: dict[str, list[tuple[torch.Tensor, list | None]]] = {name: [] for name in placeholder_ids}
@@ -69,6 +74,8 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
     outputs = {}
     # A modality fed only generated placeholders in a step still needs deepstack rows, shaped like the step's others
     layer_like = next((layers[0] for rows in pieces.values() for _, layers in rows if layers is not None), None)
+    if layer_like is None:  # only rows of a modality without them (audio): deepstack rows have the features' width
+        layer_like = next(rows for modality_pieces in pieces.values() for rows, _ in modality_pieces)
     for name, modality_pieces in pieces.items():
         if not modality_pieces:
             continue
@@ -92,6 +99,10 @@ def _slice_rows(items, start: int, end: int, modality: str) -> tuple[torch.Tenso
     rows = items.rows_between(start, end, modality)
     if rows is None:
         return None
+    # Only a modality whose items carry them has deepstack rows (the Qwen3-Omni thinker's audio has none)
+    with_layers = any(span.item_index in (items.deepstack or {}) for span in items.spans if span.modality == modality)
+    if not with_layers:
+        return rows, None
     layers = [items.rows_between(start, end, modality, layer) for layer in range(items.deepstack_layers)]
     return rows, layers or None
 
@@ -154,7 +165,9 @@ def step_position_ids(requests_in_batch: list, num_tokens: int) -> torch.Tensor 
             pieces.append(torch.arange(end - length, end)[None])
     if rows is None:
         return None
-    positions = torch.zeros(rows, 1, num_tokens, dtype=torch.long)
+    # Float when a request's rotary positions are (the Qwen3-Omni thinker's video times may fall between integers)
+    dtype = torch.float32 if any(piece.is_floating_point() for piece in pieces) else torch.long
+    positions = torch.zeros(rows, 1, num_tokens, dtype=dtype)
     first = 0
     for piece in pieces:
         positions[:, 0, first : first + piece.shape[-1]] = piece  # a 1D piece is broadcast over the rows

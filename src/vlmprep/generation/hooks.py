@@ -55,6 +55,35 @@ class FamilyHooks:
         """
         return self.vision_facts.fixed_tokens_per_image(self.config) if modality == "image" else None
 
+    def prompt_item_token_counts(
+        self, input_ids: torch.Tensor, model_kwargs: dict[str, Any], modality: str = "image"
+    ) -> int | list | None:
+        """`item_token_counts`, for a family whose items' runs are only known from the prompt (the Qwen-Omni thinkers'
+        videos interleaved with their audio tracks, each item several runs): by default the inputs alone give them.
+
+        Args:
+            input_ids (`torch.Tensor`): the prompt's ids.
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count tokens of.
+
+        Returns:
+            `int`, `list[int | list[int]]` or `None`
+        """
+        return self.item_token_counts(model_kwargs, modality=modality)
+
+    def encoding_group_key(self, model_kwargs: dict[str, Any]) -> tuple:
+        """What the items of several requests must share, besides the shapes of their inputs, to be encoded in one
+        call by the continuous-batching engine: by default nothing. The Qwen3-Omni thinker's clips depend on the
+        longest audio window of the call, so only requests with the same one are encoded together.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): one request's inputs.
+
+        Returns:
+            `tuple`
+        """
+        return ()
+
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """How many items of `modality` (images, videos, tiles, ...) the call's pixel inputs hold (`None`: none).
 

@@ -253,7 +253,7 @@ def find_item_spans(
     token_type_key = model.vision_facts.token_type_key
     spans: list[ItemSpan] = []
     for modality in model.vision_facts.modalities:
-        counts = model.item_token_counts(model_kwargs, modality=modality.name)
+        counts = model.prompt_item_token_counts(input_ids, model_kwargs, modality=modality.name)
         first_index = len({span.item_index for span in spans})
         ids = input_ids
         if modality.token_type is not None and token_types is not None:

@@ -68,6 +68,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen3_5ForConditionalGeneration": "qwen3_5",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
+    "Qwen3OmniMoeThinkerForConditionalGeneration": "qwen3_omni_moe",
     "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe",
     "SmolVLMForConditionalGeneration": "smolvlm",

@@ -1,41 +1,22 @@
 """Qwen2.5-Omni thinker: Qwen2.5-VL's images and videos, and audio clips, each encoded once.
 
-Images and videos are Qwen2.5-VL's flattened patches on a `(t, h, w)` grid; a video's `video_second_per_grid` spaces
-its rope positions in time. An audio clip is log-mel features `(num_clips, mel_bins, frames)` with a
-`feature_attention_mask` of its real frames; its tower subsamples them about 4x into one run of audio placeholders.
-Positions are multimodal rope over the whole prompt (images, videos and audio, `audio_seqlens` from the mask), from the
-model's own `get_rope_index`, never from `rope_deltas` left on the model.
-
-Upstream's forward reads encoded images and videos from `mm_encoder_outputs` but encodes audio from `input_features`
-on every call. So when a forward gets encoded audio rows, the drop-in embeds the ids and scatters them into the audio
-placeholders itself, exactly as upstream's forward does first, and hands upstream those `inputs_embeds` with the ids
-(which place the image and video rows). With `use_audio_in_video=True` a video's frames and its audio track come
-interleaved in time chunks, each item several runs: refused, not supported yet.
+The layout is `patch_grid_audio` (`layouts/patch_grid_audio.py`): images and videos are flattened patches on a
+`(t, h, w)` grid; an audio clip is log-mel features with a mask of its real frames, which its tower subsamples about 4x
+into one run of audio placeholders. Positions are multimodal rope over the whole prompt, from the model's own
+`get_rope_index`. Upstream's forward encodes audio from `input_features` on every call, so the drop-in places encoded
+clip rows in the input embeddings itself, as upstream's forward does.
 """
 
 import inspect
-from dataclasses import replace
-from typing import Any
 
-import torch
 import transformers
 
-from ..generation.facts import ModalityFacts
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
-from .layouts.patch_grid import PATCH_GRID_FACTS, PatchGridLayout
-
-_VIDEO = replace(PATCH_GRID_FACTS.modality("video"), position_keys=("video_second_per_grid",))
-_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("feature_attention_mask",))
-_AUDIO_IN_VIDEO = (
-    "`use_audio_in_video=True` (a video's frames interleaved with its audio track in time chunks) is not supported by "
-    "vlmprep's Qwen2.5-Omni thinker yet: pass the video's audio as a separate clip, or use "
-    "`transformers.Qwen2_5OmniThinkerForConditionalGeneration`."
-)
+from .layouts.patch_grid_audio import PatchGridAudioLayout
 
 
 class Qwen2_5OmniThinkerForConditionalGeneration(
-    PatchGridLayout, VisionPrepMixin, transformers.Qwen2_5OmniThinkerForConditionalGeneration
+    PatchGridAudioLayout, VisionPrepMixin, transformers.Qwen2_5OmniThinkerForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen2_5OmniThinkerForConditionalGeneration` whose vision and audio towers run once, in
     input preparation.
@@ -50,148 +31,8 @@ class Qwen2_5OmniThinkerForConditionalGeneration(
     ```
     """
 
-    vision_facts = replace(PATCH_GRID_FACTS, other_modalities=(_VIDEO, _AUDIO))
-
-    def _audio_tokens(self, mask: torch.Tensor) -> list[int]:
-        # The tower's own arithmetic on each clip's real frames
-        return self.model.audio_tower._get_feat_extract_output_lengths(mask.sum(-1))[1].tolist()
-
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: an image's or video's merged grid, an audio clip's subsampled real frames.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
-
-        Returns:
-            `list[int]` or `None` (without the inputs that give the counts)
-        """
-        if modality != "audio":
-            return super().item_token_counts(model_kwargs, modality=modality)
-        mask = model_kwargs.get("feature_attention_mask")
-        return None if mask is None else self._audio_tokens(mask)
-
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Grid rows of images and videos; audio clips of `input_features`.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
-
-        Returns:
-            `int` or `None`
-        """
-        if model_kwargs.get("use_audio_in_video"):
-            raise ValueError(_AUDIO_IN_VIDEO)
-        if modality != "audio":
-            return super().count_items(model_kwargs, modality=modality)
-        features = model_kwargs.get("input_features")
-        if (
-            model_kwargs.get("audio_feature_lengths") is not None
-            and model_kwargs.get("feature_attention_mask") is None
-        ):
-            raise ValueError(
-                "`audio_feature_lengths` was passed without `feature_attention_mask`: vlmprep reads each clip's real "
-                "frames from the mask. Pass the `feature_attention_mask` the feature extractor returned."
-            )
-        return None if features is None else features.shape[0]
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items: patch rows and grids, or audio clips cut to their real frames.
-
-        A clip's features do not depend on the padding of its batch (the tower reads its real frames only), so the
-        clips are cut to the longest real one among them: the same clip hashes alike alone or padded.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
-        """
-        if modality != "audio":
-            return super().select_item_inputs(model_kwargs, indices, modality=modality)
-        features, mask = model_kwargs["input_features"][indices], model_kwargs["feature_attention_mask"][indices]
-        frames = int(mask.sum(-1).max()) if mask.numel() else 0
-        # `(clips, mel_bins, frames)`: the feature extractor pads at the end of the frames
-        return {"input_features": features[..., :frames], "feature_attention_mask": mask[:, :frames]}
-
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
-        """Raise when audio inputs do not fit the audio tower (`(clips, mel_bins, frames)` with a mask per frame).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
-        """
-        if modality != "audio":
-            return super().check_pixel_inputs(model_kwargs, modality=modality)
-        features, mask = model_kwargs.get("input_features"), model_kwargs.get("feature_attention_mask")
-        bins = self.config.audio_config.num_mel_bins
-        if features.ndim != 3 or features.shape[1] != bins:
-            raise ValueError(
-                f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not take: "
-                f"(num_clips, {bins} mel bins, frames). Extract the features with this model's feature extractor."
-            )
-        if mask is None or tuple(mask.shape) != (features.shape[0], features.shape[2]):
-            shape = None if mask is None else tuple(mask.shape)
-            raise ValueError(
-                f"`feature_attention_mask` has shape {shape} but `input_features` needs one mask entry per frame, "
-                f"{(features.shape[0], features.shape[2])}. Pass the mask the feature extractor returned."
-            )
-
-    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor:
-        """`(4, batch, seq)` positions of the whole prompt: text positions, then the 3 multimodal rope rows.
-
-        Args:
-            input_ids (`torch.Tensor`): the whole prompt.
-            model_kwargs (`dict[str, Any]`): the call's inputs (grids, audio mask, mask).
-
-        Returns:
-            `torch.Tensor` of shape `(4, batch, seq)`
-        """
-        if model_kwargs.get("use_audio_in_video"):
-            raise ValueError(_AUDIO_IN_VIDEO)
-        attention_mask = model_kwargs.get("attention_mask")
-        if attention_mask is None or attention_mask.shape[-1] != input_ids.shape[-1]:
-            attention_mask = torch.ones_like(input_ids)  # upstream's `get_rope_index` reads a mask in every case
-        text_positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-        audio_mask = model_kwargs.get("feature_attention_mask")
-        grids = {key: model_kwargs.get(key) for key in ("image_grid_thw", "video_grid_thw")}
-        placeholders = (self.config.image_token_id, self.config.video_token_id)
-        for (key, grid), placeholder in zip(grids.items(), placeholders, strict=True):
-            if grid is None and bool((input_ids == placeholder).any()):
-                raise ValueError(
-                    f"The prompt has placeholders of `{key}` but no `{key}`: this model's positions depend on every "
-                    "item's grid, also of those already in the cache. Pass the inputs of every item of the prompt."
-                )
-        if audio_mask is None and bool((input_ids == self.config.audio_token_id).any()):
-            raise ValueError(
-                "The prompt has audio placeholders but no `feature_attention_mask`: this model's positions depend on "
-                "every clip's length, also of those already in the cache. Pass the audio inputs of every clip."
-            )
-        seconds = model_kwargs.get("video_second_per_grid")
-        if grids["video_grid_thw"] is not None and seconds is None:
-            raise ValueError(
-                "`video_grid_thw` was passed without `video_second_per_grid`: this model spaces a video's positions "
-                "by it. Pass it as this model's processor returns it."
-            )
-        mrope, rope_deltas = self.model.get_rope_index(
-            input_ids,
-            **grids,
-            attention_mask=attention_mask,
-            use_audio_in_video=False,
-            audio_seqlens=None if audio_mask is None else audio_mask.sum(-1),
-            second_per_grids=seconds,
-        )
-        # Written, never read: as upstream's generate leaves it; vlmprep's positions never depend on it.
-        self.model.rope_deltas = rope_deltas
-        return torch.cat([text_positions.unsqueeze(0), mrope.to(text_positions.dtype)], dim=0)
-
     def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings here.
+        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings first.
 
         Args:
             args, kwargs: what `transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward` takes.
@@ -199,18 +40,8 @@ class Qwen2_5OmniThinkerForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_features") is not None:
-            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        mask = input_ids == self.config.audio_token_id
-        inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded["audio"], "audio")
-        encoded = {name: output for name, output in encoded.items() if name != "audio"}
-        kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=encoded or None)
-        return super().forward(**kwargs)
+        args, kwargs = self.place_encoded_audio(args, kwargs)
+        return super().forward(*args, **kwargs)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward)

@@ -53,6 +53,7 @@ from .text_only_rules import (
     QWEN3_5_DECODER,
     QWEN3_DECODER,
     QWEN3_MOE_DECODER,
+    QWEN3_OMNI_MOE_DECODER,
     TEXT_MODEL,
 )
 
@@ -265,9 +266,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "qwen2_vl": drop_in("qwen2_vl.Qwen2VLForConditionalGeneration", QWEN2_DECODER),
         "qwen3_5": drop_in("qwen3_5.Qwen3_5ForConditionalGeneration", QWEN3_5_DECODER),
         "qwen3_5_moe": drop_in("qwen3_5_moe.Qwen3_5MoeForConditionalGeneration", QWEN3_5_DECODER),
-        "qwen3_omni_moe_thinker": candidate(
-            f"{_AUDIO_IN_FORWARD}; its images and videos are Qwen3-VL's (multimodal rope, deepstack), interleaved with "
-            "audio under `use_audio_in_video` as qwen2_5_omni_thinker's"
+        "qwen3_omni_moe_thinker": drop_in(
+            "qwen3_omni_moe.Qwen3OmniMoeThinkerForConditionalGeneration", QWEN3_OMNI_MOE_DECODER
         ),
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),

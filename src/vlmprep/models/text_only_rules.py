@@ -19,6 +19,7 @@ __all__ = [
     "QWEN3_5_DECODER",
     "QWEN3_DECODER",
     "QWEN3_MOE_DECODER",
+    "QWEN3_OMNI_MOE_DECODER",
     "TEXT_MODEL",
     "TextOnlyFamily",
 ]
@@ -138,6 +139,13 @@ QWEN3_MOE_DECODER = TextOnlyFamily(
     key_rules=_QWEN_VL_KEYS,
     decoder_config_overrides=(("norm_topk_prob", True),),
     decoder_model_type="qwen3_moe",
+)
+
+# The Qwen3-Omni thinker's decoder is Qwen3-MoE's with a multimodal rope (1D on text, as Qwen3-VL's); its router reads
+# `norm_topk_prob` as Qwen3-MoE's does. Saved under module names, the audio tower (`model.audio_tower.*`) next to the
+# vision tower.
+QWEN3_OMNI_MOE_DECODER = TextOnlyFamily(
+    key_rules=(("model.audio_tower.", None), *_QWEN_VL_KEYS), decoder_model_type="qwen3_moe"
 )
 
 # Qwen3.5's text config (`qwen3_5_text`, `qwen3_5_moe_text`) has a causal LM of its own, whose rotary embedding takes the

@@ -129,16 +129,17 @@ def _qwen_omni_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     return features, mask, ((real - 1) // 2 + 1 - 2) // 2 + 1
 
 
-def build_qwen_omni_inputs(config, segments: list, item_seeds: list[int]) -> dict:
+def build_qwen_omni_inputs(config, segments: list, item_seeds: list[int], clip_of=_qwen_omni_clip) -> dict:
     """Qwen2.5-Omni thinker prompts: images and videos as Qwen2.5-VL's, an audio clip `<|audio_bos|>`, its
-    placeholders, `<|audio_eos|>`; each video one second per temporal patch or two (seed parity)."""
+    placeholders, `<|audio_eos|>`; each video one second per temporal patch or two (seed parity). `clip_of(seed)`
+    gives a clip's features, mask and placeholder count (the Qwen3-Omni thinker's tower counts otherwise)."""
     seeds = iter(item_seeds)
     visual_segments, visual_seeds, clips = [], [], []
     for segment in segments:
         if isinstance(segment, list):
             visual_segments.append(segment)
         elif segment == AUDIO:
-            clips.append(_qwen_omni_clip(next(seeds)))
+            clips.append(clip_of(next(seeds)))
             visual_segments.append([-len(clips)])  # marks where the clip goes
         else:
             visual_segments.append(segment)

@@ -79,6 +79,7 @@ from .patch_grid import (
     tiny_qwen3_vl_config,
     tiny_qwen3_vl_moe_config,
 )
+from .qomni import tiny_qwen3_omni_moe_config
 
 # model_type -> builder, for every drop-in of the registry whose builder exists (`utils/check_exports.py` reports a
 # drop-in without one).
@@ -164,6 +165,7 @@ __all__ = [
     "tiny_qwen2_vl_config",
     "tiny_qwen3_5_config",
     "tiny_qwen3_5_moe_config",
+    "tiny_qwen3_omni_moe_config",
     "tiny_qwen3_vl_config",
     "tiny_qwen3_vl_moe_config",
     "tiny_sam_vision_config",
