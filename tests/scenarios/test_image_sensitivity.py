@@ -31,7 +31,7 @@ def _params() -> list:
         params.append(pytest.param(family, IMAGE, id=f"{family}-image"))
         if "pixel_values_videos" in FAMILY_CASES[family].pixel_keys:  # families whose cases build videos
             params.append(pytest.param(family, VIDEO, id=f"{family}-video"))
-        if "input_features" in FAMILY_CASES[family].pixel_keys:  # families whose cases build audio clips
+        if FAMILY_CASES[family].builds_audio:
             params.append(pytest.param(family, AUDIO, id=f"{family}-audio"))
     return params
 

@@ -57,6 +57,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
     "Mistral3ForConditionalGeneration": "mistral3",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
+    "MuseSparkForConditionalGeneration": "muse_spark",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
     "PaliGemmaForConditionalGeneration": "paligemma",
     "QianfanOCRForConditionalGeneration": "qianfan_ocr",

@@ -236,7 +236,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             " high-res part with `<im_col>` tokens between rows: a layout of its own"
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
-        "muse_spark": candidate(_AUDIO_IN_FORWARD),
+        "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
         "nemotron_h_omni": candidate(
             f"{_AUDIO_IN_FORWARD}; its Nemotron-H decoder's mamba layers are `linear_attention` cache layers, which "
             "the prefix store snapshots (tried on qwen3_5's and lfm2_vl's decoders, not on mamba yet)"
