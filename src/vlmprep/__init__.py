@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from .cache.encoder_cache import EncoderCache, EncoderCacheStats
     from .cache.prefix_cache import PrefixCache, PrefixCacheStats
     from .generation import VisionFacts, VisionPrepGenerationMixin
+    from .models.apertus1p5 import Apertus1p5ForConditionalGeneration
     from .models.aria import AriaForConditionalGeneration
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration

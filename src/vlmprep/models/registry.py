@@ -98,10 +98,7 @@ _INDEXED = (
 # other type with a text-only rule.
 FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
     {
-        "apertus1p5": candidate(
-            f"{_AUDIO_IN_FORWARD}; its images (discrete vision-tokenizer tokens, one run per row split by end-of-line "
-            "tokens) would fit the spans"
-        ),
+        "apertus1p5": drop_in("apertus1p5.Apertus1p5ForConditionalGeneration", LANGUAGE_MODEL),
         "aria": drop_in("aria.AriaForConditionalGeneration"),
         "aya_vision": drop_in("aya_vision.AyaVisionForConditionalGeneration", COHERE2_VISION),
         "blip": not_placeholder_based(

@@ -1,4 +1,4 @@
-"""Muse Spark: Muse Glimmer's images and videos, and raw-waveform audio clips, as its processor builds them.
+"""Muse Spark and Apertus 1.5: images (and videos) and audio clips, as their processors build them.
 
 Images and videos are Muse Glimmer's (`cases_text_positions`). An audio clip is `<|soft_audio_start|>`, one `<|audio|>`
 per started `samples_per_token` real samples (`MuseSparkProcessor.replace_audio_token`), `<|soft_audio_end|>`; its
@@ -13,8 +13,17 @@ import torch
 from support.cases import FamilyCase, register
 from support.families.cases_text_positions import image_grid, placeholder
 from support.patch_grid_inputs import grid_prompt
-from vlmprep.testing import AUDIO, TINY_AUDIO_TOKEN_ID, TINY_BOA_TOKEN_ID, TINY_EOA_TOKEN_ID
-from vlmprep.testing.configs.omnib import MUSE_SPARK_PATCH_SIZES
+from vlmprep.testing import (
+    AUDIO,
+    IMAGE,
+    TINY_AUDIO_TOKEN_ID,
+    TINY_BOA_TOKEN_ID,
+    TINY_BOI_TOKEN_ID,
+    TINY_EOA_TOKEN_ID,
+    TINY_EOI_TOKEN_ID,
+    TINY_IMAGE_TOKEN_ID,
+)
+from vlmprep.testing.configs.omnib import APERTUS1P5_HOP_LENGTH, APERTUS1P5_SPATIAL_FACTOR, MUSE_SPARK_PATCH_SIZES
 
 MUSE_SPARK_SAMPLES = 40
 SAMPLES_PER_TOKEN = MUSE_SPARK_PATCH_SIZES[0] * MUSE_SPARK_PATCH_SIZES[1]
@@ -71,5 +80,86 @@ register(
             "input_values",
             "input_values_mask",
         ),
+    )
+)
+
+
+# Apertus 1.5's structure tokens (`Apertus1p5Processor`): an image is `<boi>`, its grid size as text (`h*w`),
+# `<image_wrapper>`, its grid rows of placeholders split by `<eol>`, `<eoi>`; an audio clip `<boa>`, its codes, `<eoa>`.
+APERTUS_WRAPPER, APERTUS_EOL = 118, 119
+APERTUS_TIMES = 60  # the text token `*` of the grid size
+APERTUS_SAMPLES = 40
+APERTUS_CANVAS = 8  # px: the largest image
+APERTUS_IMAGE_SIZES = ((8, 8), (4, 8), (8, 4), (4, 4))  # (height, width) px, by seed modulo 7 modulo 4
+
+
+def _apertus_image(seed: int) -> tuple[torch.Tensor, tuple[int, int], list[int]]:
+    height, width = APERTUS_IMAGE_SIZES[seed % 7 % 4]
+    pixels = torch.rand(3, height, width, generator=torch.Generator().manual_seed(seed)) * 2 - 1  # in [-1, 1]
+    rows, columns = height // APERTUS1P5_SPATIAL_FACTOR, width // APERTUS1P5_SPATIAL_FACTOR
+    grid = [*[TINY_IMAGE_TOKEN_ID] * columns]
+    for _ in range(rows - 1):
+        grid += [APERTUS_EOL, *[TINY_IMAGE_TOKEN_ID] * columns]
+    ids = [TINY_BOI_TOKEN_ID, 50 + rows, APERTUS_TIMES, 50 + columns, APERTUS_WRAPPER, *grid, TINY_EOI_TOKEN_ID]
+    return pixels, (height, width), ids
+
+
+def _apertus_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    real = APERTUS_SAMPLES - 6 * (seed % 7 % 4)
+    values = torch.zeros(1, APERTUS_SAMPLES)
+    values[0, :real] = torch.randn(real, generator=torch.Generator().manual_seed(4000 + seed))
+    mask = torch.zeros(APERTUS_SAMPLES, dtype=torch.long)
+    mask[:real] = 1
+    codes = -(-real // APERTUS1P5_HOP_LENGTH)
+    return values, mask, [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * codes, TINY_EOA_TOKEN_ID]
+
+
+def build_apertus1p5_inputs(config, segments: list, item_seeds: list[int]) -> dict:
+    """Apertus 1.5 prompts: images padded to 8 px with their `image_sizes`, clips padded to 40
+    samples with their `padding_mask` (40, 34, 28 or 22 real, by seed)."""
+    seeds = iter(item_seeds)
+    ids: list[int] = []
+    images, clips = [], []
+    for segment in segments:
+        if isinstance(segment, list):
+            ids += segment
+        elif segment == AUDIO:
+            values, mask, run = _apertus_clip(next(seeds))
+            clips.append((values, mask))
+            ids += run
+        elif segment != IMAGE:
+            raise ValueError(f"Apertus 1.5 takes images and audio clips, not {segment}")
+        else:
+            pixels, size, run = _apertus_image(next(seeds))
+            images.append((pixels, size))
+            ids += run
+    inputs = {"input_ids": torch.tensor([ids])}
+    if images:
+        # The image processor zero-pads a batch's images to its largest; here to the largest of any batch (8 px),
+        # so that rows of a batch concatenate (upstream crops each image to its size: the padding is never read)
+        canvas = torch.zeros(len(images), 3, APERTUS_CANVAS, APERTUS_CANVAS)
+        for index, (pixels, size) in enumerate(images):
+            canvas[index, :, : size[0], : size[1]] = pixels
+        inputs["pixel_values"] = canvas
+        inputs["image_sizes"] = torch.tensor([size for _, size in images])
+    if clips:
+        inputs["input_values"] = torch.stack([clip[0] for clip in clips])
+        inputs["padding_mask"] = torch.stack([clip[1] for clip in clips])
+    return inputs
+
+
+register(
+    FamilyCase(
+        "apertus1p5",
+        build_apertus1p5_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "image_sizes", "input_values", "padding_mask"),
+        skip={
+            "bad_input_wrong_resolution": (
+                "any canvas holding every image of `image_sizes` is valid Apertus 1.5 input (the processor pads a "
+                "batch's images to its largest, upstream crops each to its size), so larger pixels are not "
+                "malformed; smaller ones are refused"
+            )
+        },
     )
 )

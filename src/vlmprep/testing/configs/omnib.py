@@ -1,16 +1,28 @@
-"""Tiny configs of the omni families of issue 26: Muse Spark (images, videos and raw-waveform audio clips).
+"""Tiny configs of the omni families of issue 26: Muse Spark (images, videos and raw-waveform audio clips) and
+Apertus 1.5 (images and audio clips as discrete codes of the vocabulary).
 
 Muse Spark is Muse Glimmer's vision and decoder (flattened patches on a `(t, h, w)` grid, 1D positions, a sliding
 layer with rope and a NoPE full layer) with a mixture-of-experts MLP, a residual gate, and a causal convolutional
 audio tower reading the mono waveform (`input_values`, padded at the end to a multiple of `samples_per_token`, with
 `input_values_mask`): one audio token per `prod(patch_sizes)` samples.
+
+Apertus 1.5 tokenizes an image (cropped to its `image_sizes`) into a grid of codes, one per `f x f` pixels, and an
+audio clip (a mono waveform with `padding_mask`) into one code per `hop_length` samples; codes are offset into the
+vocabulary (images from `image_token_offset`, audio from `audio_token_offset`) and embedded by the decoder's table.
 """
 
 from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_AUDIO_TOKEN_ID, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config, tiny_vision_config
+from .parts import (
+    TINY_AUDIO_TOKEN_ID,
+    TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
+    TINY_VOCAB_SIZE,
+    tiny_text_config,
+    tiny_vision_config,
+)
 from .patch_grid import MERGE_SIZE, PATCH_SIZE, TEMPORAL_PATCH_SIZE
 
 MUSE_SPARK_PATCH_SIZES = (2, 2)  # waveform samples folded by each stage of the audio tower: 4 per audio token
@@ -65,4 +77,62 @@ def tiny_muse_spark_config() -> transformers.MuseSparkConfig:
         audio_token_id=TINY_AUDIO_TOKEN_ID,
         out_hidden_size=32 * MERGE_SIZE**2,  # the tower's width after its pixel shuffle
         projector_hidden_size=32,
+    )
+
+
+APERTUS1P5_SPATIAL_FACTOR = 2  # the vision tokenizer's two stages halve the image once: a code per 2x2 pixels
+APERTUS1P5_HOP_LENGTH = 4  # waveform samples per audio code
+APERTUS1P5_CODEBOOK_SIZE = (
+    16  # codes of each tokenizer, offset after the 128 text ids (images) and after those (audio)
+)
+
+
+def tiny_apertus1p5_config() -> transformers.Apertus1p5Config:
+    """A tiny Apertus 1.5 config: a two-layer decoder whose vocabulary holds the 128 text ids, then 16 image codes and
+    16 audio codes, with its output head pruned to the text ids (as the released checkpoints); a two-stage vision
+    tokenizer (a code per 2x2 pixels) and a WavTokenizer encoder (a code per 4 samples).
+
+    Returns:
+        `transformers.Apertus1p5Config`
+    """
+    image_offset = TINY_VOCAB_SIZE
+    audio_offset = image_offset + APERTUS1P5_CODEBOOK_SIZE
+    text = tiny_text_config(
+        "apertus1p5_text",
+        head_dim=16,
+        # upstream's default `xielu` holds parameters its initialisation cannot rebuild: gelu, as upstream's tests
+        hidden_act="gelu",
+        vocab_size=audio_offset + APERTUS1P5_CODEBOOK_SIZE,
+        output_vocab_size=TINY_VOCAB_SIZE,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    vision = {
+        "codebook_size": APERTUS1P5_CODEBOOK_SIZE,
+        "base_channels": 32,  # the encoder's GroupNorm splits channels in 32 groups
+        "channel_multiplier": [1, 1],
+        "num_res_blocks": 1,
+        "embed_dim": 8,
+        "latent_channels": 32,
+        "attn_resolutions": [],
+        "resolution": 8,
+    }
+    audio = {
+        "model_type": "wavtokenizer_encoder",
+        "num_filters": 4,
+        "upsampling_ratios": [2, 2],
+        "hidden_size": 8,
+        "codebook_dim": 8,
+        "codebook_size": APERTUS1P5_CODEBOOK_SIZE,
+        "num_lstm_layers": 1,
+    }
+    return transformers.Apertus1p5Config(
+        text_config=text,
+        vision_config=vision,
+        audio_config=audio,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        audio_token_id=TINY_AUDIO_TOKEN_ID,
+        image_token_offset=image_offset,
+        audio_token_offset=audio_offset,
     )
