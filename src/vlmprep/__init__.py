@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from .models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
+    from .models.dots3_note import Dots3NoteForConditionalGeneration
     from .models.emu3 import Emu3ForConditionalGeneration
     from .models.ernie4_5_vl_moe import Ernie4_5_VLMoeForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration

@@ -17,6 +17,7 @@ REFUSED = {
     "lfm2_vl": "paged cache does not hold",
     "lfm3_vl": "paged cache does not hold",
     "glm5_next": "paged cache does not hold",
+    "dots3_note": "paged cache does not hold",
     "inkling2": "paged cache does not hold",
     "inkling2_loop": "paged cache does not hold",
     "qwen3_5": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",

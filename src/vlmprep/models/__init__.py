@@ -28,6 +28,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",
     "DeepseekVLForConditionalGeneration": "deepseek_vl",
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
+    "Dots3NoteForConditionalGeneration": "dots3_note",
     "Emu3ForConditionalGeneration": "emu3",
     "Ernie4_5_VLMoeForConditionalGeneration": "ernie4_5_vl_moe",
     "Exaone4_5_ForConditionalGeneration": "exaone4_5",

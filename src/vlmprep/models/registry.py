@@ -123,7 +123,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "block-diffusion model: its own generation mixin denoises blocks of tokens, not the autoregressive loop "
             "whose hooks vlmprep overrides"
         ),
-        "dots3_note": candidate(_AUDIO_IN_FORWARD),
+        "dots3_note": drop_in("dots3_note.Dots3NoteForConditionalGeneration"),
         "emu3": drop_in("emu3.Emu3ForConditionalGeneration"),
         "ernie4_5_vl_moe": drop_in("ernie4_5_vl_moe.Ernie4_5_VLMoeForConditionalGeneration"),
         "evolla": not_placeholder_based(

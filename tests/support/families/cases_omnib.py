@@ -1,4 +1,4 @@
-"""Muse Spark and Apertus 1.5: images (and videos) and audio clips, as their processors build them.
+"""Muse Spark, Apertus 1.5 and Dots 3 Note: images (and videos) and audio clips, as their processors build them.
 
 Images and videos are Muse Glimmer's (`cases_text_positions`). An audio clip is `<|soft_audio_start|>`, one `<|audio|>`
 per started `samples_per_token` real samples (`MuseSparkProcessor.replace_audio_token`), `<|soft_audio_end|>`; its
@@ -12,7 +12,7 @@ import torch
 
 from support.cases import FamilyCase, register
 from support.families.cases_text_positions import image_grid, placeholder
-from support.patch_grid_inputs import grid_prompt
+from support.patch_grid_inputs import grid_prompt, merged_tokens
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
@@ -22,8 +22,16 @@ from vlmprep.testing import (
     TINY_EOA_TOKEN_ID,
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
 )
-from vlmprep.testing.configs.omnib import APERTUS1P5_HOP_LENGTH, APERTUS1P5_SPATIAL_FACTOR, MUSE_SPARK_PATCH_SIZES
+from vlmprep.testing.configs.omnib import (
+    APERTUS1P5_HOP_LENGTH,
+    APERTUS1P5_SPATIAL_FACTOR,
+    DOTS3_NOTE_HOP_LENGTH,
+    DOTS3_NOTE_MEL_BINS,
+    MUSE_SPARK_PATCH_SIZES,
+)
+from vlmprep.testing.configs.patch_grid import PATCH_SIZE, VISION_END, VISION_START
 
 MUSE_SPARK_SAMPLES = 40
 SAMPLES_PER_TOKEN = MUSE_SPARK_PATCH_SIZES[0] * MUSE_SPARK_PATCH_SIZES[1]
@@ -161,5 +169,83 @@ register(
                 "malformed; smaller ones are refused"
             )
         },
+    )
+)
+
+
+# Dots 3 Note: Qwen2-VL's `<|vision_start|>`, run, `<|vision_end|>` around an image or a video (one run each, one frame
+# a patch); an audio clip `<|audio_start|>`, its chunks' placeholders back to back, `<|audio_end|>`.
+DOTS_AUDIO_START, DOTS_AUDIO_END = 116, 117
+DOTS_CHUNK_SAMPLES = (320, 272, 224, 176)  # the first chunk's samples by seed modulo 7 modulo 4: 10, 9, 7, 6 tokens
+DOTS_SECOND_CHUNK_SAMPLES = 96  # seed modulo 7 modulo 4 == 2: the clip is longer than a chunk, 3 more tokens
+DOTS_PATCH_SHAPE = (3 * PATCH_SIZE**2,)  # one frame a patch
+DOTS_FRAMES = DOTS_CHUNK_SAMPLES[0] // DOTS3_NOTE_HOP_LENGTH  # the longest chunk's frames (8 a token)
+
+
+def _dots_placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    token = TINY_IMAGE_TOKEN_ID if medium is IMAGE else TINY_VIDEO_TOKEN_ID
+    ids = [VISION_START, *[token] * merged_tokens(grid), VISION_END]
+    return ids, [0] * len(ids)
+
+
+def _dots_chunks(seed: int) -> list[tuple[torch.Tensor, int]]:
+    # The clip's chunks: log-mel frames (8 a token, zero after the real ones) and their samples
+    shape = seed % 7 % 4
+    lengths = [DOTS_CHUNK_SAMPLES[shape], *([DOTS_SECOND_CHUNK_SAMPLES] if shape == 2 else [])]
+    generator = torch.Generator().manual_seed(5000 + seed)
+    chunks = []
+    for samples in lengths:
+        features = torch.zeros(DOTS3_NOTE_MEL_BINS, DOTS_FRAMES)
+        frames = samples // DOTS3_NOTE_HOP_LENGTH
+        features[:, :frames] = torch.randn(DOTS3_NOTE_MEL_BINS, frames, generator=generator)
+        chunks.append((features, samples))
+    return chunks
+
+
+def build_dots3_note_inputs(config, segments: list, item_seeds: list[int]) -> dict:
+    """Dots 3 Note prompts: images and videos as Qwen2-VL's with 1D positions, audio clips of one or two chunks."""
+    per_token = DOTS3_NOTE_HOP_LENGTH * 8
+    seeds = iter(item_seeds)
+    visual_segments, visual_seeds, clips = [], [], []
+    for segment in segments:
+        if isinstance(segment, list):
+            visual_segments.append(segment)
+        elif segment == AUDIO:
+            clips.append(_dots_chunks(next(seeds)))
+            visual_segments.append([-len(clips)])  # marks where the clip goes
+        else:
+            visual_segments.append(segment)
+            visual_seeds.append(next(seeds))
+    ids, _, pixel_inputs, _ = grid_prompt(
+        visual_segments, visual_seeds, image_grid, _dots_placeholder, DOTS_PATCH_SHAPE
+    )
+    prompt: list[int] = []
+    for token in ids:
+        if token >= 0:
+            prompt.append(token)
+        else:
+            tokens = sum(-(-samples // per_token) for _, samples in clips[-token - 1])
+            prompt += [DOTS_AUDIO_START, *[TINY_AUDIO_TOKEN_ID] * tokens, DOTS_AUDIO_END]
+    inputs = {"input_ids": torch.tensor([prompt]), **pixel_inputs}
+    chunks = [chunk for clip in clips for chunk in clip]
+    if chunks:
+        inputs["input_features"] = torch.stack([features for features, _ in chunks])
+        inputs["chunk_sample_lengths"] = torch.tensor([samples for _, samples in chunks])
+    return inputs
+
+
+register(
+    FamilyCase(
+        "dots3_note",
+        build_dots3_note_inputs,
+        per_token_keys=(),
+        pixel_keys=(
+            "pixel_values",
+            "image_grid_thw",
+            "pixel_values_videos",
+            "video_grid_thw",
+            "input_features",
+            "chunk_sample_lengths",
+        ),
     )
 )

@@ -136,3 +136,82 @@ def tiny_apertus1p5_config() -> transformers.Apertus1p5Config:
         image_token_offset=image_offset,
         audio_token_offset=audio_offset,
     )
+
+
+DOTS3_NOTE_MEL_BINS = 8
+DOTS3_NOTE_HOP_LENGTH = 4  # waveform samples a log-mel frame; 8 frames (32 samples) an audio token
+
+
+def tiny_dots3_note_config() -> transformers.Dots3NoteConfig:
+    """A tiny Dots 3 Note config: a decoder of one indexed (DeepSeek sparse) attention layer and one sliding-window
+    layer (window 6), both multi-head latent attention with a mixture of experts after the first layer; a two-layer
+    vision tower of 4 px patches merged 2x2 (its second layer routed experts); a two-layer audio tower over 8 mel bins.
+
+    The indexer keeps the 512 best keys of every query: more than any test prompt holds, so its hard top-k selects every
+    causal key and a cached or chunked prefill sees the keys an uncached forward sees.
+
+    Returns:
+        `transformers.Dots3NoteConfig`
+    """
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_channels": 3,
+        "patch_size": PATCH_SIZE,
+        "spatial_merge_size": MERGE_SIZE,
+        "temporal_patch_size": 1,
+        "pyramid_num_routed": [-1, 2],  # a dense layer, then one of 2 routed experts
+        "capacity_factor": 2,
+        "adapter_in_dim": 32,
+        "adapter_out_dim": 32,
+        "adapter_merge_size": MERGE_SIZE,
+    }
+    audio = {
+        "whisper_config": {
+            "d_model": 32,
+            "encoder_attention_heads": 2,
+            "encoder_ffn_dim": 64,
+            "encoder_layers": 2,
+            "num_mel_bins": DOTS3_NOTE_MEL_BINS,
+            "max_source_positions": 64,
+        },
+        "feature_size": DOTS3_NOTE_MEL_BINS,
+        "hop_length": DOTS3_NOTE_HOP_LENGTH,
+        "downsample_hidden_size": 4,
+        "adapter_input_size": 32,
+        "adapter_output_size": 32,
+    }
+    latent_attention = {"q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8}
+    return transformers.Dots3NoteConfig(
+        **tiny_text_config(None, num_attention_heads=2, num_key_value_heads=2, head_dim=16),
+        **latent_attention,
+        **{f"swa_{name}": value for name, value in latent_attention.items()},
+        v_head_dim=8,
+        swa_v_head_dim=8,
+        swa_head_dim=16,
+        swa_num_attention_heads=2,
+        swa_num_key_value_heads=2,
+        max_position_embeddings=512,
+        layer_types=["indexed_attention", "sliding_attention"],
+        sliding_window_size=6,
+        index_n_heads=2,
+        index_head_dim=16,
+        index_topk=512,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        shared_experts_intermediate_size=16,
+        first_k_dense_replace=1,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        video_token_id=TINY_VIDEO_TOKEN_ID,
+        audio_token_id=TINY_AUDIO_TOKEN_ID,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        vision_config=vision,
+        audio_config=audio,
+    )
