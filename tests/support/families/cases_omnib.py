@@ -98,7 +98,8 @@ APERTUS_WRAPPER, APERTUS_EOL = 118, 119
 APERTUS_TIMES = 60  # the text token `*` of the grid size
 APERTUS_SAMPLES = 40
 APERTUS_CANVAS = 8  # px: the largest image
-APERTUS_IMAGE_SIZES = ((8, 8), (4, 8), (8, 4), (4, 4))  # (height, width) px, by seed modulo 7 modulo 4
+# (height, width) px by seed modulo 7 modulo 4; at least 2x2 codes (the tokenizer normalizes its latent per group)
+APERTUS_IMAGE_SIZES = ((4, 4), (4, 8), (8, 4), (8, 8))
 
 
 def _apertus_image(seed: int) -> tuple[torch.Tensor, tuple[int, int], list[int]]:
