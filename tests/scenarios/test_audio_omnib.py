@@ -26,11 +26,12 @@ from support.references import (
     Prompt,
     assert_close,
     cropped_cache,
+    generate_batch_matching_upstream,
     generate_logits,
     uncached_logits,
 )
 from vlmprep import Dots3NoteForConditionalGeneration, PrefixCache
-from vlmprep.testing import AUDIO, VisionRunCounter, tiny_model
+from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_dots3_note_config
 
 WAVEFORM_FAMILIES = ["apertus1p5", "muse_spark"]
@@ -72,6 +73,19 @@ def test_a_cache_ending_inside_an_audio_run_resumes_exactly(family):
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
 def test_two_clips_behind_identical_ids_never_share_prefix_kv(family):
     _identical_ids(family)
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_batch_rows_with_clips_match_each_row_alone(family, chunk_size):
+    # Upstream expands and splits the call's clips per row itself (`_expand_inputs_for_generation` of Apertus 1.5 and
+    # Dots 3 Note); here each row's clips are encoded once and placed in that row, exactly.
+    upstream, ours = model_pair(family)
+    one = Prompt(ours.config, [[2, 10], AUDIO, [11]], image_seeds=[3])
+    two = Prompt(ours.config, [SYSTEM, IMAGE, [30], AUDIO, [31]], image_seeds=[1, 0])
+    with VisionRunCounter(ours) as runs:
+        generate_batch_matching_upstream(upstream, ours, [one, two], prefill_chunk_size=chunk_size)
+    assert sorted(runs.batch_sizes) == [1, 2], "one image call, one call for both rows' clips"
 
 
 @pytest.mark.parametrize("family", WAVEFORM_FAMILIES)
