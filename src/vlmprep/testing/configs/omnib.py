@@ -19,7 +19,6 @@ from .parts import (
     TINY_AUDIO_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
-    TINY_VOCAB_SIZE,
     tiny_text_config,
     tiny_vision_config,
 )
@@ -82,28 +81,25 @@ def tiny_muse_spark_config() -> transformers.MuseSparkConfig:
 
 APERTUS1P5_SPATIAL_FACTOR = 2  # the vision tokenizer's two stages halve the image once: a code per 2x2 pixels
 APERTUS1P5_HOP_LENGTH = 4  # waveform samples per audio code
-APERTUS1P5_CODEBOOK_SIZE = (
-    16  # codes of each tokenizer, offset after the 128 text ids (images) and after those (audio)
-)
+APERTUS1P5_CODEBOOK_SIZE = 16  # codes of each tokenizer
+APERTUS1P5_IMAGE_CODES = 64  # the first image code's id: image codes 64..79, audio codes 80..95
 
 
 def tiny_apertus1p5_config() -> transformers.Apertus1p5Config:
-    """A tiny Apertus 1.5 config: a two-layer decoder whose vocabulary holds the 128 text ids, then 16 image codes and
-    16 audio codes, with its output head pruned to the text ids (as the released checkpoints); a two-stage vision
+    """A tiny Apertus 1.5 config: a two-layer decoder whose 128-id vocabulary holds 16 image codes and 16 audio codes
+    (ids 64..95, shared with text ids: codes only ever enter as embedded rows, never as prompt ids), a two-stage vision
     tokenizer (a code per 2x2 pixels) and a WavTokenizer encoder (a code per 4 samples).
 
     Returns:
         `transformers.Apertus1p5Config`
     """
-    image_offset = TINY_VOCAB_SIZE
+    image_offset = APERTUS1P5_IMAGE_CODES
     audio_offset = image_offset + APERTUS1P5_CODEBOOK_SIZE
     text = tiny_text_config(
         "apertus1p5_text",
         head_dim=16,
         # upstream's default `xielu` holds parameters its initialisation cannot rebuild: gelu, as upstream's tests
         hidden_act="gelu",
-        vocab_size=audio_offset + APERTUS1P5_CODEBOOK_SIZE,
-        output_vocab_size=TINY_VOCAB_SIZE,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
