@@ -45,6 +45,7 @@ from .family_spec import (
 )
 from .text_only_rules import (
     COHERE2_VISION,
+    DOTS3_NOTE_DECODER,
     INKLING2_DECODER,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
@@ -123,7 +124,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "block-diffusion model: its own generation mixin denoises blocks of tokens, not the autoregressive loop "
             "whose hooks vlmprep overrides"
         ),
-        "dots3_note": drop_in("dots3_note.Dots3NoteForConditionalGeneration"),
+        "dots3_note": drop_in("dots3_note.Dots3NoteForConditionalGeneration", DOTS3_NOTE_DECODER),
         "emu3": drop_in("emu3.Emu3ForConditionalGeneration"),
         "ernie4_5_vl_moe": drop_in("ernie4_5_vl_moe.Ernie4_5_VLMoeForConditionalGeneration"),
         "evolla": not_placeholder_based(
