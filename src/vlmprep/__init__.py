@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from .cache.encoder_cache import EncoderCache, EncoderCacheStats
     from .cache.prefix_cache import PrefixCache, PrefixCacheStats
     from .generation import VisionFacts, VisionPrepGenerationMixin
+    from .models.apertus1p5 import Apertus1p5ForConditionalGeneration
     from .models.aria import AriaForConditionalGeneration
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from .models.cosmos3_omni import Cosmos3OmniForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
+    from .models.dots3_note import Dots3NoteForConditionalGeneration
     from .models.emu3 import Emu3ForConditionalGeneration
     from .models.ernie4_5_vl_moe import Ernie4_5_VLMoeForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
+    from .models.muse_spark import MuseSparkForConditionalGeneration
     from .models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration

@@ -18,6 +18,7 @@ REFUSED = {
     "lfm3_vl": "paged cache does not hold",
     "nemotron_h_omni": "paged cache does not hold",
     "glm5_next": "paged cache does not hold",
+    "dots3_note": "paged cache does not hold",
     "inkling2": "paged cache does not hold",
     "inkling2_loop": "paged cache does not hold",
     "inkling_mm_model": "paged cache does not hold",

@@ -260,9 +260,7 @@ def test_differential(family):
 
 
 # Families whose cases build audio clips: conversations mixing images and clips.
-AUDIO_FAMILIES = sorted(
-    family for family, case in FAMILY_CASES.items() if {"input_features", "audio_input_ids"} & set(case.pixel_keys)
-)
+AUDIO_FAMILIES = sorted(family for family, case in FAMILY_CASES.items() if case.builds_audio)
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)

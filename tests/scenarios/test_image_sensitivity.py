@@ -31,7 +31,7 @@ def _params() -> list:
         params.append(pytest.param(family, IMAGE, id=f"{family}-image"))
         if "pixel_values_videos" in FAMILY_CASES[family].pixel_keys:  # families whose cases build videos
             params.append(pytest.param(family, VIDEO, id=f"{family}-video"))
-        if {"input_features", "audio_input_ids"} & set(FAMILY_CASES[family].pixel_keys):  # cases with audio clips
+        if FAMILY_CASES[family].builds_audio:
             params.append(pytest.param(family, AUDIO, id=f"{family}-audio"))
     return params
 

@@ -51,6 +51,12 @@ class FamilyCase:
     one_row_with_items: bool = False
 
     @property
+    def builds_audio(self) -> bool:
+        """Whether the case builds audio clips: log-mel features (`input_features`), waveforms (`input_values`) or
+        audio codes (`audio_input_ids`)."""
+        return any(key in self.pixel_keys for key in ("input_features", "input_values", "audio_input_ids"))
+
+    @property
     def upstream_class(self) -> type[PreTrainedModel]:
         """The transformers class the drop-in replaces (the drop-in has its name)."""
         return getattr(transformers, FAMILY_SPECS[self.name].class_name)

@@ -46,6 +46,7 @@ from .family_spec import (
 from .text_only_rules import (
     COHERE2_VISION,
     COSMOS3_OMNI_DECODER,
+    DOTS3_NOTE_DECODER,
     INKLING2_DECODER,
     LANGUAGE_MODEL,
     NEMOTRON_H_DECODER,
@@ -101,10 +102,7 @@ _INDEXED = (
 # other type with a text-only rule.
 FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
     {
-        "apertus1p5": candidate(
-            f"{_AUDIO_IN_FORWARD}; its images (discrete vision-tokenizer tokens, one run per row split by end-of-line "
-            "tokens) would fit the spans"
-        ),
+        "apertus1p5": drop_in("apertus1p5.Apertus1p5ForConditionalGeneration", LANGUAGE_MODEL),
         "aria": drop_in("aria.AriaForConditionalGeneration"),
         "aya_vision": drop_in("aya_vision.AyaVisionForConditionalGeneration", COHERE2_VISION),
         "blip": not_placeholder_based(
@@ -129,7 +127,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "block-diffusion model: its own generation mixin denoises blocks of tokens, not the autoregressive loop "
             "whose hooks vlmprep overrides"
         ),
-        "dots3_note": candidate(_AUDIO_IN_FORWARD),
+        "dots3_note": drop_in("dots3_note.Dots3NoteForConditionalGeneration", DOTS3_NOTE_DECODER),
         "emu3": drop_in("emu3.Emu3ForConditionalGeneration"),
         "ernie4_5_vl_moe": drop_in("ernie4_5_vl_moe.Ernie4_5_VLMoeForConditionalGeneration"),
         "evolla": not_placeholder_based(
@@ -239,7 +237,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             " high-res part with `<im_col>` tokens between rows: a layout of its own"
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
-        "muse_spark": candidate(_AUDIO_IN_FORWARD),
+        "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
         "nemotron_h_omni": drop_in("nemotron_h_omni.NemotronH_Omni_Reasoning_V3", NEMOTRON_H_DECODER),
         "ovis2": candidate(
             "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "

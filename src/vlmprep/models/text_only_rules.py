@@ -12,6 +12,7 @@ from typing import Any
 __all__ = [
     "COHERE2_VISION",
     "COSMOS3_OMNI_DECODER",
+    "DOTS3_NOTE_DECODER",
     "INKLING2_DECODER",
     "LANGUAGE_MODEL",
     "NEMOTRON_H_DECODER",
@@ -160,3 +161,16 @@ COHERE2_VISION = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_config_o
 # decoder as `model.llm.*` next to `model.visual.*`, for `Inkling2ForCausalLM` as for the multimodal class; the causal
 # LM reads those names as they are. The head, the logit soft-cap and the decoder are the same in both classes.
 INKLING2_DECODER = TextOnlyFamily(key_rules=(("model.llm.", "model.llm."),))
+
+# Dots 3 Note is saved (by `save_pretrained` too, through transformers' conversion mapping) under its original names:
+# the decoder as `model.*` and `lm_head.*` (experts one by one), next to `vision_encoder.*` and `audio_encoder.*`, as its
+# causal LM reads them. Under the module names the decoder is `model.language_model.*`, next to the towers.
+DOTS3_NOTE_DECODER = TextOnlyFamily(
+    key_rules=(
+        ("model.language_model.", "model."),
+        ("model.vision_tower.", None),
+        ("model.audio_tower.", None),
+        ("model.", "model."),
+        ("lm_head.", "lm_head."),
+    )
+)

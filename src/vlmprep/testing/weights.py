@@ -13,6 +13,7 @@ from transformers import PreTrainedConfig
 # values can drown it (Aria's projector biases at 0.02 make images change its logits 50x less).
 IMAGE_PATH_INIT_STD = 0.02
 _VANISHING = 1e-6  # a tensor whose largest entry is below this carries (next to) nothing
+_CODEBOOK_BUFFER = "codebook.embed"  # a codebook's vectors, a buffer, compared with the encoder's outputs
 _ADDITIVE = ("bias", "pos_embed", "position_embedding", "rel_pos", "cls_token")  # parts of additive tensors' names
 
 
@@ -22,7 +23,8 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
     Every weight outside the text decoder and the output embeddings (vision towers, projectors, gates) whose largest
     absolute entry is below 1e-6 is drawn from a normal distribution with standard deviation 0.02, with a generator
     seeded by `seed` (the global random state is not touched), so the result is deterministic. Additive tensors
-    (biases, position tables, class tokens) are left as they are: at zero they block nothing.
+    (biases, position tables, class tokens) are left as they are: at zero they block nothing. A zero codebook buffer
+    (`*codebook.embed`) is drawn the same way, so that its codes follow the input.
 
     Args:
         model (`torch.nn.Module`): a transformers image-text-to-text model, freshly initialised.
@@ -57,6 +59,13 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
             if parameter.abs().max().item() < _VANISHING:
                 values = torch.randn(parameter.shape, generator=generator) * IMAGE_PATH_INIT_STD
                 parameter.copy_(values.to(parameter.dtype))
+                redrawn.append(name)
+        # A vector-quantizer codebook kept as a buffer (WavTokenizer's, in Apertus 1.5) is all zeros: every input
+        # then gets code 0. Drawn at the scale of the encoder's outputs, the nearest code follows the input.
+        for name, buffer in model.named_buffers():
+            if name.endswith(_CODEBOOK_BUFFER) and buffer.is_floating_point() and buffer.abs().max() < _VANISHING:
+                values = torch.randn(buffer.shape, generator=generator) * IMAGE_PATH_INIT_STD
+                buffer.copy_(values.to(buffer.dtype))
                 redrawn.append(name)
     return redrawn
 

@@ -1,0 +1,196 @@
+"""Apertus 1.5: images and audio clips become discrete codes of the decoder's vocabulary, each tokenized once.
+
+An image (`pixel_values` `(images, 3, H, W)` padded to the batch's largest, `image_sizes` its real `(height, width)`)
+is cropped to its size and turned by the vision tokenizer into a `(height // f, width // f)` grid of codes, `f` the
+tokenizer's downsampling; the processor writes it as `<boi>`, the grid size as text, `<image_wrapper>`, then one run of
+`width // f` placeholders per grid row, the rows split by `<eol>` tokens, and `<eoi>`. An audio clip (`input_values`,
+the mono waveform padded at the end, with `padding_mask` of its real samples) is tokenized at its own length by the
+WavTokenizer encoder into `ceil(samples / hop_length)` codes, one run between `<boa>` and `<eoa>`. Each code is
+offset into the vocabulary and embedded by the decoder's token table: "encode once" means tokenize once. Positions
+are 1D, attention causal.
+
+Upstream's forward reads encoded images from `mm_encoder_outputs` but tokenizes audio from `input_values` on every
+call. So when a forward gets encoded audio rows, the drop-in embeds the ids and scatters every item's rows into its
+placeholders itself, exactly as upstream's forward does, and hands upstream the `inputs_embeds` (which upstream takes
+without the ids).
+"""
+
+import inspect
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation import VisionFacts
+from ..generation.facts import ModalityFacts
+from .base import VisionPrepMixin
+from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.code_rows import CodeRowsAndAudioLayout
+
+# Each clip's codes are one tensor of a tuple, as each image's.
+_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_values",), ("padding_mask",), features_as_list=True)
+
+
+class Apertus1p5ForConditionalGeneration(
+    CodeRowsAndAudioLayout, VisionPrepMixin, transformers.Apertus1p5ForConditionalGeneration
+):
+    """Drop-in `transformers.Apertus1p5ForConditionalGeneration` whose vision and audio tokenizers run once, in input
+    preparation.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.models.apertus1p5 import Apertus1p5ForConditionalGeneration
+    >>> from vlmprep.testing.configs import tiny_apertus1p5_config
+    >>> model = Apertus1p5ForConditionalGeneration(tiny_apertus1p5_config()).eval()
+    >>> model.item_token_counts({"image_sizes": torch.tensor([[8, 4]])})  # 4 rows of 2 codes (2x2 px each): 4 runs
+    [[2, 2, 2, 2]]
+
+    ```
+    """
+
+    vision_facts = VisionFacts(pixel_layout=None, features_as_list=True, other_modalities=(_AUDIO,))
+
+    def _spatial_factor(self) -> int:
+        return self.config.vision_config.spatial_scale_factor
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """Placeholders of each item: an image's grid rows of `width // f` codes (one run each), an audio clip's
+        `ceil(real samples / hop_length)` codes.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (`image_sizes`, `padding_mask`).
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
+
+        Returns:
+            `list` (the run lengths of each image, a count per clip), or `None` without the inputs that give them.
+        """
+        if modality == "audio":
+            mask = model_kwargs.get("padding_mask")
+            if mask is None:
+                return None
+            if model_kwargs.get("input_values") is not None:  # counted from the mask: another mask would miscount
+                self._check_audio_inputs(model_kwargs)
+            hop = self.config.audio_config.hop_length
+            return ((mask.long().sum(-1) + hop - 1) // hop).tolist()
+        image_sizes = model_kwargs.get("image_sizes")
+        if image_sizes is None:
+            return None
+        factor = self._spatial_factor()
+        return [[int(width) // factor] * (int(height) // factor) for height, width in image_sizes.tolist()]
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The inputs of the given items, without the padding of their batch: images cropped to their size (and padded
+        to the largest among them), clips cut to the longest real one among them.
+
+        Upstream tokenizes each item alone at its own size, so the padding never changes its codes; without it, an item
+        hashes alike in any batch.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the items of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+        """
+        if modality == "audio":
+            values, mask = model_kwargs["input_values"][indices], model_kwargs["padding_mask"][indices]
+            samples = int(mask.long().sum(-1).max()) if mask.numel() else 0
+            return {"input_values": values[..., :samples], "padding_mask": mask[:, :samples]}
+        pixels, sizes = model_kwargs["pixel_values"][indices], model_kwargs["image_sizes"][indices]
+        height, width = (int(side) for side in sizes.amax(0).tolist()) if len(indices) else (0, 0)
+        cropped = torch.zeros(*pixels.shape[:2], height, width, dtype=pixels.dtype, device=pixels.device)
+        for row, (image_height, image_width) in enumerate(sizes.tolist()):
+            cropped[row, :, :image_height, :image_width] = pixels[row, :, :image_height, :image_width]
+        return {"pixel_values": cropped, "image_sizes": sizes}
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` when an item's inputs do not fit its tokenizer: images `(images, 3, H, W)` holding
+        every image of `image_sizes`, sizes in whole codes; mono clips with a right-padded `padding_mask` per sample.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
+        """
+        if modality == "audio":
+            self._check_audio_inputs(model_kwargs)
+            return
+        pixels, sizes = model_kwargs.get("pixel_values"), model_kwargs.get("image_sizes")
+        channels = self.config.vision_config.in_channels
+        if pixels.ndim != 4 or pixels.shape[1] != channels:
+            raise ValueError(
+                f"`pixel_values` has shape {tuple(pixels.shape)} but this model's vision tower takes (num_images, "
+                f"{channels}, height, width) for its vision tokenizer. Preprocess the images with this model's image "
+                "processor."
+            )
+        if sizes is None or tuple(sizes.shape) != (pixels.shape[0], 2):
+            raise ValueError(
+                "Apertus 1.5 needs one `image_sizes` row (height, width) per image of `pixel_values`: pass the image "
+                "processor's `pixel_values` and `image_sizes` together."
+            )
+        factor = self._spatial_factor()
+        if bool((sizes % factor != 0).any()) or bool((sizes <= 0).any()):
+            raise ValueError(
+                f"`image_sizes` {sizes.tolist()} are not whole multiples of the vision tokenizer's {factor} px codes, "
+                "so the prompt's grid of placeholders cannot match the codes. Resize with this model's processor."
+            )
+        if int(sizes[:, 0].max()) > pixels.shape[-2] or int(sizes[:, 1].max()) > pixels.shape[-1]:
+            raise ValueError(
+                f"`pixel_values` are {tuple(pixels.shape[-2:])} pixels, smaller than the largest of `image_sizes`. "
+                "Pass the image processor's `pixel_values` and `image_sizes` of one batch together."
+            )
+
+    def _check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
+        values, mask = model_kwargs.get("input_values"), model_kwargs.get("padding_mask")
+        if values.ndim not in (2, 3) or (values.ndim == 3 and values.shape[1] != 1):
+            raise ValueError(
+                f"`input_values` has shape {tuple(values.shape)}, which this model's audio tokenizer does not take: "
+                "(num_clips, 1, samples) mono waveforms. Extract the audio with this model's feature extractor."
+            )
+        if mask is None or tuple(mask.shape) != (values.shape[0], values.shape[-1]):
+            shape = None if mask is None else tuple(mask.shape)
+            raise ValueError(
+                f"`padding_mask` has shape {shape} but `input_values` needs one mask entry per sample, "
+                f"{(values.shape[0], values.shape[-1])}. Pass the `padding_mask` the feature extractor returned."
+            )
+        if bool((mask.long().sum(-1) == 0).any()) or bool((mask.long().diff(dim=-1) > 0).any()):
+            raise ValueError(
+                "`padding_mask` must mark each clip's real samples first, then its padding (at least one real "
+                "sample per clip), as the feature extractor returns it."
+            )
+
+    def _encoder_cache_identity(self, part: str = "vision") -> tuple[str, ...]:
+        # The features are embeddings of the decoder's own token table, which the vision part (the model without its
+        # decoder) leaves out: key the encoder cache on every weight.
+        return super()._encoder_cache_identity(part="model")
+
+    def forward(self, *args, **kwargs):
+        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
+
+        Args:
+            args, kwargs: what `transformers.Apertus1p5ForConditionalGeneration.forward` takes.
+
+        Returns:
+            What upstream's forward returns.
+        """
+        encoded = kwargs.get("mm_encoder_outputs") or {}
+        if encoded.get("audio") is None:
+            return super().forward(*args, **kwargs)
+        input_ids = input_ids_for_encoded_items(args, kwargs)
+        if kwargs.get("input_values") is not None:
+            raise ValueError("Pass either `input_values` or encoded audio in `mm_encoder_outputs`, not both.")
+        # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
+        inputs_embeds = self.model.get_input_embeddings()(input_ids)
+        for modality, placeholder in (("image", self.config.image_token_id), ("audio", self.config.audio_token_id)):
+            if encoded.get(modality) is not None:
+                mask = input_ids == placeholder
+                inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
+        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
+        return super().forward(**kwargs)
+
+    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
+    forward.__signature__ = inspect.signature(transformers.Apertus1p5ForConditionalGeneration.forward)

@@ -1,0 +1,208 @@
+"""Dots 3 Note: Qwen2-VL-style images and videos, and audio chunks, each encoded once.
+
+Images and videos are flattened patches (`channels * patch_size**2` values a row, one frame per patch) on a `(t, h, w)`
+grid, one run of `t * h * w / spatial_merge_size**2` placeholders per image or video; positions are 1D. The feature
+extractor splits each audio clip into chunks of at most `chunk_length` seconds: `input_features`
+`(num_chunks, mel_bins, frames)` padded to the longest chunk, with `chunk_sample_lengths`, the waveform samples of
+each. A chunk is encoded alone (bidirectional attention over its real frames) into `ceil(samples / samples_per_token)`
+rows; a clip's chunks fill its one run of audio placeholders back to back, so an item of the audio modality is a chunk
+(a run holds its clip's chunks in order).
+
+Upstream's forward reads encoded images and videos from `mm_encoder_outputs` but encodes audio from `input_features`
+on every call, and takes either the ids or `inputs_embeds`, not both. So when a forward gets encoded audio rows, the
+drop-in embeds the ids and scatters every modality's rows into its placeholders itself, as upstream's forward does,
+and hands upstream the `inputs_embeds`.
+
+The decoder's indexed attention keeps each query's `index_topk` best keys; continuing a cache with several tokens
+past `index_topk` is not exact upstream (see `_check_indexed_continuation`), so the drop-in refuses it. The prefix
+store is not used with indexed layers (their indexer keys are not stored), and continuous batching refuses them.
+"""
+
+import inspect
+from dataclasses import replace
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation.facts import ModalityFacts
+from .base import VisionPrepMixin
+from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
+
+_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("chunk_sample_lengths",))
+
+
+class Dots3NoteForConditionalGeneration(
+    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Dots3NoteForConditionalGeneration
+):
+    """Drop-in `transformers.Dots3NoteForConditionalGeneration` whose vision and audio towers run once, in input
+    preparation.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.models.dots3_note import Dots3NoteForConditionalGeneration
+    >>> from vlmprep.testing.configs import tiny_dots3_note_config
+    >>> model = Dots3NoteForConditionalGeneration(tiny_dots3_note_config()).eval()
+    >>> model.item_token_counts({"chunk_sample_lengths": torch.tensor([320, 100])}, modality="audio")  # 32 a token
+    [10, 4]
+
+    ```
+    """
+
+    vision_config_names = PatchGridVisionNames(temporal_patch_size=None, channels="num_channels")
+    vision_facts = replace(
+        PatchGridTextPositionsLayout.vision_facts,
+        other_modalities=(*PatchGridTextPositionsLayout.vision_facts.other_modalities, _AUDIO),
+    )
+
+    def _samples_per_token(self) -> int:
+        return self.config.audio_config.samples_per_token
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """Placeholders of each item: an image's or video's merged grid, an audio chunk's started
+        `samples_per_token` samples.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+
+        Returns:
+            `list[int]` or `None` (without the inputs that give the counts)
+        """
+        if modality != "audio":
+            return super().item_token_counts(model_kwargs, modality=modality)
+        lengths = model_kwargs.get("chunk_sample_lengths")
+        if lengths is None:
+            return None
+        if model_kwargs.get("input_features") is not None:  # counted from the lengths: check they fit the features
+            self.check_pixel_inputs(model_kwargs, modality="audio")
+        per_token = self._samples_per_token()
+        return ((torch.as_tensor(lengths) + per_token - 1) // per_token).tolist()
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Grid rows of images and videos; audio chunks of `input_features`.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+
+        Returns:
+            `int` or `None`
+        """
+        if modality != "audio":
+            return super().count_items(model_kwargs, modality=modality)
+        features = model_kwargs.get("input_features")
+        return None if features is None else features.shape[0]
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The inputs of the given items: patch rows and grids, or audio chunks cut after their last token's frames.
+
+        A chunk's rows do not depend on the frames after its real samples (the tower masks them and attends over its
+        real frames only), so the chunks are cut to the frames of the longest among them: the same chunk hashes alike
+        alone or padded.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the items of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+        """
+        if modality != "audio":
+            return super().select_item_inputs(model_kwargs, indices, modality=modality)
+        features = model_kwargs["input_features"][indices]
+        lengths = torch.as_tensor(model_kwargs["chunk_sample_lengths"])[indices]
+        per_token = self._samples_per_token()
+        tokens = int(((lengths + per_token - 1) // per_token).max()) if len(indices) else 0
+        # The feature extractor's cut: 8 frames a token (three stride-2 convolutions)
+        frames = tokens * per_token // self.config.audio_config.hop_length
+        return {"input_features": features[..., :frames], "chunk_sample_lengths": lengths}
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise when audio inputs do not fit the audio tower: `(num_chunks, mel_bins, frames)` log-mel features
+        holding every chunk's frames, with one `chunk_sample_lengths` entry per chunk.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
+        """
+        if modality != "audio":
+            return super().check_pixel_inputs(model_kwargs, modality=modality)
+        features, lengths = model_kwargs.get("input_features"), model_kwargs.get("chunk_sample_lengths")
+        audio_config = self.config.audio_config
+        bins = audio_config.feature_size
+        if features.ndim != 3 or features.shape[1] != bins:
+            raise ValueError(
+                f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not take: "
+                f"(num_chunks, {bins} mel bins, frames). Extract the features with this model's feature extractor."
+            )
+        if lengths is None or tuple(torch.as_tensor(lengths).shape) != (features.shape[0],):
+            shape = None if lengths is None else tuple(torch.as_tensor(lengths).shape)
+            raise ValueError(
+                f"`chunk_sample_lengths` has shape {shape} but `input_features` needs one entry per chunk, "
+                f"({features.shape[0]},). Pass the `chunk_sample_lengths` the feature extractor returned."
+            )
+        per_token = self._samples_per_token()
+        tokens = int((torch.as_tensor(lengths).max() + per_token - 1) // per_token)
+        if tokens * per_token // audio_config.hop_length > features.shape[-1]:
+            raise ValueError(
+                f"`input_features` has {features.shape[-1]} frames but `chunk_sample_lengths` needs "
+                f"{tokens * per_token // audio_config.hop_length} for its longest chunk. Pass the features and "
+                "lengths the feature extractor returned together."
+            )
+
+    def forward(self, *args, **kwargs):
+        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
+
+        Args:
+            args, kwargs: what `transformers.Dots3NoteForConditionalGeneration.forward` takes.
+
+        Returns:
+            What upstream's forward returns.
+        """
+        self._check_indexed_continuation(args, kwargs)
+        encoded = kwargs.get("mm_encoder_outputs") or {}
+        if encoded.get("audio") is None:
+            return super().forward(*args, **kwargs)
+        input_ids = input_ids_for_encoded_items(args, kwargs)
+        if kwargs.get("input_features") is not None:
+            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
+        # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
+        inputs_embeds = self.model.get_input_embeddings()(input_ids)
+        for modality in ("image", "video", "audio"):
+            if encoded.get(modality) is not None:
+                mask = input_ids == getattr(self.config, f"{modality}_token_id")
+                inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
+        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
+        return super().forward(**kwargs)
+
+    def _check_indexed_continuation(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        # Upstream's indexed attention keeps each query's `index_topk` best keys. A forward of several tokens after
+        # a cache, once the sequence holds more than `index_topk` tokens, selects other keys than one forward of the
+        # whole sequence does (measured on tiny models: logits off by ~1e-3; upstream's own chunked prefill too),
+        # while one token at a time (decoding) and anything within `index_topk` tokens is exact.
+        text_config = self.config.get_text_config()
+        if "indexed_attention" not in text_config.layer_types:
+            return
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        past = cache.get_seq_length() if cache is not None else 0
+        tokens = args[0] if args else kwargs.get("input_ids")
+        tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
+        new = 0 if tokens is None else tokens.shape[1]
+        if past > 0 and new > 1 and past + new > text_config.index_topk:
+            raise ValueError(
+                f"This forward continues a cache of {past} tokens with {new} more, past this model's `index_topk` "
+                f"({text_config.index_topk}): Dots 3 Note's indexed attention then selects other keys than one "
+                "forward of the whole prompt does, so a chunked or cached prefill would not be exact. Prefill the "
+                "prompt in one forward (no `prefill_chunk_size`, no cache of a shorter prefix), or keep prompts "
+                "within `index_topk` tokens."
+            )
+
+    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
+    forward.__signature__ = inspect.signature(transformers.Dots3NoteForConditionalGeneration.forward)

@@ -1,0 +1,180 @@
+"""Muse Spark: Muse Glimmer's images and videos, and raw-waveform audio clips, each encoded once.
+
+Images and videos are Muse Glimmer's: flattened patches on a `(t, h, w)` grid, an image one run of
+`t * h * w / merge_size**2` placeholders, a video one run per temporal patch, 1D positions. An audio clip is its mono
+waveform (`input_values`, `(num_clips, samples)`, padded at the end to the longest clip and to a multiple of the
+tower's `samples_per_token`, with `input_values_mask` of the real samples); the tower is a causal convolution pyramid,
+one audio placeholder per `samples_per_token` samples (the last one partly padding), so a clip's rows do not depend
+on the padding a batch adds after it.
+
+Upstream's forward reads encoded images and videos from `mm_encoder_outputs` but encodes audio from `input_values` on
+every call. So when a forward gets encoded audio rows, the drop-in embeds the ids as upstream's forward does (every
+placeholder as id 0) and scatters the rows into the audio placeholders, then hands upstream those `inputs_embeds`
+with the ids (which place the image and video rows).
+"""
+
+import inspect
+from dataclasses import replace
+from typing import Any
+
+import torch
+import transformers
+
+from ..generation.facts import ModalityFacts
+from .base import VisionPrepMixin
+from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
+
+_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_values",), ("input_values_mask",))
+
+
+class MuseSparkForConditionalGeneration(
+    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.MuseSparkForConditionalGeneration
+):
+    """Drop-in `transformers.MuseSparkForConditionalGeneration` whose vision and audio towers run once, in input
+    preparation.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.models.muse_spark import MuseSparkForConditionalGeneration
+    >>> from vlmprep.testing.configs import tiny_muse_spark_config
+    >>> model = MuseSparkForConditionalGeneration(tiny_muse_spark_config()).eval()
+    >>> mask = torch.zeros(2, 40, dtype=torch.long)
+    >>> mask[0, :40], mask[1, :22] = 1, 1
+    >>> model.item_token_counts({"input_values": torch.zeros(2, 40), "input_values_mask": mask}, modality="audio")
+    [10, 6]
+
+    ```
+    """
+
+    vision_config_names = PatchGridVisionNames(
+        merge_size="merge_size", temporal_patch_size="patch_temporal", channels=None
+    )
+    vision_facts = replace(
+        PatchGridPerFrameTextPositionsLayout.vision_facts,
+        other_modalities=(*PatchGridPerFrameTextPositionsLayout.vision_facts.other_modalities, _AUDIO),
+    )
+
+    def _samples_per_token(self) -> int:
+        return self.config.audio_config.samples_per_token
+
+    def _audio_tokens(self, samples: torch.Tensor) -> list[int]:
+        # The model's arithmetic: one token per started `samples_per_token` real samples
+        per_token = self._samples_per_token()
+        return ((samples + per_token - 1) // per_token).tolist()
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """Placeholders of each item: an image's merged grid, a video's per frame, an audio clip's started
+        `samples_per_token` real samples.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+
+        Returns:
+            `list` or `None` (without the inputs that give the counts)
+        """
+        if modality != "audio":
+            return super().item_token_counts(model_kwargs, modality=modality)
+        values, mask = model_kwargs.get("input_values"), model_kwargs.get("input_values_mask")
+        if mask is not None:
+            if values is not None:  # counted from the mask: a mask of other samples would miscount
+                self.check_pixel_inputs(model_kwargs, modality="audio")
+            return self._audio_tokens(mask.long().sum(-1))
+        # Without a mask upstream reads every sample as real
+        return None if values is None else self._audio_tokens(torch.full((values.shape[0],), values.shape[-1]))
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Grid rows of images and videos; audio clips of `input_values`.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+
+        Returns:
+            `int` or `None`
+        """
+        if modality != "audio":
+            return super().count_items(model_kwargs, modality=modality)
+        values = model_kwargs.get("input_values")
+        return None if values is None else values.shape[0]
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The inputs of the given items: patch rows and grids, or audio clips cut after their last token's samples.
+
+        The tower is causal, so a clip's rows do not depend on samples after them: the clips are cut to the longest
+        real clip among them, rounded up to whole tokens, and the same clip hashes alike alone or padded.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the items of `modality`.
+            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+        """
+        if modality != "audio":
+            return super().select_item_inputs(model_kwargs, indices, modality=modality)
+        values, mask = model_kwargs["input_values"][indices], model_kwargs.get("input_values_mask")
+        if mask is None:
+            return {"input_values": values}
+        mask = mask[indices]
+        tokens = max(self._audio_tokens(mask.long().sum(-1)), default=0)
+        samples = tokens * self._samples_per_token()
+        return {"input_values": values[:, :samples], "input_values_mask": mask[:, :samples]}
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise when audio inputs do not fit the audio tower: `(num_clips, samples)` waveforms, whole tokens of
+        samples, with a mask per sample.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
+        """
+        if modality != "audio":
+            return super().check_pixel_inputs(model_kwargs, modality=modality)
+        values, mask = model_kwargs.get("input_values"), model_kwargs.get("input_values_mask")
+        per_token = self._samples_per_token()
+        if values.ndim != 2 or values.shape[-1] % per_token:
+            raise ValueError(
+                f"`input_values` has shape {tuple(values.shape)}, which this model's audio tower does not take: "
+                f"(num_clips, samples) mono waveforms padded to a multiple of {per_token} samples. Extract the audio "
+                "with this model's feature extractor."
+            )
+        if mask is not None and tuple(mask.shape) != tuple(values.shape):
+            raise ValueError(
+                f"`input_values_mask` has shape {tuple(mask.shape)} but `input_values` needs one mask entry per "
+                f"sample, {tuple(values.shape)}. Pass the mask the feature extractor returned."
+            )
+
+    def forward(self, *args, **kwargs):
+        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings here.
+
+        Args:
+            args, kwargs: what `transformers.MuseSparkForConditionalGeneration.forward` takes.
+
+        Returns:
+            What upstream's forward returns.
+        """
+        encoded = kwargs.get("mm_encoder_outputs") or {}
+        if encoded.get("audio") is None:
+            return super().forward(*args, **kwargs)
+        input_ids = input_ids_for_encoded_items(args, kwargs)
+        if kwargs.get("input_values") is not None:
+            raise ValueError("Pass either `input_values` or encoded audio in `mm_encoder_outputs`, not both.")
+        config = self.config
+        # As upstream's forward: every placeholder is embedded as id 0, then the items' rows replace it
+        placeholders = (input_ids == config.image_token_id) | (input_ids == config.video_token_id)
+        audio_mask = input_ids == config.audio_token_id
+        inputs_embeds = self.model.get_input_embeddings()(input_ids.masked_fill(placeholders | audio_mask, 0))
+        inputs_embeds = scatter_encoded_rows(inputs_embeds, audio_mask, encoded["audio"], "audio")
+        encoded = {name: output for name, output in encoded.items() if name != "audio"}
+        kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=encoded or None)
+        return super().forward(**kwargs)
+
+    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
+    forward.__signature__ = inspect.signature(transformers.MuseSparkForConditionalGeneration.forward)

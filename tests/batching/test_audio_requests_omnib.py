@@ -1,0 +1,34 @@
+"""Waveform audio clips (Muse Spark, Apertus 1.5) in the engine: requests with clips (alone, after an image, one clip
+in two requests, and for Muse Spark before a video) answer exactly as the plain class's `generate` does, with a
+budget that splits clips across steps."""
+
+from __future__ import annotations
+
+from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
+from test_audio_requests import test_audio_requests_in_the_engine as _audio_requests
+
+from support.registry import FAMILY_CASES
+from vlmprep.testing import AUDIO, IMAGE
+
+
+def test_muse_spark_requests_in_the_engine():
+    _audio_requests("muse_spark")
+
+
+def test_apertus1p5_requests_in_the_engine():
+    upstream, ours = cb_pair("apertus1p5")
+    build, config = FAMILY_CASES["apertus1p5"].build_inputs, upstream.config
+    requests = [
+        build(config, [[3, 4, 5], AUDIO, [6, 7]], [1]),
+        [8, 9, 10, 11],
+        build(config, [[3], IMAGE, [12], AUDIO, [13, 14]], [2, 3]),  # an image of 4 rows: 4 runs
+        build(config, [[15, 16], AUDIO, [17]], [1]),  # the first request's clip again
+    ]
+    outputs = ours.generate_batch(
+        requests,
+        generation_config=greedy(4),
+        continuous_batching_config=engine_config(max_batch_tokens=8),
+        progress_bar=False,
+    )
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, 4)
