@@ -57,8 +57,8 @@ from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_co
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
-from .omnic import tiny_cosmos3_omni_config, tiny_inkling_mm_model_config, tiny_nemotron_h_omni_config
 from .omnib import tiny_apertus1p5_config, tiny_dots3_note_config, tiny_muse_spark_config
+from .omnic import tiny_cosmos3_omni_config, tiny_inkling_mm_model_config, tiny_nemotron_h_omni_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_cohere_compass_config,
