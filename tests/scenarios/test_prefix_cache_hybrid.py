@@ -20,12 +20,14 @@ from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config
 
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33, 34]], [[35], IMAGE, [36, 37]], [[38, 39]], [[40, 41, 42]]]
-HYBRID_FAMILIES = ["qwen3_5", "qwen3_5_moe", "lfm2_vl", "lfm3_vl"]
+HYBRID_FAMILIES = ["qwen3_5", "qwen3_5_moe", "lfm2_vl", "lfm3_vl", "glm5_next", "inkling2"]
 
 
-def _recurrent_mixers(model) -> list[torch.nn.Module]:
+def _first_convolution_weight(model) -> torch.Tensor:
+    # The running state's convolution: Gated DeltaNet's and GLM-5-Next's `conv1d`, LFM2's short convolution,
+    # Inkling2's short convolutions of keys, values and residual streams
     layers = model.model.language_model.layers
-    return [getattr(layer, "linear_attn", None) or getattr(layer, "conv", None) for layer in layers]
+    return next(module.weight for module in layers.modules() if isinstance(module, torch.nn.Conv1d))
 
 
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)
@@ -34,8 +36,7 @@ def test_the_recurrent_layers_reach_the_logits(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
     expected = uncached_logits(upstream, prompt.inputs())
-    mixer = next(module for module in _recurrent_mixers(upstream) if module is not None)
-    weight = mixer.conv1d.weight if hasattr(mixer, "conv1d") else mixer.conv.weight
+    weight = _first_convolution_weight(upstream)
     saved = weight.detach().clone()
     with torch.no_grad():
         weight.zero_()

@@ -15,14 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import Cache, DynamicIndexedLayer, LinearAttentionCacheLayerMixin, StaticIndexedLayer
+from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
 __all__ = [
     "RecurrentCapture",
     "StateSnapshot",
     "capture_recurrent_states",
-    "indexed_cache_layers",
     "recurrent_layer_indices",
     "restore_snapshot",
     "snapshot_of_row",
@@ -135,20 +133,3 @@ def restore_snapshot(cache: Cache, snapshot: StateSnapshot, device: torch.device
             cache.update_conv_state(conv[None].to(device), index, state_idx=state, conv_kernel_size=kernel)
         if rec is not None:
             cache.update_recurrent_state(rec[None].to(device), index, state_idx=state)
-
-
-def indexed_cache_layers(model) -> list[str]:
-    """The cache layers of `model` that also hold an attention indexer's cached keys (GLM-5-Next, indexed-attention
-    decoders), by class name. The prefix store holds each layer's KV and recurrent states, not those keys: restoring
-    such a layer would attend over keys the indexer never saw, so the store is not used with them.
-
-    Args:
-        model (`PreTrainedModel`): the model whose cache layers (as `DynamicCache(config=...)` builds them) are read.
-
-    Returns:
-        `list[str]`: the class names of the indexed layers, sorted; empty when there are none.
-    """
-    layers = DynamicCache(config=model.config).layers
-    return sorted(
-        {type(layer).__name__ for layer in layers if isinstance(layer, DynamicIndexedLayer | StaticIndexedLayer)}
-    )

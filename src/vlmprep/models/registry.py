@@ -87,11 +87,8 @@ _TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be
 _PIECES = "the spans take an item in pieces (as `patch_grid_per_frame`'s videos), so it needs only its per-run counts"
 # Hybrid decoders of these families are the ones the prefix store snapshots (`linear_attention`/`conv` cache layers).
 _QWEN3_5_DECODER = "its Qwen3.5 decoder is the qwen3_5 drop-in's (recurrent layers snapshotted by the prefix store)"
-# Indexed attention: the prefix store refuses those cache layers with a warning, as for the glm5_next drop-in.
-_INDEXED = (
-    "its indexed-attention layers keep an indexer's keys in the cache, which the prefix store refuses (clearly, as "
-    "for the glm5_next drop-in) rather than hold"
-)
+# Indexed attention: the prefix store holds an indexer's keys per token (`cache/layer_extras.py`), as for glm5_next.
+_INDEXED = "its indexed-attention layers' indexer keys are held per token by the prefix store, as glm5_next's"
 
 
 # model_type -> spec. Every model type of transformers' image-text-to-text mapping has an entry, and so does every
@@ -217,10 +214,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             f"({_QWEN3_5_DECODER})"
         ),
         "minimax_m3_vl": candidate(
-            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers "
-            "keep a lightning indexer's keys in a cache layer of their own (`MiniMaxM3VLSparseCacheLayer`, a "
-            "`DynamicLayer` subclass the prefix store does not recognise as indexed): the store must refuse or hold "
-            "it first; not written yet"
+            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers' "
+            "own cache layer (`MiniMaxM3VLSparseCacheLayer`) is held per token by the prefix store; not written yet"
         ),
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
