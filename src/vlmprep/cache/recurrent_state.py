@@ -104,17 +104,20 @@ def snapshot_of_row(
 
 
 def _conv_window(inputs: torch.Tensor, kernel: int, length: int, position: int, recorded: bool) -> torch.Tensor | None:
-    # `inputs`: (channels, columns), the last column being token `length - 1`'s input. A recording layer keeps every
-    # input since its first forward (or since the window it was restored from); otherwise only the last window.
+    # `inputs`: (channels, columns) or (columns,) (Qwen4-exp keeps the token ids its n-grams read as a state), the
+    # last column being token `length - 1`'s input. A recording layer keeps every input since its first forward (or
+    # since the window it was restored from); otherwise only the last window.
     columns = inputs.shape[-1]
     if not recorded:
         return inputs.detach().clone() if position == length and columns == kernel else None
     first_known = length - columns  # the token of the first column (negative: none before token 0)
     end = columns - (length - position)
     start = end - kernel
-    if start < 0 and first_known > 0:
-        return None  # the window reaches before the recorded inputs
-    window = inputs[:, max(start, 0) : end]
+    if start < 0 and (first_known > 0 or not inputs.is_floating_point()):
+        # The window reaches before the recorded inputs, or before token 0 in a state of token ids, which its model
+        # pads with its own token (Qwen4-exp: eos), not zeros: no snapshot there
+        return None
+    window = inputs[..., max(start, 0) : end]
     if start < 0:  # before token 0: zeros, as transformers pads a short prefill
         window = torch.nn.functional.pad(window, (-start, 0))
     return window.detach().clone()

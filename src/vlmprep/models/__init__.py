@@ -67,6 +67,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
     "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe",
+    "Qwen4ExpForConditionalGeneration": "qwen4_exp",
     "SmolVLMForConditionalGeneration": "smolvlm",
     "VideoLlama3ForConditionalGeneration": "video_llama_3",
     "VideoLlavaForConditionalGeneration": "video_llava",

@@ -267,10 +267,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),
-        "qwen4_exp": candidate(
-            f"{_PATCH_GRID}; {_INDEXED}; its per-layer embeddings hash n-grams of the preceding tokens, so a chunk or "
-            "a resume point needs the tokens before it (qwen3_5's prefix snapshots cover its Gated-DeltaNet layers)"
-        ),
+        "qwen4_exp": drop_in("qwen4_exp.Qwen4ExpForConditionalGeneration", QWEN3_5_DECODER),
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": candidate(

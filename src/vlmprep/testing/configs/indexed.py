@@ -1,0 +1,32 @@
+"""Tiny configs of the indexed-attention families: decoders whose attention layers keep an indexer's keys in the
+cache (the prefix store holds them per token, `vlmprep.cache.layer_extras`). Towers and special tokens are those of
+`vlmprep.testing.configs.patch_grid`.
+"""
+
+from __future__ import annotations
+
+import transformers
+
+from .patch_grid import QWEN_SPECIAL_TOKENS, mrope_text, two_layer_tower
+
+
+def tiny_qwen4_exp_config() -> transformers.Qwen4ExpConfig:
+    """A tiny Qwen4-exp config: Qwen3.5's tower; a decoder of one Gated DeltaNet layer carrying per-layer n-gram
+    embeddings (bigrams and trigrams of the preceding tokens, hashed; a dilated convolution over them) and one
+    indexed-attention layer whose indexer keeps 4 keys per query (compressed by 2), so prompts exceed it; 2
+    hyper-connection streams, routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.Qwen4ExpConfig`
+    """
+    text = mrope_text(layer_types=["linear_attention", "indexed_attention"])
+    rope = {"mrope_section": [2, 1, 1], "mrope_interleaved": True, "partial_rotary_factor": 0.5}
+    text["rope_parameters"] = {**text["rope_parameters"], **rope}
+    text.update(linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8)
+    text.update(linear_num_key_heads=2, linear_num_value_heads=4, hc_count=2, hc_lowrank=8)
+    text.update(ple_layer_ids=[1], ple_embed_dim=16, ple_conv_kernel_size=2, ngram_size=3, heads_per_ngram=2)
+    text.update(ngram_vocab_size_base=31, make_ngram_vocab_size_divisible_by=8, split_ngram_parts=4)
+    text.update(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=8, indexer_budget=4, indexer_compress_ratio=2)
+    text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
+    vision = two_layer_tower(num_position_embeddings=16)
+    return transformers.Qwen4ExpConfig(text_config=text, vision_config=vision, **QWEN_SPECIAL_TOKENS)
