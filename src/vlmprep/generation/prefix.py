@@ -26,7 +26,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from ..cache.identity import any_module_training, cache_identity, salt_namespace
-from ..cache.layer_extras import UnsupportedCacheLayer, restore_layer_extras
+from ..cache.layer_extras import UnsupportedCacheLayer, extended_layer_classes, restore_layer_extras
 from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
 from ..cache.recurrent_state import (
     RecurrentCapture,
@@ -70,6 +70,7 @@ class PrefixRequest:
         self.update_model_kwargs = None  # the model's own rule extending them by one generated token
         self.adopted: list[tuple[DynamicLayer, torch.Tensor]] = []  # layers holding views of stored KV (`_adopt`)
         self.recurrent = False  # a hybrid decoder: resumes only where a snapshot of its recurrent states is stored
+        self.padding_sensitive = False  # a padded row's KV is not the unpadded row's: padded rows are not stored
         self.captures: dict[int, RecurrentCapture] = {}  # recurrent states after prefill forwards, by their end
         self.layer_count = 0  # the call's cache layers before any forward
 
@@ -180,6 +181,7 @@ class PrefixRequest:
             )
         self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
         self.recurrent = bool(recurrent_layer_indices(self.cache))
+        self.padding_sensitive = self.recurrent or bool(extended_layer_classes(self.cache))
         self.layer_count = len(self.cache.layers)
 
     def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
@@ -193,9 +195,10 @@ class PrefixRequest:
         ends = []
         for row in range(batch_size):
             pad, exact = leading_padding(masks[row] if masks is not None else None, width)
-            # A recurrent state runs through padding (its updates are not masked the way attention is): a padded row
-            # of a hybrid decoder is neither looked up nor stored
-            exact = exact and not (self.recurrent and pad > 0)
+            # A recurrent state runs through padding (its updates are not masked the way attention is), and an
+            # indexer may pick keys by cache slot (MiniMax M3's blocks): such a padded row is neither looked up nor
+            # stored, as its KV is not the unpadded row's
+            exact = exact and not (self.padding_sensitive and pad > 0)
             row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = PrefixRow(row, pad, row_spans, row_blocks, storable=exact)

@@ -55,6 +55,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaNextForConditionalGeneration": "llava_next",
     "LlavaNextVideoForConditionalGeneration": "llava_next_video",
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
+    "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
     "Mistral3ForConditionalGeneration": "mistral3",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",

@@ -213,10 +213,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             f"an image is several runs (global view, then one per slice; {_PIECES}), with {_MROPE}; not written yet "
             f"({_QWEN3_5_DECODER})"
         ),
-        "minimax_m3_vl": candidate(
-            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers' "
-            "own cache layer (`MiniMaxM3VLSparseCacheLayer`) is held per token by the prefix store; not written yet"
-        ),
+        "minimax_m3_vl": drop_in("minimax_m3_vl.MiniMaxM3SparseForConditionalGeneration"),
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
         "mistral_large4": candidate(

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import transformers
 
-from .patch_grid import QWEN_SPECIAL_TOKENS, mrope_text, two_layer_tower
+from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config, tiny_vision_config
+from .patch_grid import (
+    MERGE_SIZE,
+    PATCH_SIZE,
+    QWEN_SPECIAL_TOKENS,
+    TEMPORAL_PATCH_SIZE,
+    mrope_text,
+    two_layer_tower,
+)
 
 
 def tiny_qwen4_exp_config() -> transformers.Qwen4ExpConfig:
@@ -30,3 +38,28 @@ def tiny_qwen4_exp_config() -> transformers.Qwen4ExpConfig:
     text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
     vision = two_layer_tower(num_position_embeddings=16)
     return transformers.Qwen4ExpConfig(text_config=text, vision_config=vision, **QWEN_SPECIAL_TOKENS)
+
+
+def tiny_minimax_m3_vl_config() -> transformers.MiniMaxM3VLConfig:
+    """A tiny MiniMax M3 VL config: a one-layer tower merging 2x2 patches; a decoder of one full-attention layer with
+    a dense MLP and one sparse layer whose lightning indexer keeps 2 blocks of 4 keys per query (plus its own block),
+    so prompts exceed it, routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.MiniMaxM3VLConfig`
+    """
+    text = tiny_text_config(None, head_dim=16, rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text.update(layer_types=["full_attention", "minimax_m3_sparse"], mlp_layer_types=["dense", "sparse"])
+    text.update(num_local_experts=4, num_experts_per_tok=2, intermediate_size=16, dense_intermediate_size=32)
+    text.update(shared_intermediate_size=16, index_n_heads=2, index_head_dim=16, index_block_size=4)
+    text.update(index_topk_blocks=2, index_local_blocks=1)
+    vision = tiny_vision_config(
+        image_size=None, patch_size=PATCH_SIZE, spatial_merge_size=MERGE_SIZE, temporal_patch_size=TEMPORAL_PATCH_SIZE
+    )
+    return transformers.MiniMaxM3VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_index=TINY_IMAGE_TOKEN_ID,
+        video_token_index=TINY_VIDEO_TOKEN_ID,
+        projector_hidden_size=32,
+    )
