@@ -94,6 +94,7 @@ if TYPE_CHECKING:
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
     from .models.minimax_m3_vl import MiniMaxM3SparseForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
+    from .models.mistral_large4 import MistralLarge4ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration

@@ -1,4 +1,4 @@
-"""Indexed-attention families where upstream differs from the per-row reference: checked against upstream itself.
+"""Indexed-attention families: prefix-store chats, and where upstream differs from the per-row reference.
 
 MiniMax M3's sparse indexer picks key blocks by cache slot, so a left-padded row is not the row alone, upstream as in
 the drop-in (the conformance scenario comparing each padded row with the row alone is skipped for it); here the
@@ -6,6 +6,8 @@ drop-in's padded batches, chunked or not, equal upstream's `generate` on the sam
 """
 
 from __future__ import annotations
+
+import pytest
 
 from conftest import model_pair
 from support.chat import run_chat
@@ -39,10 +41,12 @@ def test_minimax_m3_left_padded_batches_equal_upstreams_generate():
             assert_close(step, expected_step)
 
 
-def test_minimax_m3_chat_restores_the_sparse_layers_keys_per_token():
-    # Its sparse layer's `idx_keys` (a cache layer of its own, not transformers' indexed layer) are held per token:
-    # every turn exact against one uncached forward of the plain class, only new tokens fed
-    upstream, ours = model_pair("minimax_m3_vl")
+@pytest.mark.parametrize("family", ["minimax_m3_vl", "mistral_large4"])
+def test_chat_restores_the_indexers_keys_per_token(family):
+    # MiniMax M3's sparse layer keeps `idx_keys` in a cache layer of its own (not transformers' indexed layer);
+    # Mistral Large 4's second layer reads the first's K/V (a cache layer holding nothing) with an indexer of its own.
+    # Held per token: every turn exact against one uncached forward of the plain class, only new tokens fed.
+    upstream, ours = model_pair(family)
     ours.encoder_cache.clear()
     store = PrefixCache(max_bytes=2**26)
     seeds = [[100 + turn] * sum(1 for segment in user if segment is IMAGE) for turn, user in enumerate(USER_TURNS)]

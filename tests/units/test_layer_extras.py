@@ -75,6 +75,8 @@ class _LayerWithAFixedSizeState(DynamicLayer):
 
 class _LayerWithACount(MiniMaxM3VLSparseCacheLayer):
     # Per-token keys it crops as it should, and a count: restoring a count of another length would be silently wrong
+    _layer_type = None  # inherited, it would register this class for MiniMax M3's sparse layers in every cache
+
     def __init__(self):
         super().__init__()
         self.idx_keys = torch.zeros(1, 1, TOKENS, 2)

@@ -38,7 +38,7 @@ from ..cache.recurrent_state import (
 )
 from ..utils.logging import get_logger
 from .assisted import is_assisted
-from .prefix_layers import layer_refusal, state_only_layer_indices, stored_layer_states
+from .prefix_layers import layer_refusal, stored_layer_states
 from .prefix_rows import ABSOLUTE_POSITIONS, PrefixRow, host, leading_padding, per_token_inputs, row_inputs
 from .spans import resolve_resume_point, split_chunks_at
 
@@ -236,11 +236,10 @@ class PrefixRequest:
         match = self.rows[0].match
         if self.recurrent:
             restore_snapshot(self.cache, match.snapshots[resume], device)
-        state_only = state_only_layer_indices(self.cache)
         for layer_index in range(len(self.cache.layers)):
-            if layer_index in state_only:
-                continue  # no per-token KV: its state was restored from the snapshot
             keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
+            if keys.shape[1] == 0:
+                continue  # the layer held no K/V (a running state, restored from the snapshot, or another's K/V)
             if keys.device != device:
                 keys, values = keys.to(device), values.to(device)
             if not self._adopt(layer_index, keys, values):
@@ -260,13 +259,16 @@ class PrefixRequest:
                 if length <= 0:
                     continue
                 row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
+                if row_keys.shape[0] == 0:
+                    break  # the layer held no K/V (it reads another layer's)
                 if keys is None:
                     shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
                     keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
                     values = row_values.new_zeros(shape, device=device)
                 keys[record.row, :, record.pad : resume] = row_keys.to(device)
                 values[record.row, :, record.pad : resume] = row_values.to(device)
-            self.cache.update(keys, values, layer_index)
+            if keys is not None:
+                self.cache.update(keys, values, layer_index)
 
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""

@@ -1,8 +1,8 @@
 """Which cache layers a prefix request can store and restore, and what it stores per layer.
 
 Per layer, the store keeps per-token K/V (`(heads, tokens, head_dim)` per row); a layer holding only a running state
-(convolution, linear attention) keeps an empty run there and snapshots instead (`vlmprep.cache.recurrent_state`); a
-layer holding both (Inkling2's `hybrid`, `hybrid_sliding` layers) keeps both. After the layers come what some layers
+(convolution, linear attention) keeps an empty run there and snapshots instead (`vlmprep.cache.recurrent_state`), as
+does a layer holding nothing (one reading another layer's K/V); a layer holding both (Inkling2's `hybrid`, `hybrid_sliding` layers) keeps both. After the layers come what some layers
 hold per token beyond K/V (an attention indexer's keys: `vlmprep.cache.layer_extras`), stored like K/V.
 """
 
@@ -20,7 +20,7 @@ from transformers.cache_utils import (
 
 from ..cache.layer_extras import LayerExtras, describe_layer_extras, extended_layer_classes, extra_states
 
-__all__ = ["layer_refusal", "state_only_layer_indices", "stored_layer_states"]
+__all__ = ["layer_refusal", "kv_less_layer_indices", "stored_layer_states"]
 
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
 
@@ -51,12 +51,15 @@ def layer_refusal(model, cache_implementation: str | None) -> str | None:
     return None
 
 
-def state_only_layer_indices(cache: Cache) -> list[int]:
-    """Indices of the layers that hold a running state and no per-token K/V (convolution, linear attention)."""
+def kv_less_layer_indices(cache: Cache) -> list[int]:
+    """Indices of the layers that hold no per-token K/V after a call's forwards: a running state only (convolution,
+    linear attention), or none (a layer reading another layer's K/V: transformers' `DummyLayer`, or Mistral Large 4's
+    indexed layers that share K/V and keep only their indexer's keys)."""
     return [
         index
         for index, layer in enumerate(cache.layers)
-        if isinstance(layer, LinearAttentionCacheLayerMixin) and not isinstance(layer, CacheLayerMixin)
+        if not isinstance(layer, CacheLayerMixin)
+        or (getattr(layer, "keys", None) is None and not layer.is_initialized)
     ]
 
 
@@ -78,7 +81,7 @@ def stored_layer_states(
         `UnsupportedCacheLayer`: a layer holds something that is not per token (see `describe_layer_extras`).
     """
     states = [_all_states(layer, length) for layer in cache.layers]
-    for index in state_only_layer_indices(cache):  # no per-token KV: an empty run keeps the layers aligned
+    for index in kv_less_layer_indices(cache):  # no per-token K/V: an empty run keeps the layers aligned
         states[index] = (torch.empty((batch_size, 0, length, 0)),) * 2  # (batch, no heads, tokens, no dim)
     if any(state is None for state in states):
         return None, LayerExtras()

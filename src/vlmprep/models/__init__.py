@@ -57,6 +57,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
     "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
     "Mistral3ForConditionalGeneration": "mistral3",
+    "MistralLarge4ForConditionalGeneration": "mistral_large4",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
     "PaliGemmaForConditionalGeneration": "paligemma",

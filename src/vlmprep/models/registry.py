@@ -216,10 +216,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "minimax_m3_vl": drop_in("minimax_m3_vl.MiniMaxM3SparseForConditionalGeneration"),
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
-        "mistral_large4": candidate(
-            f"Pixtral rows (the `pixtral_rows` layout fits) and an MoE decoder whose layers share KV; {_INDEXED}; "
-            "not written yet"
-        ),
+        "mistral_large4": drop_in("mistral_large4.MistralLarge4ForConditionalGeneration"),
         "mllama": not_placeholder_based(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
         ),

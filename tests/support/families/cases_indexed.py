@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
+from support.families.cases_llava_pixtral import build_mistral3_inputs
 from support.families.cases_qwen import HYBRID_SKIPS, build_qwen_inputs
 from support.families.cases_text_positions import image_grid
 from support.patch_grid_inputs import grid_prompt, merged_tokens
@@ -66,4 +67,9 @@ register(
             "differential": MINIMAX_LEFT_PADDING,
         },
     )
+)
+
+# Mistral Large 4's processor lays images out as Mistral3's (`PixtralProcessor`: rows of `[IMG]` and `[IMG_BREAK]`)
+register(
+    FamilyCase("mistral_large4", build_mistral3_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_sizes"))
 )

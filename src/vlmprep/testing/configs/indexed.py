@@ -63,3 +63,25 @@ def tiny_minimax_m3_vl_config() -> transformers.MiniMaxM3VLConfig:
         video_token_index=TINY_VIDEO_TOKEN_ID,
         projector_hidden_size=32,
     )
+
+
+def tiny_mistral_large4_config() -> transformers.MistralLarge4Config:
+    """A tiny Mistral Large 4 config: Mistral3's Pixtral tower of 2 px patches; a decoder of two indexed-attention
+    layers (its indexer keeps 4 keys per query, so prompts exceed it), the second reading the first's latent K/V
+    (KV sharing) with its own indexer, routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.MistralLarge4Config`
+    """
+    text = tiny_text_config(None, num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text.update(kv_source_layers=[0, 0], indexer_types=["full", "full"], no_rope_layers=[1, 1])
+    text.update(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+    text.update(intermediate_size=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)
+    # 8 indexer heads: a key's index score is a sum of ReLUs over heads, exactly 0 (tied with other keys, whose order
+    # top-k then takes from the sequence length, upstream too) only when every head's is; 2 heads tied often
+    text.update(index_topk=4, index_head_dim=16, index_n_heads=8)
+    return transformers.MistralLarge4Config(
+        text_config=text,
+        vision_config=tiny_vision_config("pixtral", patch_size=2),
+        image_token_index=TINY_IMAGE_TOKEN_ID,
+    )
