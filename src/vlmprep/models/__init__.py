@@ -41,6 +41,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "GotOcr2ForConditionalGeneration": "got_ocr2",
     "HunYuanVLForConditionalGeneration": "hunyuan_vl",
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
+    "HYV4VLForConditionalGeneration": "hy_v4_vl",
     "Idefics2ForConditionalGeneration": "idefics2",
     "Idefics3ForConditionalGeneration": "idefics3",
     "Inkling2ForConditionalGeneration": "inkling2",

@@ -71,10 +71,6 @@ __all__ = [
     "load_drop_in_classes",
 ]
 
-_PATCH_GRID = (
-    "patch-grid inputs (flattened patches, `image_grid_thw`) with multimodal rope from the model's own "
-    "`get_rope_index`, as qwen2_vl's: a `patch_grid` layout fits; the drop-in is not written yet"
-)
 _MROPE = "multimodal rope from the model's own `get_rope_index` (as qwen2_vl's)"
 _AUDIO_IN_FORWARD = (
     "audio clips fit the spans (a modality, as Gemma 4's, with `layouts/audio.py`'s clip selection), but "
@@ -87,8 +83,6 @@ _TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be
 _PIECES = "the spans take an item in pieces (as `patch_grid_per_frame`'s videos), so it needs only its per-run counts"
 # Hybrid decoders of these families are the ones the prefix store snapshots (`linear_attention`/`conv` cache layers).
 _QWEN3_5_DECODER = "its Qwen3.5 decoder is the qwen3_5 drop-in's (recurrent layers snapshotted by the prefix store)"
-# Indexed attention: the prefix store holds an indexer's keys per token (`cache/layer_extras.py`), as for glm5_next.
-_INDEXED = "its indexed-attention layers' indexer keys are held per token by the prefix store, as glm5_next's"
 
 
 # model_type -> spec. Every model type of transformers' image-text-to-text mapping has an entry, and so does every
@@ -161,7 +155,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "per-chunk rows do not read yet (they read Qwen3-VL's per-layer list); not written yet"
         ),
         "hunyuan_vl": drop_in("hunyuan_vl.HunYuanVLForConditionalGeneration"),
-        "hy_v4_vl": candidate(f"{_PATCH_GRID}; {_INDEXED}"),
+        "hy_v4_vl": drop_in("hy_v4_vl.HYV4VLForConditionalGeneration"),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
         "idefics": not_placeholder_based(
             "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens"

@@ -15,7 +15,7 @@ from support.families.cases_qwen import HYBRID_SKIPS, build_qwen_inputs
 from support.families.cases_text_positions import image_grid
 from support.patch_grid_inputs import grid_prompt, merged_tokens
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
-from vlmprep.testing.configs.patch_grid import MERGE_SIZE, VISION_END, VISION_START
+from vlmprep.testing.configs.patch_grid import MERGE_SIZE, PATCH_SIZE, VISION_END, VISION_START
 
 register(
     FamilyCase(
@@ -72,4 +72,31 @@ register(
 # Mistral Large 4's processor lays images out as Mistral3's (`PixtralProcessor`: rows of `[IMG]` and `[IMG_BREAK]`)
 register(
     FamilyCase("mistral_large4", build_mistral3_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_sizes"))
+)
+
+
+def hy_v4_placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    """`HYV4VLProcessor.replace_image_token` / `replace_video_token`: per frame, each merged row's placeholders and
+    one more for its newline, between the chat template's vision start and end tokens; token types 1 (image) or 2."""
+    t, h, w = grid
+    count = t * (h // MERGE_SIZE) * (w // MERGE_SIZE + 1)
+    token, kind = (TINY_IMAGE_TOKEN_ID, 1) if medium is IMAGE else (TINY_VIDEO_TOKEN_ID, 2)
+    return [VISION_START, *[token] * count, VISION_END], [0, *[kind] * count, 0]
+
+
+def build_hy_v4_vl_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    # Single-frame patches: one RGB patch of `PATCH_SIZE` px per row, frames of a video one after another
+    ids, types, pixel_inputs, _ = grid_prompt(
+        segments, image_seeds, image_grid, hy_v4_placeholder, (3 * PATCH_SIZE**2,)
+    )
+    return {"input_ids": torch.tensor([ids]), "mm_token_type_ids": torch.tensor([types]), **pixel_inputs}
+
+
+register(
+    FamilyCase(
+        "hy_v4_vl",
+        build_hy_v4_vl_inputs,
+        per_token_keys=("mm_token_type_ids",),
+        pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
+    )
 )

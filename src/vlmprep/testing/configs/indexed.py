@@ -85,3 +85,28 @@ def tiny_mistral_large4_config() -> transformers.MistralLarge4Config:
         vision_config=tiny_vision_config("pixtral", patch_size=2),
         image_token_index=TINY_IMAGE_TOKEN_ID,
     )
+
+
+def tiny_hy_v4_vl_config() -> transformers.HYV4VLConfig:
+    """A tiny HY-V4-VL config: a one-layer tower of 4 px patches merged 2x2 (a newline after each merged row); a
+    decoder of two indexed-attention layers (latent attention; the indexer keeps 4 keys per query, so prompts exceed
+    it) with 2 hyper-connection streams and multimodal rope over the (t, h, w) axes, routing to 2 of 4 experts.
+
+    Returns:
+        `transformers.HYV4VLConfig`
+    """
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
+    text = tiny_text_config(None, pad_token_id=0, bos_token_id=1, eos_token_id=2, rope_parameters=rope)
+    text.update(q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16)
+    text.update(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, intermediate_size=32)
+    # 8 indexer heads, as Mistral Large 4's: fewer ReLU-summed index scores tie at exactly 0
+    text.update(index_topk=4, index_head_dim=16, index_n_heads=8, indexer_types=["full", "full"], hc_mult=2)
+    vision = tiny_vision_config(
+        image_size=None, num_channels=3, spatial_merge_size=MERGE_SIZE, max_image_size=32, out_hidden_size=32
+    )
+    return transformers.HYV4VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        video_token_id=TINY_VIDEO_TOKEN_ID,
+    )
