@@ -1,16 +1,22 @@
 """Indexed-attention families: prefix-store chats, and where upstream differs from the per-row reference.
 
 MiniMax M3's sparse indexer picks key blocks by cache slot, so a left-padded row is not the row alone, upstream as in
-the drop-in (the conformance scenario comparing each padded row with the row alone is skipped for it); here the
-drop-in's padded batches, chunked or not, equal upstream's `generate` on the same padded batch, step by step.
+the drop-in (the conformance scenarios comparing each padded row with the row alone, the differential one included,
+are skipped for it); here the drop-in's padded batches, chunked or not, equal upstream's `generate` on the same padded
+batch, step by step, and the differential test's random conversations run on single rows.
 """
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
+from hypothesis import example, given, seed, settings
+from test_differential import CI_EXAMPLES, COMMON_SETTINGS, run_conversation
 
 from conftest import model_pair
 from support.chat import run_chat
+from support.differential_strategies import STORE_HIT_CONVERSATION, conversations
 from support.references import (
     NO_SPECIAL_TOKENS,
     Prompt,
@@ -54,3 +60,16 @@ def test_chat_restores_the_indexers_keys_per_token(family):
     assert len(chat.encoded) == 2, "each image is encoded once"
     assert chat.fed <= 1.02 * chat.minimum, (chat.fed, chat.minimum)
     assert store.stats.hits == len(USER_TURNS) - 1
+
+
+def test_minimax_m3_differential_on_single_rows():
+    # The differential scenario's random conversations (caches, chunks, the prefix store, drafts, continuations),
+    # drawn one row at a time: its padded batches are upstream's limitation (above)
+    @example(conversation=STORE_HIT_CONVERSATION)
+    @seed(zlib.crc32(b"minimax_m3_vl"))
+    @settings(max_examples=CI_EXAMPLES, **COMMON_SETTINGS)
+    @given(conversation=conversations(max_batch=1))
+    def check(conversation) -> None:
+        run_conversation("minimax_m3_vl", conversation)
+
+    check()
