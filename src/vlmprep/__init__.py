@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from .models.glm_ocr import GlmOcrForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.hunyuan_vl import HunYuanVLForConditionalGeneration
+    from .models.hy_v4_vl import HYV4VLForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics2 import Idefics2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
@@ -96,7 +97,9 @@ if TYPE_CHECKING:
     from .models.llava_next import LlavaNextForConditionalGeneration
     from .models.llava_next_video import LlavaNextVideoForConditionalGeneration
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
+    from .models.minimax_m3_vl import MiniMaxM3SparseForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
+    from .models.mistral_large4 import MistralLarge4ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.muse_spark import MuseSparkForConditionalGeneration
     from .models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
@@ -111,6 +114,7 @@ if TYPE_CHECKING:
     from .models.qwen3_omni_moe import Qwen3OmniMoeThinkerForConditionalGeneration
     from .models.qwen3_vl import Qwen3VLForConditionalGeneration
     from .models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
+    from .models.qwen4_exp import Qwen4ExpForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
     from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration

@@ -24,6 +24,10 @@ REFUSED = {
     "inkling_mm_model": "paged cache does not hold",
     "qwen3_5": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "qwen3_5_moe": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
+    "mistral_large4": "paged cache does not hold",
+    "hy_v4_vl": "paged cache does not hold",
+    "minimax_m3_vl": r"\['minimax_m3_sparse'\] layers, which transformers' paged cache does not hold",
+    "qwen4_exp": r"\['indexed_attention', 'linear_attention'\] layers, which transformers' paged cache does not hold",
     "kimi_k25": "latent attention",
     "ernie4_5_vl_moe": "moe_mm_token_type_ids",
 }

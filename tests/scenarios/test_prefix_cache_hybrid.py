@@ -20,12 +20,14 @@ from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config
 
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33, 34]], [[35], IMAGE, [36, 37]], [[38, 39]], [[40, 41, 42]]]
-HYBRID_FAMILIES = ["qwen3_5", "qwen3_5_moe", "lfm2_vl", "lfm3_vl"]
+HYBRID_FAMILIES = ["qwen3_5", "qwen3_5_moe", "lfm2_vl", "lfm3_vl", "glm5_next", "inkling2", "qwen4_exp"]
 
 
-def _recurrent_mixers(model) -> list[torch.nn.Module]:
+def _first_convolution_weight(model) -> torch.Tensor:
+    # The running state's convolution: Gated DeltaNet's and GLM-5-Next's `conv1d`, LFM2's short convolution,
+    # Inkling2's short convolutions of keys, values and residual streams
     layers = model.model.language_model.layers
-    return [getattr(layer, "linear_attn", None) or getattr(layer, "conv", None) for layer in layers]
+    return next(module.weight for module in layers.modules() if isinstance(module, torch.nn.Conv1d))
 
 
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)
@@ -34,8 +36,7 @@ def test_the_recurrent_layers_reach_the_logits(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
     expected = uncached_logits(upstream, prompt.inputs())
-    mixer = next(module for module in _recurrent_mixers(upstream) if module is not None)
-    weight = mixer.conv1d.weight if hasattr(mixer, "conv1d") else mixer.conv.weight
+    weight = _first_convolution_weight(upstream)
     saved = weight.detach().clone()
     with torch.no_grad():
         weight.zero_()
@@ -96,3 +97,28 @@ def test_attention_first_and_a_two_input_convolution_as_transformers_tester_buil
         assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
         segments = [*segments, sequences[0, prompt.length :].tolist(), [40 + turn, 41]]
     assert store.stats.hits == 2
+
+
+def test_qwen4_exps_ngram_embeddings_reach_the_logits_and_resume_exactly():
+    # Its per-layer embeddings hash each token with the 2 before it: a resume point (or a chunk) that lost the token ids
+    # before it would change them. The ids are a state of the cache layer, snapshotted like a convolution window.
+    upstream, ours = model_pair("qwen4_exp")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31, 32, 33]], image_seeds=[3])
+    expected = uncached_logits(upstream, prompt.inputs())
+    embedding = next(layer.ple for layer in upstream.model.language_model.layers if layer.ple is not None)
+    weight = embedding.ple_embedding.ngram_embedding.weight
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight.copy_(weight.roll(1, dims=0))  # other n-grams' embeddings
+    try:
+        assert (expected - uncached_logits(upstream, prompt.inputs())).abs().max() > 1e-3
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+    store = PrefixCache(max_bytes=2**26)
+    shorter = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
+    generate_logits(ours, shorter.inputs(), max_new_tokens=1, prefix_cache=store, **no_placeholder_answers(ours))
+    with PrefillCounter(ours) as counter:
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store)
+    assert_close(logits[0], expected)
+    assert sum(counter.lengths) < prompt.length // 2, counter.lengths  # resumed: only the new tokens are fed

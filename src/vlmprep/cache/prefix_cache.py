@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .layer_extras import LayerExtras
 from .prefix_keys import (
     interval_digest,
     key_material_array,
@@ -79,15 +80,18 @@ class PrefixMatch:
             bidirectional blocks (start, end, digest) the matched KV was computed with.
         snapshots (`dict[int, StateSnapshot]`):
             recurrent-state snapshots at matched token counts (hybrid decoders resume only at one of them).
+        extras (`LayerExtras`):
+            what the stored rows hold per token beyond K/V (an indexer's keys), stored after the layers' K/V.
     """
 
-    __slots__ = ("tokens", "runs", "open_intervals", "snapshots")
+    __slots__ = ("tokens", "runs", "open_intervals", "snapshots", "extras")
 
     def __init__(self, tokens: int = 0, runs: list | None = None, open_intervals: list | None = None):
         self.tokens = tokens
         self.runs: list[tuple[BlockKV, int]] = runs if runs is not None else []
         self.open_intervals: list[Interval] = open_intervals if open_intervals is not None else []
         self.snapshots: dict[int, StateSnapshot] = {}
+        self.extras = LayerExtras()
 
     @property
     def kv(self) -> list[BlockKV]:
@@ -157,6 +161,7 @@ class PrefixCache:
         self._tree = RadixTree(max_bytes)
         self._lock = threading.Lock()
         self._lookups = self._hits = self._tokens_reused = self._tokens_prefilled = 0
+        self._extras: dict[bytes, LayerExtras] = {}  # per root: what its rows hold per token beyond K/V
 
     @property
     def max_bytes(self) -> int:
@@ -185,6 +190,7 @@ class PrefixCache:
         """Drop every stored entry (counters of past lookups are kept)."""
         with self._lock:
             self._tree.clear()
+            self._extras.clear()
 
     def __len__(self) -> int:
         return len(self._tree)
@@ -214,6 +220,7 @@ class PrefixCache:
         match = PrefixMatch()
         with self._lock:
             self._lookups += 1
+            match.extras = self._extras.get(root, match.extras)
             for node, common in self._tree.walk(root, keys):
                 match.runs.append((node.kv, common))
                 end = node.start + common
@@ -237,6 +244,7 @@ class PrefixCache:
         kv_between: Callable[[int, int], BlockKV],
         intervals: Sequence[Interval] = (),
         snapshots: dict[int, StateSnapshot] | None = None,
+        extras: LayerExtras | None = None,
     ) -> int:
         """Store a finished row: the tokens after its longest stored prefix; the stored prefix is only refreshed.
 
@@ -253,11 +261,18 @@ class PrefixCache:
             snapshots (`dict[int, StateSnapshot]`, *optional*):
                 a hybrid decoder's recurrent states after the first `n` tokens, by `n` (kept where those tokens are
                 stored; an edge is split to end at `n`).
+            extras (`LayerExtras`, *optional*):
+                what `kv_between` returns after the layers' K/V (an indexer's keys per token). Every row of a root
+                holds the same: a row holding something else is not stored.
 
         Returns:
             `int`: tokens newly stored.
         """
+        extras = extras if extras is not None else LayerExtras()
         with self._lock:
+            if root in self._tree.roots and self._extras.get(root, LayerExtras()) != extras:
+                return 0
+            self._extras[root] = extras
             return self._tree.insert(root, keys, kv_between, intervals, snapshots)
 
     # -- copies ----------------------------------------------------------------------------------------------------

@@ -15,21 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import (
-    Cache,
-    DummyLayer,
-    DynamicIndexedLayer,
-    LinearAttentionCacheLayerMixin,
-    StaticIndexedLayer,
-)
+from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
 __all__ = [
     "RecurrentCapture",
     "StateSnapshot",
     "capture_recurrent_states",
-    "indexed_cache_layers",
-    "layers_without_kv",
     "recurrent_layer_indices",
     "restore_snapshot",
     "snapshot_of_row",
@@ -63,14 +54,6 @@ class StateSnapshot:
 def recurrent_layer_indices(cache: Cache) -> list[int]:
     """Indices of the cache layers that hold convolution or recurrent states (transformers' linear-attention layers)."""
     return [i for i, layer in enumerate(cache.layers) if isinstance(layer, LinearAttentionCacheLayerMixin)]
-
-
-def layers_without_kv(cache: Cache) -> list[int]:
-    """Indices of the cache layers holding no per-token KV: the recurrent layers, and transformers' `DummyLayer` of a
-    decoder layer that caches nothing (Nemotron-H's MLP and MoE layers), whose stored rows are empty runs."""
-    return [
-        i for i, layer in enumerate(cache.layers) if isinstance(layer, LinearAttentionCacheLayerMixin | DummyLayer)
-    ]
 
 
 def capture_recurrent_states(cache: Cache) -> RecurrentCapture:
@@ -121,17 +104,20 @@ def snapshot_of_row(
 
 
 def _conv_window(inputs: torch.Tensor, kernel: int, length: int, position: int, recorded: bool) -> torch.Tensor | None:
-    # `inputs`: (channels, columns), the last column being token `length - 1`'s input. A recording layer keeps every
-    # input since its first forward (or since the window it was restored from); otherwise only the last window.
+    # `inputs`: (channels, columns) or (columns,) (Qwen4-exp keeps the token ids its n-grams read as a state), the
+    # last column being token `length - 1`'s input. A recording layer keeps every input since its first forward (or
+    # since the window it was restored from); otherwise only the last window.
     columns = inputs.shape[-1]
     if not recorded:
         return inputs.detach().clone() if position == length and columns == kernel else None
     first_known = length - columns  # the token of the first column (negative: none before token 0)
     end = columns - (length - position)
     start = end - kernel
-    if start < 0 and first_known > 0:
-        return None  # the window reaches before the recorded inputs
-    window = inputs[:, max(start, 0) : end]
+    if start < 0 and (first_known > 0 or not inputs.is_floating_point()):
+        # The window reaches before the recorded inputs, or before token 0 in a state of token ids, which its model
+        # pads with its own token (Qwen4-exp: eos), not zeros: no snapshot there
+        return None
+    window = inputs[..., max(start, 0) : end]
     if start < 0:  # before token 0: zeros, as transformers pads a short prefill
         window = torch.nn.functional.pad(window, (-start, 0))
     return window.detach().clone()
@@ -150,20 +136,3 @@ def restore_snapshot(cache: Cache, snapshot: StateSnapshot, device: torch.device
             cache.update_conv_state(conv[None].to(device), index, state_idx=state, conv_kernel_size=kernel)
         if rec is not None:
             cache.update_recurrent_state(rec[None].to(device), index, state_idx=state)
-
-
-def indexed_cache_layers(model) -> list[str]:
-    """The cache layers of `model` that also hold an attention indexer's cached keys (GLM-5-Next, indexed-attention
-    decoders), by class name. The prefix store holds each layer's KV and recurrent states, not those keys: restoring
-    such a layer would attend over keys the indexer never saw, so the store is not used with them.
-
-    Args:
-        model (`PreTrainedModel`): the model whose cache layers (as `DynamicCache(config=...)` builds them) are read.
-
-    Returns:
-        `list[str]`: the class names of the indexed layers, sorted; empty when there are none.
-    """
-    layers = DynamicCache(config=model.config).layers
-    return sorted(
-        {type(layer).__name__ for layer in layers if isinstance(layer, DynamicIndexedLayer | StaticIndexedLayer)}
-    )

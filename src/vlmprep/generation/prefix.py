@@ -22,23 +22,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, StaticSlidingWindowLayer
+from transformers.cache_utils import Cache, DynamicLayer
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from ..cache.identity import any_module_training, cache_identity, salt_namespace
+from ..cache.layer_extras import UnsupportedCacheLayer, extended_layer_classes, restore_layer_extras
 from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
 from ..cache.recurrent_state import (
     RecurrentCapture,
     StateSnapshot,
     capture_recurrent_states,
-    indexed_cache_layers,
-    layers_without_kv,
     recurrent_layer_indices,
     restore_snapshot,
     snapshot_of_row,
 )
 from ..utils.logging import get_logger
 from .assisted import is_assisted
+from .prefix_layers import layer_refusal, stored_layer_states
 from .prefix_rows import ABSOLUTE_POSITIONS, PrefixRow, host, leading_padding, per_token_inputs, row_inputs
 from .spans import resolve_resume_point, split_chunks_at
 
@@ -48,10 +48,6 @@ if TYPE_CHECKING:
 logger = get_logger(__name__)
 
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
-# Decoder layer types whose cache is a running state (convolution, linear attention): no per-token KV to store, only
-# snapshots of the state (`vlmprep.cache.recurrent_state`). Layers with both a state and KV are not supported yet.
-_RUNNING_STATE_LAYER_TYPES = {"conv", "linear_attention"}
-_STATE_AND_KV_LAYER_TYPES = {"hybrid", "hybrid_sliding"}
 
 
 class PrefixRequest:
@@ -74,7 +70,9 @@ class PrefixRequest:
         self.update_model_kwargs = None  # the model's own rule extending them by one generated token
         self.adopted: list[tuple[DynamicLayer, torch.Tensor]] = []  # layers holding views of stored KV (`_adopt`)
         self.recurrent = False  # a hybrid decoder: resumes only where a snapshot of its recurrent states is stored
+        self.padding_sensitive = False  # a padded row's KV is not the unpadded row's: padded rows are not stored
         self.captures: dict[int, RecurrentCapture] = {}  # recurrent states after prefill forwards, by their end
+        self.layer_count = 0  # the call's cache layers before any forward
 
     def chunks_with_snapshot_points(self, chunks: list, prepared, cache: Cache) -> list[tuple[int, int]]:
         """A hybrid decoder's prefill chunks also cut at each item's and block's end: its states are known only where a
@@ -102,25 +100,14 @@ class PrefixRequest:
                 ": that cache keeps no exact KV to store or restore. Use a dynamic or static cache to reuse prefixes."
             )
             return False
-        reason = None
-        state_layers = sorted(set(_layer_types(model)) & (_RUNNING_STATE_LAYER_TYPES | _STATE_AND_KV_LAYER_TYPES))
-        if set(state_layers) & _STATE_AND_KV_LAYER_TYPES:
-            reason = f"this model's {state_layers} decoder layers (a state and KV in one layer is not supported yet)"
-        elif indexed := indexed_cache_layers(model):
-            reason = f"this model's {indexed} cache layers (an attention indexer's cached keys are not stored yet)"
-        elif state_layers and generation_config.cache_implementation not in _DYNAMIC_KINDS:
-            reason = (
-                f"this model's {state_layers} decoder layers in a static cache (their states are snapshotted from a "
-                "dynamic cache's recorded inputs: use the default cache)"
-            )
-        elif not generation_config.use_cache:
-            reason = "`use_cache=False` (no KV is kept to store)"
-        elif generation_config.num_beams > 1:
-            reason = "beam search (beams reorder the cache rows)"
-        elif generation_config.num_return_sequences > 1:
-            reason = "`num_return_sequences > 1` (the cache rows are repeated)"
-        elif any_module_training(model):
-            reason = "the model in train mode (dropout changes the KV)"
+        call_refusals = (
+            (not generation_config.use_cache, "`use_cache=False` (no KV is kept to store)"),
+            (generation_config.num_beams > 1, "beam search (beams reorder the cache rows)"),
+            (generation_config.num_return_sequences > 1, "`num_return_sequences > 1` (the cache rows are repeated)"),
+            (any_module_training(model), "the model in train mode (dropout changes the KV)"),
+        )
+        reason = layer_refusal(model, generation_config.cache_implementation)
+        reason = reason or next((why for refused, why in call_refusals if refused), None)
         if reason is not None:
             logger.warning_once(f"The prefix cache is not used with {reason}; this call prefills the whole prompt.")
         return reason is None and batch_size >= 1
@@ -194,6 +181,8 @@ class PrefixRequest:
             )
         self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
         self.recurrent = bool(recurrent_layer_indices(self.cache))
+        self.padding_sensitive = self.recurrent or bool(extended_layer_classes(self.cache))
+        self.layer_count = len(self.cache.layers)
 
     def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
         """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
@@ -206,9 +195,10 @@ class PrefixRequest:
         ends = []
         for row in range(batch_size):
             pad, exact = leading_padding(masks[row] if masks is not None else None, width)
-            # A recurrent state runs through padding (its updates are not masked the way attention is): a padded row
-            # of a hybrid decoder is neither looked up nor stored
-            exact = exact and not (self.recurrent and pad > 0)
+            # A recurrent state runs through padding (its updates are not masked the way attention is), and an
+            # indexer may pick keys by cache slot (MiniMax M3's blocks): such a padded row is neither looked up nor
+            # stored, as its KV is not the unpadded row's
+            exact = exact and not (self.padding_sensitive and pad > 0)
             row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = PrefixRow(row, pad, row_spans, row_blocks, storable=exact)
@@ -232,6 +222,8 @@ class PrefixRequest:
             resume = resolve_resume_point(resume, intervals)
         if all(resume <= record.pad for record in self.rows):
             resume = 0  # only padding before the resume point: nothing to restore
+        if resume and any(record.match.extras for record in self.rows) and (len(self.rows) > 1 or self.rows[0].pad):
+            resume = 0  # what layers hold beyond K/V (an indexer's keys) is restored into one unpadded row only
         if self.recurrent:
             # Only where every recurrent layer's state is stored too: the deepest snapshot at or before the hit
             snapshots = self.rows[0].match.snapshots if len(self.rows) == 1 else {}
@@ -244,33 +236,39 @@ class PrefixRequest:
         match = self.rows[0].match
         if self.recurrent:
             restore_snapshot(self.cache, match.snapshots[resume], device)
-        without_kv = layers_without_kv(self.cache)
         for layer_index in range(len(self.cache.layers)):
-            if layer_index in without_kv:
-                continue  # no per-token KV: a state restored from the snapshot, or no cache at all
             keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
+            if keys.shape[1] == 0:
+                continue  # the layer held no K/V (a running state, restored from the snapshot, or another's K/V)
             if keys.device != device:
                 keys, values = keys.to(device), values.to(device)
             if not self._adopt(layer_index, keys, values):
                 self.cache.update(keys, values, layer_index)
+        # What layers hold per token beyond K/V (an indexer's keys), stored after the layers' K/V
+        first = len(self.cache.layers)
+        stored = [match.row_kv(first + index, resume)[0] for index in range(len(match.extras.tensors))]
+        restore_layer_extras(self.cache, match.extras, stored, device)
 
     def _load_rows(self, resume: int, device: torch.device) -> None:
         # Several rows, or a padded one: each row's stored KV after its padding, the padding slots left at zero.
-        batch_size, without_kv = len(self.rows), layers_without_kv(self.cache)
-        for layer_index in (index for index in range(len(self.cache.layers)) if index not in without_kv):
+        batch_size = len(self.rows)
+        for layer_index in range(len(self.cache.layers)):
             keys = values = None
             for record in self.rows:
                 length = resume - record.pad
                 if length <= 0:
                     continue
                 row_keys, row_values = record.match.layer_kv(layer_index, length)  # (heads, length, head_dim)
+                if row_keys.shape[0] == 0:
+                    break  # the layer held no K/V (it reads another layer's)
                 if keys is None:
                     shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
                     keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
                     values = row_values.new_zeros(shape, device=device)
                 keys[record.row, :, record.pad : resume] = row_keys.to(device)
                 values[record.row, :, record.pad : resume] = row_values.to(device)
-            self.cache.update(keys, values, layer_index)
+            if keys is not None:
+                self.cache.update(keys, values, layer_index)
 
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""
@@ -279,11 +277,20 @@ class PrefixRequest:
         for layer, keys in self.adopted:
             if layer.keys is keys:  # never updated by this call (a layer sharing another's KV): it gets its own copy
                 layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
+        if len(self.cache.layers) != self.layer_count:
+            logger.warning_once(
+                f"The prefix cache is not used with this model: its forward added cache layers ({self.layer_count} "
+                f"built from its config, {len(self.cache.layers)} after: looped layers, each pass with its own), "
+                "which a restored prefix would not have. Nothing is stored."
+            )
+            return
         length = int(self.cache.get_seq_length())
-        states = [_all_states(layer, length) for layer in self.cache.layers]
-        for index in layers_without_kv(self.cache):  # no per-token KV: an empty run keeps the layers aligned
-            states[index] = (torch.empty((len(self.rows), 0, length, 0)),) * 2  # (batch, no heads, tokens, no dim)
-        if any(state is None for state in states):
+        try:
+            states, extras = stored_layer_states(self.cache, length, len(self.rows))
+        except UnsupportedCacheLayer as error:
+            logger.warning_once(f"The prefix cache is not used with this model: {error}. Nothing is stored.")
+            return
+        if states is None:
             logger.warning_once(
                 "The prefix cache stored nothing from a call whose cache dropped states (a sliding-window layer kept "
                 "only its window: a static cache, or assisted decoding's crop): stored prefixes are still restored. "
@@ -307,7 +314,8 @@ class PrefixRequest:
                 return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
             snapshots = self._row_snapshots(record.row, length)
-            self.store.insert_keys(self.root, row_keys, kv_between, record.intervals_with(row_keys), snapshots)
+            intervals = record.intervals_with(row_keys)
+            self.store.insert_keys(self.root, row_keys, kv_between, intervals, snapshots, extras)
 
     def _row_snapshots(self, row: int, length: int) -> dict[int, StateSnapshot] | None:
         """A hybrid row's snapshots: after each prefill forward, and at the end of the row (where the next turn goes
@@ -354,11 +362,6 @@ class PrefixRequest:
         return extended
 
 
-def _layer_types(model) -> list[str]:
-    text_config = model.config.get_text_config(decoder=True)
-    return list(getattr(text_config, "layer_types", None) or ())
-
-
 @functools.lru_cache(maxsize=256)
 def _root_key(namespace: tuple[str, ...]) -> bytes:
     # The same few namespaces come back call after call: their digest is computed once
@@ -381,17 +384,3 @@ def _new_cache(model, generation_config, batch_size: int, prompt_length: int) ->
         cache.activate_past_recording()  # sliding-window layers keep every state, so the whole row can be stored
     generation_config.cache_implementation = None  # this call's copy: the restored cache is its cache now
     return cache
-
-
-def _all_states(layer, length: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Keys and values of every one of the `length` positions, `(batch, heads, length, head_dim)`, or `None`."""
-    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-    if not isinstance(keys, torch.Tensor) or keys.ndim != 4:
-        return None
-    if isinstance(layer, StaticSlidingWindowLayer):
-        whole = layer.cumulative_length_int == length <= layer.max_cache_len  # never rolled past its window
-    elif isinstance(layer, StaticLayer):
-        whole = int(layer.cumulative_length) == length <= layer.max_cache_len
-    else:
-        whole = keys.shape[-2] == length  # dynamic layers; a sliding one only when recording its past
-    return (keys[:, :, :length], values[:, :, :length]) if whole else None

@@ -75,10 +75,6 @@ __all__ = [
     "load_drop_in_classes",
 ]
 
-_PATCH_GRID = (
-    "patch-grid inputs (flattened patches, `image_grid_thw`) with multimodal rope from the model's own "
-    "`get_rope_index`, as qwen2_vl's: a `patch_grid` layout fits; the drop-in is not written yet"
-)
 _MROPE = "multimodal rope from the model's own `get_rope_index` (as qwen2_vl's)"
 _AUDIO_IN_FORWARD = (
     "audio clips fit the spans (a modality, as Gemma 4's, with `layouts/audio.py`'s clip selection), but "
@@ -91,11 +87,6 @@ _TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be
 _PIECES = "the spans take an item in pieces (as `patch_grid_per_frame`'s videos), so it needs only its per-run counts"
 # Hybrid decoders of these families are the ones the prefix store snapshots (`linear_attention`/`conv` cache layers).
 _QWEN3_5_DECODER = "its Qwen3.5 decoder is the qwen3_5 drop-in's (recurrent layers snapshotted by the prefix store)"
-# Indexed attention: the prefix store refuses those cache layers with a warning, as for the glm5_next drop-in.
-_INDEXED = (
-    "its indexed-attention layers keep an indexer's keys in the cache, which the prefix store refuses (clearly, as "
-    "for the glm5_next drop-in) rather than hold"
-)
 
 
 # model_type -> spec. Every model type of transformers' image-text-to-text mapping has an entry, and so does every
@@ -165,7 +156,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "per-chunk rows do not read yet (they read Qwen3-VL's per-layer list); not written yet"
         ),
         "hunyuan_vl": drop_in("hunyuan_vl.HunYuanVLForConditionalGeneration"),
-        "hy_v4_vl": candidate(f"{_PATCH_GRID}; {_INDEXED}"),
+        "hy_v4_vl": drop_in("hy_v4_vl.HYV4VLForConditionalGeneration"),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
         "idefics": not_placeholder_based(
             "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens"
@@ -217,18 +208,10 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             f"an image is several runs (global view, then one per slice; {_PIECES}), with {_MROPE}; not written yet "
             f"({_QWEN3_5_DECODER})"
         ),
-        "minimax_m3_vl": candidate(
-            "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers "
-            "keep a lightning indexer's keys in a cache layer of their own (`MiniMaxM3VLSparseCacheLayer`, a "
-            "`DynamicLayer` subclass the prefix store does not recognise as indexed): the store must refuse or hold "
-            "it first; not written yet"
-        ),
+        "minimax_m3_vl": drop_in("minimax_m3_vl.MiniMaxM3SparseForConditionalGeneration"),
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
-        "mistral_large4": candidate(
-            f"Pixtral rows (the `pixtral_rows` layout fits) and an MoE decoder whose layers share KV; {_INDEXED}; "
-            "not written yet"
-        ),
+        "mistral_large4": drop_in("mistral_large4.MistralLarge4ForConditionalGeneration"),
         "mllama": not_placeholder_based(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
         ),
@@ -269,10 +252,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "qwen3_vl": drop_in("qwen3_vl.Qwen3VLForConditionalGeneration", QWEN3_DECODER),
         "qwen3_vl_moe": drop_in("qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration", QWEN3_MOE_DECODER),
-        "qwen4_exp": candidate(
-            f"{_PATCH_GRID}; {_INDEXED}; its per-layer embeddings hash n-grams of the preceding tokens, so a chunk or "
-            "a resume point needs the tokens before it (qwen3_5's prefix snapshots cover its Gated-DeltaNet layers)"
-        ),
+        "qwen4_exp": drop_in("qwen4_exp.Qwen4ExpForConditionalGeneration", QWEN3_5_DECODER),
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": candidate(

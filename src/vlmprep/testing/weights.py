@@ -76,6 +76,9 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
 # projections (zeroing it moves the logits by 2e-4): its weights are scaled up until its state shows in the logits.
 _SLOW_DECAY = (0.01, 0.1)
 _SHORT_CONV_SCALES = (("conv", 20.0), ("in_proj", 4.0))
+# Upstream draws Inkling2's residual short convolutions at ~0.016: their window moved the logits by ~4e-5, below the
+# tolerance a missing restored window must exceed
+_RESIDUAL_CONV_SCALE = 20.0
 
 
 def make_state_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
@@ -101,6 +104,10 @@ def make_state_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
                 for child, scale in _SHORT_CONV_SCALES:
                     getattr(module, child).weight.mul_(scale)
                     changed.append(f"{name}.{child}.weight")
+            elif type(module).__name__.endswith("ShortConvolution") and hasattr(module, "conv1d"):
+                # Inkling2's short convolutions: a residual around a depthwise convolution
+                module.conv1d.weight.mul_(_RESIDUAL_CONV_SCALE)
+                changed.append(f"{name}.conv1d.weight")
     return changed
 
 

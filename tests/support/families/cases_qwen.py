@@ -34,7 +34,7 @@ from vlmprep.testing.configs.patch_grid import (
 
 GLM_TYPES = ("glm4v", "glm4v_moe", "glm46v", "glm5_next", "glm_ocr")
 # Video frames as Qwen3-VL's: one run per frame, after the frame's timestamp, between vision start and end.
-PER_FRAME_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_edge", "cohere_compass")
+PER_FRAME_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "cosmos3_edge", "cohere_compass", "qwen4_exp")
 # Towers that read one frame per patch (the processors' `temporal_patch_size` 1): PaddleOCR-VL's patches are small
 # images for its convolutional embedding, Cosmos3 Edge's flattened rows.
 ONE_FRAME_PATCH_SHAPES = {

@@ -54,6 +54,12 @@ from .hybrid import (
     tiny_qwen3_5_moe_config,
 )
 from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
+from .indexed import (
+    tiny_hy_v4_vl_config,
+    tiny_minimax_m3_vl_config,
+    tiny_mistral_large4_config,
+    tiny_qwen4_exp_config,
+)
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
@@ -170,6 +176,10 @@ __all__ = [
     "tiny_qwen3_5_config",
     "tiny_qwen3_5_moe_config",
     "tiny_qwen3_omni_moe_config",
+    "tiny_qwen4_exp_config",
+    "tiny_minimax_m3_vl_config",
+    "tiny_hy_v4_vl_config",
+    "tiny_mistral_large4_config",
     "tiny_qwen3_vl_config",
     "tiny_qwen3_vl_moe_config",
     "tiny_sam_vision_config",
