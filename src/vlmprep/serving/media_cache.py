@@ -34,18 +34,23 @@ __all__ = ["CachingImageProcessor", "MediaCache", "MediaCacheStats", "media_key"
 logger = get_logger(__name__)
 
 
-def media_key(data: bytes, salt: str | None = None) -> str:
-    """The media cache's key of an image's raw bytes: a 128-bit BLAKE2b digest (fast, and collisions are not a
-    practical concern), under the tenant's salt (one tenant cannot learn, by timing, which images another sent).
+def media_key(data: bytes, salt: str | None = None, kind: str = "image") -> str:
+    """The media cache's key of an image's (or audio clip's) raw bytes: a 128-bit BLAKE2b digest (fast, and
+    collisions are not a practical concern), under the tenant's salt (one tenant cannot learn, by timing, which images
+    another sent).
 
     Args:
-        data (`bytes`): the encoded image, as the request sent it.
+        data (`bytes`): the encoded image or clip, as the request sent it.
         salt (`str`, *optional*): the request's tenant salt.
+        kind (`str`, *optional*, defaults to `"image"`): what the bytes are decoded as; the same bytes sent as an
+            image and as an audio clip are two entries.
 
     Returns:
         `str`: hex digest.
     """
     hasher = hashlib.blake2b(digest_size=16, person=b"vlmprep-media")
+    if kind != "image":  # images keep the keys they always had
+        hasher.update(kind.encode() + b"\0")
     if salt is not None:
         salted = salt.encode()
         hasher.update(len(salted).to_bytes(8, "little") + salted)
@@ -124,14 +129,15 @@ class MediaCache:
             return MediaCacheStats(**{**self._stats.__dict__, "entries": len(self._entries)})
 
     def decoded(self, key: str, decode) -> Any:
-        """The decoded image of `key`, from the cache or from `decode()` (then stored).
+        """The decoded image (or audio clip) of `key`, from the cache or from `decode()` (then stored).
 
         Args:
             key (`str`): `media_key` of the raw bytes.
-            decode (`Callable[[], PIL.Image.Image]`): decodes the bytes (and checks them); called on a miss only.
+            decode (`Callable[[], PIL.Image.Image | DecodedAudio]`): decodes the bytes (and checks them); called on a
+                miss only.
 
         Returns:
-            `PIL.Image.Image`
+            `PIL.Image.Image | DecodedAudio`
         """
         with self._lock:
             entry = self._entries.get(key)
@@ -140,7 +146,7 @@ class MediaCache:
                 self._stats.decode_hits += 1
                 return entry.image
         image = decode()  # outside the lock: decoding is the slow part
-        size = image.width * image.height * len(image.getbands())
+        size = _decoded_size(image)
         with self._lock:
             self._stats.decodes += 1
             if key not in self._entries:
@@ -192,6 +198,14 @@ class MediaCache:
             _, entry = self._entries.popitem(last=False)
             self._stats.bytes -= entry.bytes
             self._stats.evictions += 1
+
+
+def _decoded_size(decoded: Any) -> int:
+    """Bytes held by a decoded image (its pixels) or audio clip (its samples)."""
+    waveform = getattr(decoded, "waveform", None)
+    if waveform is not None:
+        return _nbytes(waveform)
+    return decoded.width * decoded.height * len(decoded.getbands())
 
 
 def _nbytes(value: Any) -> int:
