@@ -6,7 +6,7 @@ answer must be the plain transformers class's greedy answer to the same conversa
 (`VLMPREP_SERVE_STATS`) must show each image decoded once and encoded once, and the prompt tokens prefilled:
 
 - sequential generation (the server's `PrefixCache`): at most 1.02x the minimum (the tokens no earlier turn computed);
-- continuous batching (16-token shared pages): the minimum plus at most one page less a token per turn.
+- continuous batching (16-token shared pages, and the partly filled pages of earlier turns): at most 1.02x as well.
 
 In the sequential mode the last turn is then sent again under another `cache_salt`: another tenant's request reuses
 nothing (its images decoded, encoded and its prompt prefilled afresh) and gets the same answer.
@@ -31,7 +31,6 @@ from serve_client import data_url, free_loopback_port, needs_serving, time_left,
 from test_serve_batching import _post
 
 from vlmprep.serving import SERVE_STATS_ENV
-from vlmprep.serving.batching import CHAT_ENGINE_PAGE_SIZE
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -157,7 +156,6 @@ def test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once(tm
     assert stats["encoder_cache"]["misses"] == (4 if sequential else 2), stats["encoder_cache"]
     if sequential:
         prefilled = stats["prefix_cache"]["tokens_prefilled"] - last_prompt  # the other tenant prefills it all
-        assert minimum <= prefilled <= 1.02 * minimum, (prefilled, minimum, stats)
-    else:
+    else:  # whole 16-token pages alone prefilled 1.33x the minimum here (148 tokens); partly filled pages are shared
         prefilled = stats["engine_prefill"]["tokens_prefilled"]
-        assert minimum <= prefilled <= minimum + (CHAT_ENGINE_PAGE_SIZE - 1) * len(TURNS), (prefilled, minimum, stats)
+    assert minimum <= prefilled <= 1.02 * minimum, (prefilled, minimum, stats)

@@ -49,7 +49,7 @@ DEFAULT_ENGINE_BATCH_TOKENS = 2048
 # The engine shares whole pages of a prompt with earlier requests; upstream's 256-token pages share nothing of a chat
 # whose turns are shorter (issue 28: 0 hits in a 5-turn image chat). Pages of 16 tokens share all but at most 15 tokens
 # of the earlier turns (issue 28: turn-5 time to first token 0.20 s -> 0.12 s; docs/benchmarks.md, "A chat through the
-# server": 1,152 of 1,724 prompt tokens shared, none with 256-token pages).
+# server"), and those are shared too as partly filled pages (`vlmprep.batching.partial_pages`).
 CHAT_ENGINE_PAGE_SIZE = 16
 _DEFAULT_ENGINE_SEQUENCES = 16
 

@@ -153,7 +153,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         urls = request_image_urls(body["messages"])
         if urls and modality not in (Modality.VLM, Modality.MULTIMODAL):
             raise bad_request("the request has images, and the model takes text only")
-        clips = self._request_audio(body["messages"], processor, modality, use_cb, salt)
+        clips = self._request_audio(body["messages"], processor, modality, salt)
         images, keys = [], {}
         for number, url in enumerate(urls, 1):
             try:
@@ -191,7 +191,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             # The template or the processor refused what the request holds (roles, placeholders without images, ...)
             raise bad_request(f"the request cannot run: {type(error).__name__}: {shorten(error)}") from None
 
-    def _request_audio(self, messages: list[dict], processor, modality: Modality, use_cb: bool, salt: str | None):
+    def _request_audio(self, messages: list[dict], processor, modality: Modality, salt: str | None):
         """(In a worker thread) the request's audio clips, decoded under the policy, as float32 mono waveforms at the
         model's sampling rate (what transformers' `load_audio` hands the processor)."""
         parts = request_audio_parts(messages)
@@ -202,12 +202,6 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         )
         if modality != Modality.MULTIMODAL or feature_extractor is None:
             raise bad_request("the request has audio clips, and the model takes no audio")
-        if use_cb:
-            # The engine's prompts carry image and video items; an audio clip would reach it as bare placeholders
-            raise bad_request(
-                "audio clips are not run by this server's continuous-batching engine: serve the model without "
-                "--continuous-batching for audio requests"
-            )
         clips = []
         for number, part in enumerate(parts, 1):
             try:
