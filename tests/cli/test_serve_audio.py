@@ -207,7 +207,9 @@ def audio_chat(tmp_path_factory):
 
 
 @needs_serving
-@pytest.mark.parametrize("mode", ["sequential", "continuous_batching"])
+# The engine's audio requests are checked in process (tests/batching/test_audio_requests.py); through a second server
+# (~30 s on this machine) they run with `make test-slow`
+@pytest.mark.parametrize("mode", ["sequential", pytest.param("continuous_batching", marks=pytest.mark.slow)])
 def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_path, audio_chat, mode):
     checkpoint, conversations, expected = audio_chat
     sequential = mode == "sequential"

@@ -57,7 +57,10 @@ class PartialPageSharing:
 
     def finish_request(self, request_id: str) -> None:
         state = self.active_requests.get(request_id)
-        if state is not None and state.status == RequestStatus.FINISHED and _shares_pages(self.cache):
+        # A request that completed: its status set through the setter, which stamps the end of its lifespan (the
+        # offloading manager finishes the requests it evicts by setting `_status`, and their KV may be in flight)
+        completed = state is not None and state.status == RequestStatus.FINISHED and state.lifespan[1] >= 0
+        if completed and _shares_pages(self.cache):
             self._keep_last_page(request_id, state)
         super().finish_request(request_id)
 
