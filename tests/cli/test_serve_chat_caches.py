@@ -3,7 +3,8 @@
 The chat app re-sends the whole conversation every turn (earlier images as base64 data URLs, earlier answers as the
 server gave them). Each server runs in a subprocess on 127.0.0.1 on a tiny image-sensitive LLaVA checkpoint. Every
 answer must be the plain transformers class's greedy answer to the same conversation, and the server's stats
-(`VLMPREP_SERVE_STATS`) must show each image decoded once and encoded once, and the prompt tokens prefilled:
+(`VLMPREP_SERVE_STATS`) must show each image decoded once, hashed once and encoded once, and the prompt tokens
+prefilled:
 
 - sequential generation (the server's `PrefixCache`): at most 1.02x the minimum (the tokens no earlier turn computed);
 - continuous batching (16-token shared pages, and the partly filled pages of earlier turns): at most 1.02x as well.
@@ -154,6 +155,9 @@ def test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once(tm
     # 1 + 1 + 2 + 2 + 2 images sent, each image decoded and encoded once (and once more for the other tenant)
     assert (media["decodes"], media["decode_hits"]) == ((4, 6) if sequential else (2, 6)), media
     assert stats["encoder_cache"]["misses"] == (4 if sequential else 2), stats["encoder_cache"]
+    # ... and its processed pixels hashed once: re-sent, its content hash comes with its media-cache entry
+    hinted = stats["hinted_hashes"]
+    assert (hinted["hashed"], hinted["hits"]) == ((4, 6) if sequential else (2, 6)), hinted
     if sequential:
         prefilled = stats["prefix_cache"]["tokens_prefilled"] - last_prompt  # the other tenant prefills it all
     else:  # whole 16-token pages alone prefilled 1.33x the minimum here (148 tokens); partly filled pages are shared

@@ -144,11 +144,12 @@ class VisionPrepCBGenerateManager(CBGenerateManager):
             (input_ids,) = input_ids
             inputs["input_ids"] = input_ids
         salt = inputs.pop("cache_salt", None)  # the tenant's: its pages are shared only with its own requests
+        hints = inputs.pop("vlmprep_item_hints", None)  # re-sent images' names: their hashes are not redone
         request_inputs = {
             key: torch.as_tensor(np.asarray(value)) for key, value in inputs.items() if key != "input_ids"
         }
         try:
-            prompt = build_item_prompt(model, input_ids, request_inputs, salt=salt)
+            prompt = build_item_prompt(model, input_ids, request_inputs, salt=salt, hints=hints)
         except (TypeError, ValueError) as error:
             raise bad_request(str(error)) from error
         return {"input_ids": prompt}

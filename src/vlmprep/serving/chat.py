@@ -44,6 +44,8 @@ logger = get_logger(__name__)
 DISCONNECT_POLL_S = 0.25
 # The request field that names a tenant's cache partition (as vLLM accepts it), and its longest value.
 CACHE_SALT_FIELD = "cache_salt"
+# The generate argument naming the request's images for their content hashes (`vlmprep.cache.hash_hints`).
+ITEM_HINTS_FIELD = "vlmprep_item_hints"
 MAX_CACHE_SALT_CHARS = 256
 
 
@@ -125,6 +127,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         from ..generation import VisionPrepGenerationMixin
 
         if not isinstance(model, VisionPrepGenerationMixin):
+            inputs.pop(ITEM_HINTS_FIELD, None)
             return inputs  # a transformers class takes neither
         if salt is not None:
             inputs["cache_salt"] = salt
@@ -163,10 +166,12 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             images.append(image)
             if key is not None:
                 keys[id(image)] = key
+        caching = None
         if keys and getattr(processor, "image_processor", None) is not None:
             # The request's own copy of the processor, whose image processor takes re-sent images from the cache
             processor = copy.copy(processor)
-            processor.image_processor = CachingImageProcessor(processor.image_processor, self.media_cache, keys)
+            caching = CachingImageProcessor(processor.image_processor, self.media_cache, keys)
+            processor.image_processor = caching
         processor_messages = BaseHandler.get_processor_inputs_from_messages(body["messages"], modality)
         pending = {"image": iter(images), "audio": iter(clips)}
         for message in processor_messages:
@@ -176,7 +181,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
                     item[item["type"]] = next(pending[item["type"]])
         template_kwargs = {**self.chat_template_kwargs, **(body.get("chat_template_kwargs") or {})}
         try:
-            return processor.apply_chat_template(
+            inputs = processor.apply_chat_template(
                 processor_messages,
                 add_generation_prompt=True,
                 tools=body.get("tools"),
@@ -190,6 +195,10 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
                 raise
             # The template or the processor refused what the request holds (roles, placeholders without images, ...)
             raise bad_request(f"the request cannot run: {type(error).__name__}: {shorten(error)}") from None
+        if caching is not None and caching.item_hints:
+            # Re-sent images' processed inputs came from the media cache: their content hashes are not redone
+            inputs[ITEM_HINTS_FIELD] = caching.item_hints
+        return inputs
 
     def _request_audio(self, messages: list[dict], processor, modality: Modality, salt: str | None):
         """(In a worker thread) the request's audio clips, decoded under the policy, as float32 mono waveforms at the

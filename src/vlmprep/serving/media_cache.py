@@ -241,11 +241,24 @@ class CachingImageProcessor:
         self._cache = cache
         self._keys = keys
         self._config = hashlib.blake2b(image_processor.to_json_string().encode(), digest_size=16).hexdigest()
+        self._calls = 0
+        self._served: list[tuple] | None = None
+
+    @property
+    def item_hints(self) -> dict[tuple[str, int], tuple]:
+        """Hints for the content hashes of the request's images (`vlmprep.cache.hash_hints`), by `("image", index)`:
+        each image's media key and the processor's signature, when this request's one image-processor call was
+        answered from per-image outputs (the same hint, the same processed inputs); empty otherwise."""
+        if self._calls != 1 or self._served is None:
+            return {}
+        return {("image", index): hint for index, hint in enumerate(self._served)}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def __call__(self, images: Any = None, *args, **kwargs) -> Any:
+        self._calls += 1
+        self._served = None
         nested = isinstance(images, list) and len(images) == 1 and isinstance(images[0], list)
         flat = images[0] if nested else images
         if args or not isinstance(flat, list) or not flat or any(id(image) not in self._keys for image in flat):
@@ -255,7 +268,9 @@ class CachingImageProcessor:
         if join_axis is False:  # this image processor's batch is not the join of its items: never cached
             return self._inner(images, *args, **kwargs)
         outputs = [self._one(image, signature, nested, kwargs) for image in flat]
+        served = [(self._keys[id(image)], signature, nested) for image in flat]
         if len(outputs) == 1:
+            self._served = served
             return _batch_feature(outputs[0])
         if join_axis is None:
             # First request with several images: learn (and check) how this image processor joins items
@@ -269,9 +284,14 @@ class CachingImageProcessor:
                     "cached by the media cache.",
                     type(self._inner).__name__,
                 )
+            else:
+                self._served = served  # `direct` is the join of the per-image outputs: the same processed inputs
             return direct
         joined = _join(outputs, join_axis)
-        return self._inner(images, *args, **kwargs) if joined is None else _batch_feature(joined)
+        if joined is None:
+            return self._inner(images, *args, **kwargs)
+        self._served = served
+        return _batch_feature(joined)
 
     def _one(self, image: Any, signature: tuple, nested: bool, kwargs: dict) -> dict:
         key = self._keys[id(image)]
