@@ -242,6 +242,7 @@ def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_pat
             "too long": _part(_wav(_tone("tone", seconds=2.5))),
             "8 kHz": _part(_wav(_tone("tone"), rate=8000)),
             "no data": {"type": "input_audio", "input_audio": {"format": "wav"}},
+            "audio_url string": {"type": "audio_url", "audio_url": "data:audio/wav;base64,UklGRg=="},
         }
         for reason, part in bad_parts.items():
             messages = [{"role": "user", "content": [part, {"type": "text", "text": "Hear this."}]}]

@@ -51,8 +51,7 @@ def request_audio_bytes(part: dict, policy: ServingPolicy) -> bytes:
         `MediaRefused`: a format other than WAV, or bytes the policy refuses.
     """
     if part["type"] == "audio_url":
-        url = part["audio_url"]
-        return request_media_bytes(url["url"] if isinstance(url, dict) else url, policy, "audio clip")
+        return request_media_bytes(part["audio_url"]["url"], policy, "audio clip")
     audio = part["input_audio"]
     fmt = audio.get("format")
     if fmt is not None and str(fmt).lower() not in AUDIO_FORMATS:

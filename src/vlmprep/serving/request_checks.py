@@ -141,11 +141,10 @@ def _checked_message_media(number: int, message: object) -> tuple[int, int]:
 
 
 def _check_audio_part(where: str, part: dict) -> None:
-    if part["type"] == "audio_url":
+    if part["type"] == "audio_url":  # transformers' message conversion reads `audio_url["url"]`: an object only
         url = part.get("audio_url")
-        url = url.get("url") if isinstance(url, dict) else url
-        if not isinstance(url, str):
-            raise bad_request(f"{where}: `audio_url` must be a string or an object with a string `url`")
+        if not isinstance(url, dict) or not isinstance(url.get("url"), str):
+            raise bad_request(f"{where}: `audio_url` must be an object with a string `url`")
         return
     audio = part.get("input_audio")
     if not isinstance(audio, dict) or not isinstance(audio.get("data"), str):
