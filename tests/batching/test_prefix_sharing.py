@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from cb_models import llava_cb_pair, one_by_one
+from cb_models import greedy, llava_cb_pair, one_by_one
 from cb_references import image_run, pixels
 
 NEW_TOKENS = 3
@@ -18,13 +18,15 @@ def test_blocks_are_shared_by_image_content():
             return run_request(upstream, {"input_ids": prompt, "pixel_values": pixel_values}, cache_salt=salt)
 
         assert run(pixels(1)) == 27  # nothing to share yet
-        assert run(pixels(1)) == 3  # the same image: its 6 pages are shared, the last 3 tokens computed
+        # The same image: its 6 pages are shared, and the head of the next one (the earlier request's 7th page, full
+        # with its first answer token): only the last token is computed (whole pages alone computed 3)
+        assert run(pixels(1)) == 1
         assert run(pixels(2)) == 19  # another image behind the same placeholders: only the 2 text pages are shared
         assert run(pixels(1), salt="tenant-b") == 19  # another salt: the image's pages are not shared across salts
         # The engine's counters (what `vlmprep serve` reports) say the same as the tokens the model was fed
         stats = run_request.manager.prefill_stats
         assert (stats.requests, stats.prompt_tokens) == (4, 4 * 27)
-        assert (stats.tokens_prefilled, stats.tokens_shared) == (27 + 3 + 19 + 19, 4 * 27 - (27 + 3 + 19 + 19))
+        assert (stats.tokens_prefilled, stats.tokens_shared) == (27 + 1 + 19 + 19, 4 * 27 - (27 + 1 + 19 + 19))
 
 
 def test_no_page_is_shared_across_a_weight_reload():
@@ -45,7 +47,23 @@ def test_no_page_is_shared_across_a_weight_reload():
     requests = [{"input_ids": image_prompt, "pixel_values": pixels(1)}, {"input_ids": text_prompt}]
     with one_by_one(ours, NEW_TOKENS) as run:
         assert [run(upstream, request) for request in requests] == [27, 13]
-        assert [run(upstream, request) for request in requests] == [3, 1]  # shared under the same weights
+        assert [run(upstream, request) for request in requests] == [1, 1]  # shared under the same weights
         ours.load_state_dict(changed)
         assert [run(reloaded, request) for request in requests] == [27, 13]  # nothing shared across the reload
-        assert [run(reloaded, request) for request in requests] == [3, 1]  # the reloaded weights' pages are shared
+        assert [run(reloaded, request) for request in requests] == [1, 1]  # the reloaded weights' pages are shared
+
+
+def test_a_continuation_shares_the_partly_filled_last_page():
+    # A chat's next turn continues the last one's prompt and answer: the earlier request's last page, partly filled
+    # when it finished, is shared too (whole pages alone would compute its 3 tokens again)
+    upstream, ours = llava_cb_pair()
+    first = list(range(21, 34))  # 13 tokens: 3 whole pages of 4, then 1 token
+    with torch.no_grad():
+        answer = upstream.generate(torch.tensor([first]), generation_config=greedy(NEW_TOKENS))[0, len(first) :]
+    # 15 tokens were written: 3 whole pages, and the 4th holding the last prompt token and two answer tokens
+    second = [*first, *answer[:2].tolist(), 40, 41, 42]
+    with one_by_one(ours, NEW_TOKENS) as run:
+        assert run(upstream, {"input_ids": first}) == 13
+        assert run(upstream, {"input_ids": second}) == 3  # its own last 3 tokens
+        stats = run.manager.prefill_stats
+        assert (stats.tokens_prefilled, stats.tokens_shared) == (13 + 3, 15)

@@ -3,7 +3,8 @@
 Upstream's scheduler looks a pending request up in the shared pages once it is scheduled
 (`Scheduler._infer_request_tokens`) and drops the matched tokens from its prefill, logging the match at debug level
 only. `PrefillCounting` (a scheduler mixin, installed by `ItemBatchingManager` on every engine it builds) counts each
-request's prompt and matched tokens the first time it is looked up, for the server's stats.
+request's prompt and matched tokens the first time it is looked up, for the server's stats. The same class shares
+partly filled pages (`vlmprep.batching.partial_pages`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
 from transformers.generation.continuous_batching.requests import RequestStatus
 from transformers.generation.continuous_batching.scheduler import Scheduler
+
+from .partial_pages import PartialPageSharing
 
 __all__ = ["EnginePrefillStats", "PrefillCounting", "install_prefill_counting"]
 
@@ -67,7 +70,9 @@ class PrefillCounting:
 
 @functools.cache
 def _counting_class(scheduler_class: type[Scheduler]) -> type[Scheduler]:
-    return type(f"PrefillCounting{scheduler_class.__name__}", (PrefillCounting, scheduler_class), {})
+    # Counting sees what partial-page sharing took from the prefill as shared
+    bases = (PrefillCounting, PartialPageSharing, scheduler_class)
+    return type(f"PrefillCounting{scheduler_class.__name__}", bases, {})
 
 
 def install_prefill_counting(processor: ContinuousBatchProcessor, stats: EnginePrefillStats) -> None:
@@ -87,6 +92,7 @@ def install_prefill_counting(processor: ContinuousBatchProcessor, stats: EngineP
             max_requests_per_batch=scheduler.max_requests_per_batch,
         )
         counting._counted = OrderedDict()
+        counting._partial_pages = OrderedDict()
         counting._count_lock = threading.Lock()
         processor.scheduler = processor.offloading_manager.scheduler = counting
         scheduler = counting

@@ -227,7 +227,9 @@ def request_input_keys(facts) -> set[str]:
     return keys
 
 
-def build_item_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: str | None = None) -> ItemPrompt:
+def build_item_prompt(
+    model, input_ids: Any, inputs: Mapping[str, Any], salt: str | None = None, hints: dict | None = None
+) -> ItemPrompt:
     """Check one request and turn it into the engine's prompt: placeholder keys, spans, per-item inputs, hashes.
 
     Args:
@@ -235,6 +237,7 @@ def build_item_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: st
         input_ids (`list[int]` or `torch.Tensor`): the prompt.
         inputs (`Mapping[str, Any]`): the request's other processor outputs (pixel inputs, grids, attention mask).
         salt (`str`, *optional*): isolates the request's hashes (and so its shared blocks) from other salts.
+        hints (`dict`, *optional*): the caller's names for the request's items (`vlmprep.cache.hash_hints`).
 
     Returns:
         `ItemPrompt`
@@ -270,7 +273,7 @@ def build_item_prompt(model, input_ids: Any, inputs: Mapping[str, Any], salt: st
     for modality in modalities:
         check_finite_pixels(model_kwargs, modality.pixel_keys)
     indices = sorted({span.item_index for span in spans})
-    hashes = ItemEncoder(model, model_kwargs, spans, salt).hashes(indices)
+    hashes = ItemEncoder(model, model_kwargs, spans, salt, hints).hashes(indices)
     slots = {modality.name: slot for slot, modality in enumerate(modalities)}
     blocks = _image_blocks(model, prompt, model_kwargs.get(facts.token_type_key))
     key_hashes = _key_hashes(ids, spans, blocks, _with_positions(model, model_kwargs, spans, hashes))

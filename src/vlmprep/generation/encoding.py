@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..cache.hash_hints import hinted_hash
 from ..cache.hashing import hash_item_inputs
 from ..cache.identity import any_module_training
 from .prepared import PlannedEncoderOutputs, split_per_item
@@ -34,12 +35,22 @@ class ItemEncoder:
         model_kwargs (`dict[str, Any]`): the call's inputs, pixel inputs included.
         spans (`list[ItemSpan]`): every span of the prompt.
         salt (`str`, *optional*): the call's cache salt, hashed into every content hash.
+        hints (`dict[tuple[str, int], object]`, *optional*): a caller's names for items' inputs, by (modality, input
+            index): a hash made before under the same hint is taken (`vlmprep.cache.hash_hints`).
     """
 
-    def __init__(self, model, model_kwargs: dict[str, Any], spans: list[ItemSpan], salt: str | None = None):
+    def __init__(
+        self,
+        model,
+        model_kwargs: dict[str, Any],
+        spans: list[ItemSpan],
+        salt: str | None = None,
+        hints: dict[tuple[str, int], object] | None = None,
+    ):
         self.model = model
         self.model_kwargs = model_kwargs
         self.salt = salt
+        self.hints = hints or {}
         self.span_of = {span.item_index: span for span in spans}
         self.lengths = _item_lengths(spans)  # placeholder tokens of each item, over all of its pieces
 
@@ -69,8 +80,12 @@ class ItemEncoder:
         hashes = {}
         for index in indices:
             span = self.span_of[index]
-            inputs = self._item_inputs(span.modality, [span.input_index])
-            hashes[index] = hash_item_inputs({**inputs, **self._shared_arguments(span.modality)}, salt=self.salt)
+            inputs = {**self._item_inputs(span.modality, [span.input_index]), **self._shared_arguments(span.modality)}
+            hint = self.hints.get((span.modality, span.input_index))
+            # With a caller's hint for these very inputs (a server's media cache), a hash made before is taken
+            hashes[index] = hinted_hash(
+                hint, inputs, self.salt, lambda inputs=inputs: hash_item_inputs(inputs, salt=self.salt)
+            )
         return hashes
 
     def supplied_features(self, supplied: dict | None) -> SuppliedFeatures:

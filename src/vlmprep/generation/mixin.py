@@ -39,7 +39,7 @@ from .prepared import PlannedEncoderOutputs, PreparedItems
 from .validation import check_no_block_after_cache_in_static_cache, check_prefill_chunk_size
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
-VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request")
+VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item_hints")
 # Inputs that run along the sequence, cut at each prefill chunk's end.
 CHUNKED_INPUT_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 logger = get_logger(__name__)
@@ -143,6 +143,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         # (inputs checked, the cache restored or rolled back) and only the items prefill needs are encoded.
         salt = check_cache_salt(model_kwargs.pop("cache_salt", None))
         request = model_kwargs.pop("vlmprep_prefix_request", None)
+        hints = model_kwargs.pop("vlmprep_item_hints", None)  # a server's names for its items (media cache keys)
         if model_input_name != "input_ids" or self.config.is_encoder_decoder:
             return super()._maybe_prepare_encoder_kwargs_for_generation(
                 inputs_tensor, model_kwargs, model_input_name, generation_config
@@ -152,7 +153,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             # A main model's kwargs, handed to this model as its assistant: its per-item extras (grids) are back
             for key, value in supplied.item_extras.items():
                 model_kwargs.setdefault(key, value)
-        plan = plan_prompt(self, inputs_tensor, model_kwargs, generation_config, salt, request, supplied)
+        plan = plan_prompt(self, inputs_tensor, model_kwargs, generation_config, salt, request, supplied, hints)
         features, deepstack = plan.encoder.features(plan.needed_items(), plan.item_hashes, plan.supplied)
         prepared = PreparedItems(
             spans=plan.spans,

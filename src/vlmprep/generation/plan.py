@@ -76,6 +76,7 @@ def plan_prompt(
     salt: str | None = None,
     prefix_request=None,
     supplied: dict | None = None,
+    item_hints: dict | None = None,
 ) -> PromptPlan:
     """Check a call's inputs against its prompt and cache, and plan its prefill.
 
@@ -90,6 +91,7 @@ def plan_prompt(
         salt (`str`, *optional*): the call's cache salt.
         prefix_request (`PrefixRequest`, *optional*): the call's prefix-cache request.
         supplied (`dict`, *optional*): `mm_encoder_outputs` the caller passed.
+        item_hints (`dict`, *optional*): the caller's hints for items' content hashes (`vlmprep.cache.hash_hints`).
 
     Returns:
         `PromptPlan`
@@ -108,7 +110,7 @@ def plan_prompt(
 
     # 4.3 Spans, and which items the prompt refers to.
     spans = shift_spans(find_item_spans(model, input_ids, model_kwargs, token_types), offset)
-    encoder = ItemEncoder(model, model_kwargs, spans, salt)
+    encoder = ItemEncoder(model, model_kwargs, spans, salt, item_hints)
     given = encoder.supplied_features(supplied)
     if isinstance(supplied, PlannedEncoderOutputs):
         _check_assistant_has_every_item(spans, past_length, set(given[0]), supplied.prepared.resume_point)

@@ -49,7 +49,7 @@ DEFAULT_ENGINE_BATCH_TOKENS = 2048
 # The engine shares whole pages of a prompt with earlier requests; upstream's 256-token pages share nothing of a chat
 # whose turns are shorter (issue 28: 0 hits in a 5-turn image chat). Pages of 16 tokens share all but at most 15 tokens
 # of the earlier turns (issue 28: turn-5 time to first token 0.20 s -> 0.12 s; docs/benchmarks.md, "A chat through the
-# server": 1,152 of 1,724 prompt tokens shared, none with 256-token pages).
+# server"), and those are shared too as partly filled pages (`vlmprep.batching.partial_pages`).
 CHAT_ENGINE_PAGE_SIZE = 16
 _DEFAULT_ENGINE_SEQUENCES = 16
 
@@ -144,11 +144,12 @@ class VisionPrepCBGenerateManager(CBGenerateManager):
             (input_ids,) = input_ids
             inputs["input_ids"] = input_ids
         salt = inputs.pop("cache_salt", None)  # the tenant's: its pages are shared only with its own requests
+        hints = inputs.pop("vlmprep_item_hints", None)  # re-sent images' names: their hashes are not redone
         request_inputs = {
             key: torch.as_tensor(np.asarray(value)) for key, value in inputs.items() if key != "input_ids"
         }
         try:
-            prompt = build_item_prompt(model, input_ids, request_inputs, salt=salt)
+            prompt = build_item_prompt(model, input_ids, request_inputs, salt=salt, hints=hints)
         except (TypeError, ValueError) as error:
             raise bad_request(str(error)) from error
         return {"input_ids": prompt}

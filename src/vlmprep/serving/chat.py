@@ -7,8 +7,9 @@ order, with upstream's own pieces (`_resolve_model`, `get_processor_inputs_from_
 `_streaming`, `_non_streaming`), and adds:
 
 1. `check_chat_request` before anything else (every client error a 4xx, bounded images and new tokens);
-2. the model (when a request names one to load) and image URLs (under the server's `ServingPolicy`,
-   `vlmprep.serving.media`) read in worker threads;
+2. the model (when a request names one to load), image URLs and audio clips (under the server's `ServingPolicy`,
+   `vlmprep.serving.media` and `vlmprep.serving.audio`: PCM WAV only, at the model's sample rate) read in worker
+   threads;
 3. the chat template rendered in a worker thread, with only `chat_template_kwargs` the model's template reads;
 4. the prompt refused when it is longer than the model's positions;
 5. a non-streaming generation stopped when its client disconnects (upstream stops streaming ones only);
@@ -28,11 +29,12 @@ from transformers.cli.serving.chat_completion import ChatCompletionHandler
 from transformers.cli.serving.utils import BaseHandler, Modality
 
 from ..utils.logging import get_logger
+from .audio import load_request_audio_cached
 from .errors import bad_request, client_error, shorten
 from .media import MediaRefused, load_request_image_cached
 from .media_cache import CachingImageProcessor, MediaCache
 from .policy import DEFAULT_LIMITS, ServingPolicy
-from .request_checks import check_chat_request, check_template_kwargs, request_image_urls
+from .request_checks import check_chat_request, check_template_kwargs, request_audio_parts, request_image_urls
 
 __all__ = ["CACHE_SALT_FIELD", "DISCONNECT_POLL_S", "MAX_CACHE_SALT_CHARS", "VisionPrepChatCompletionHandler"]
 
@@ -42,6 +44,8 @@ logger = get_logger(__name__)
 DISCONNECT_POLL_S = 0.25
 # The request field that names a tenant's cache partition (as vLLM accepts it), and its longest value.
 CACHE_SALT_FIELD = "cache_salt"
+# The generate argument naming the request's images for their content hashes (`vlmprep.cache.hash_hints`).
+ITEM_HINTS_FIELD = "vlmprep_item_hints"
 MAX_CACHE_SALT_CHARS = 256
 
 
@@ -123,6 +127,7 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         from ..generation import VisionPrepGenerationMixin
 
         if not isinstance(model, VisionPrepGenerationMixin):
+            inputs.pop(ITEM_HINTS_FIELD, None)
             return inputs  # a transformers class takes neither
         if salt is not None:
             inputs["cache_salt"] = salt
@@ -146,10 +151,12 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             raise bad_request("`model` must name a Hub model as `org/name`; local paths are not loaded on request")
 
     def _prompt_inputs(self, body: dict, processor, modality: Modality, use_cb: bool, salt: str | None = None):
-        """(In a worker thread) the request's images read under the policy, then the chat template rendered."""
+        """(In a worker thread) the request's images and audio clips read under the policy, then the chat template
+        rendered."""
         urls = request_image_urls(body["messages"])
         if urls and modality not in (Modality.VLM, Modality.MULTIMODAL):
             raise bad_request("the request has images, and the model takes text only")
+        clips = self._request_audio(body["messages"], processor, modality, salt)
         images, keys = [], {}
         for number, url in enumerate(urls, 1):
             try:
@@ -159,20 +166,22 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             images.append(image)
             if key is not None:
                 keys[id(image)] = key
+        caching = None
         if keys and getattr(processor, "image_processor", None) is not None:
             # The request's own copy of the processor, whose image processor takes re-sent images from the cache
             processor = copy.copy(processor)
-            processor.image_processor = CachingImageProcessor(processor.image_processor, self.media_cache, keys)
+            caching = CachingImageProcessor(processor.image_processor, self.media_cache, keys)
+            processor.image_processor = caching
         processor_messages = BaseHandler.get_processor_inputs_from_messages(body["messages"], modality)
-        pending = iter(images)
+        pending = {"image": iter(images), "audio": iter(clips)}
         for message in processor_messages:
             for item in message["content"] if isinstance(message["content"], list) else ():
-                if item.get("type") == "image":
+                if item.get("type") in pending:  # the decoded item in place of its URL: the processor reads no URL
                     item.pop("url", None)
-                    item["image"] = next(pending)
+                    item[item["type"]] = next(pending[item["type"]])
         template_kwargs = {**self.chat_template_kwargs, **(body.get("chat_template_kwargs") or {})}
         try:
-            return processor.apply_chat_template(
+            inputs = processor.apply_chat_template(
                 processor_messages,
                 add_generation_prompt=True,
                 tools=body.get("tools"),
@@ -186,6 +195,32 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
                 raise
             # The template or the processor refused what the request holds (roles, placeholders without images, ...)
             raise bad_request(f"the request cannot run: {type(error).__name__}: {shorten(error)}") from None
+        if caching is not None and caching.item_hints:
+            # Re-sent images' processed inputs came from the media cache: their content hashes are not redone
+            inputs[ITEM_HINTS_FIELD] = caching.item_hints
+        return inputs
+
+    def _request_audio(self, messages: list[dict], processor, modality: Modality, salt: str | None):
+        """(In a worker thread) the request's audio clips, decoded under the policy, as float32 mono waveforms at the
+        model's sampling rate (what transformers' `load_audio` hands the processor)."""
+        parts = request_audio_parts(messages)
+        if not parts:
+            return []
+        feature_extractor = getattr(processor, "audio_processor", None) or getattr(
+            processor, "feature_extractor", None
+        )
+        if modality != Modality.MULTIMODAL or feature_extractor is None:
+            raise bad_request("the request has audio clips, and the model takes no audio")
+        clips = []
+        for number, part in enumerate(parts, 1):
+            try:
+                waveform, _ = load_request_audio_cached(
+                    part, self.policy, feature_extractor.sampling_rate, self.media_cache, salt
+                )
+            except MediaRefused as refusal:
+                raise bad_request(f"audio clip {number} of the request: {refusal}") from None
+            clips.append(waveform)
+        return clips
 
     def _checked_generation_config(self, body: dict, model, use_cb: bool):
         limit = self.policy.max_tokens_limit

@@ -251,16 +251,21 @@ def server_caches(server: Any) -> dict[str, Any]:
         server (`VisionPrepServe`): the running server.
 
     Returns:
-        `dict[str, Any]`: `"prefix_cache"` (`PrefixCache`), `"media_cache"` (`MediaCache`) and `"engine_prefill"`
-        (the continuous-batching engine's `EnginePrefillStats`), each `None` when off or not started.
+        `dict[str, Any]`: `"prefix_cache"` (`PrefixCache`), `"media_cache"` (`MediaCache`), `"engine_prefill"`
+        (the continuous-batching engine's `EnginePrefillStats`), each `None` when off or not started, and
+        `"hinted_hashes"` (`HintedHashes`: images' content hashes taken by their media-cache key).
     """
     handler = getattr(server, "_chat_handler", None)
     cb_manager = getattr(getattr(server, "_generation_state", None), "_cb_manager", None)
     engine = getattr(cb_manager, "_cb", None)
+    from ..cache.hash_hints import HINTED_HASHES
+
     return {
         "prefix_cache": getattr(handler, "prefix_cache", None),
         "media_cache": getattr(handler, "media_cache", None),
         "engine_prefill": getattr(engine, "prefill_stats", None),
+        # Content hashes of re-sent images taken by their media-cache key (the process's, shared by the models)
+        "hinted_hashes": HINTED_HASHES,
     }
 
 

@@ -29,7 +29,14 @@ from urllib.request import url2pathname
 from .errors import shorten
 from .policy import ServingPolicy
 
-__all__ = ["IMAGE_FORMATS", "MediaRefused", "load_request_image", "load_request_image_cached"]
+__all__ = [
+    "IMAGE_FORMATS",
+    "MediaRefused",
+    "base64_media_bytes",
+    "load_request_image",
+    "load_request_image_cached",
+    "request_media_bytes",
+]
 
 # The formats a request's image may have; PIL's other decoders are never reached from a request.
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -77,16 +84,7 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
     Raises:
         `MediaRefused`: the policy refuses it, or it cannot be read or decoded.
     """
-    if not isinstance(url, str) or not url:
-        raise MediaRefused("an image URL must be a non-empty string")
-    if url.startswith("data:"):
-        data = _data_url_bytes(url, policy)
-    elif url.startswith(("http://", "https://")):
-        data = _fetch(url, policy)
-    elif "://" in url and not url.startswith("file://"):
-        raise MediaRefused(f"unsupported URL scheme in {shorten(url, 40)!r}: send a data URL or an http(s) URL")
-    else:
-        data = _read_local(url, policy)
+    data = request_media_bytes(url, policy)
     if media_cache is None:
         return _decode(data, policy), None
     from .media_cache import media_key
@@ -95,16 +93,61 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
     return media_cache.decoded(key, lambda: _decode(data, policy)), key
 
 
-def _data_url_bytes(url: str, policy: ServingPolicy) -> bytes:
+def request_media_bytes(url: object, policy: ServingPolicy, what: str = "image") -> bytes:
+    """The raw bytes a request's media URL names, read under `policy` (where from, how long, how many bytes).
+
+    Args:
+        url (`object`): a media URL of a request (anything a client sent): a data URL, an http(s) URL or a local path.
+        policy (`ServingPolicy`): the server's media policy and limits.
+        what (`str`, *optional*, defaults to `"image"`): the kind of media, for the messages.
+
+    Returns:
+        `bytes`: at most `policy.max_media_bytes` of them.
+
+    Raises:
+        `MediaRefused`: the policy refuses it, or it cannot be read.
+    """
+    if not isinstance(url, str) or not url:
+        raise MediaRefused(f"the {what} URL must be a non-empty string")
+    if url.startswith("data:"):
+        return _data_url_bytes(url, policy, what)
+    if url.startswith(("http://", "https://")):
+        return _fetch(url, policy)
+    if "://" in url and not url.startswith("file://"):
+        raise MediaRefused(f"unsupported URL scheme in {shorten(url, 40)!r}: send a data URL or an http(s) URL")
+    return _read_local(url, policy)
+
+
+def _data_url_bytes(url: str, policy: ServingPolicy, what: str = "image") -> bytes:
     header, comma, payload = url.partition(",")
     if not comma or not header.endswith(";base64"):
-        raise MediaRefused("a data URL must be base64: `data:image/png;base64,...`")
+        example = "data:audio/wav;base64,..." if what == "audio clip" else "data:image/png;base64,..."
+        raise MediaRefused(f"a data URL must be base64: `{example}`")
+    return base64_media_bytes(payload, policy, what)
+
+
+def base64_media_bytes(payload: object, policy: ServingPolicy, what: str = "image") -> bytes:
+    """Decodes a request's base64 media payload, its size checked before it is decoded.
+
+    Args:
+        payload (`object`): the base64 text (anything a client sent).
+        policy (`ServingPolicy`): the server's limits (`max_media_bytes`).
+        what (`str`, *optional*, defaults to `"image"`): the kind of media, for the messages.
+
+    Returns:
+        `bytes`
+
+    Raises:
+        `MediaRefused`: not a string, too long, or not base64.
+    """
+    if not isinstance(payload, str) or not payload:
+        raise MediaRefused("the media data must be a non-empty base64 string")
     if len(payload) > (policy.max_media_bytes + 2) // 3 * 4 + 4:  # base64 grows 3 bytes to 4 characters
-        raise MediaRefused(f"the image is over --max-media-bytes ({policy.max_media_bytes} bytes)")
+        raise MediaRefused(f"the {what} is over --max-media-bytes ({policy.max_media_bytes} bytes)")
     try:
         return base64.b64decode(payload)
     except ValueError:
-        raise MediaRefused("the data URL is not valid base64") from None
+        raise MediaRefused("the media data is not valid base64") from None
 
 
 def _read_local(url: str, policy: ServingPolicy) -> bytes:

@@ -34,18 +34,23 @@ __all__ = ["CachingImageProcessor", "MediaCache", "MediaCacheStats", "media_key"
 logger = get_logger(__name__)
 
 
-def media_key(data: bytes, salt: str | None = None) -> str:
-    """The media cache's key of an image's raw bytes: a 128-bit BLAKE2b digest (fast, and collisions are not a
-    practical concern), under the tenant's salt (one tenant cannot learn, by timing, which images another sent).
+def media_key(data: bytes, salt: str | None = None, kind: str = "image") -> str:
+    """The media cache's key of an image's (or audio clip's) raw bytes: a 128-bit BLAKE2b digest (fast, and
+    collisions are not a practical concern), under the tenant's salt (one tenant cannot learn, by timing, which images
+    another sent).
 
     Args:
-        data (`bytes`): the encoded image, as the request sent it.
+        data (`bytes`): the encoded image or clip, as the request sent it.
         salt (`str`, *optional*): the request's tenant salt.
+        kind (`str`, *optional*, defaults to `"image"`): what the bytes are decoded as; the same bytes sent as an
+            image and as an audio clip are two entries.
 
     Returns:
         `str`: hex digest.
     """
     hasher = hashlib.blake2b(digest_size=16, person=b"vlmprep-media")
+    if kind != "image":  # images keep the keys they always had
+        hasher.update(kind.encode() + b"\0")
     if salt is not None:
         salted = salt.encode()
         hasher.update(len(salted).to_bytes(8, "little") + salted)
@@ -124,14 +129,15 @@ class MediaCache:
             return MediaCacheStats(**{**self._stats.__dict__, "entries": len(self._entries)})
 
     def decoded(self, key: str, decode) -> Any:
-        """The decoded image of `key`, from the cache or from `decode()` (then stored).
+        """The decoded image (or audio clip) of `key`, from the cache or from `decode()` (then stored).
 
         Args:
             key (`str`): `media_key` of the raw bytes.
-            decode (`Callable[[], PIL.Image.Image]`): decodes the bytes (and checks them); called on a miss only.
+            decode (`Callable[[], PIL.Image.Image | DecodedAudio]`): decodes the bytes (and checks them); called on a
+                miss only.
 
         Returns:
-            `PIL.Image.Image`
+            `PIL.Image.Image | DecodedAudio`
         """
         with self._lock:
             entry = self._entries.get(key)
@@ -140,7 +146,7 @@ class MediaCache:
                 self._stats.decode_hits += 1
                 return entry.image
         image = decode()  # outside the lock: decoding is the slow part
-        size = image.width * image.height * len(image.getbands())
+        size = _decoded_size(image)
         with self._lock:
             self._stats.decodes += 1
             if key not in self._entries:
@@ -194,6 +200,14 @@ class MediaCache:
             self._stats.evictions += 1
 
 
+def _decoded_size(decoded: Any) -> int:
+    """Bytes held by a decoded image (its pixels) or audio clip (its samples)."""
+    waveform = getattr(decoded, "waveform", None)
+    if waveform is not None:
+        return _nbytes(waveform)
+    return decoded.width * decoded.height * len(decoded.getbands())
+
+
 def _nbytes(value: Any) -> int:
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
@@ -227,11 +241,24 @@ class CachingImageProcessor:
         self._cache = cache
         self._keys = keys
         self._config = hashlib.blake2b(image_processor.to_json_string().encode(), digest_size=16).hexdigest()
+        self._calls = 0
+        self._served: list[tuple] | None = None
+
+    @property
+    def item_hints(self) -> dict[tuple[str, int], tuple]:
+        """Hints for the content hashes of the request's images (`vlmprep.cache.hash_hints`), by `("image", index)`:
+        each image's media key and the processor's signature, when this request's one image-processor call was
+        answered from per-image outputs (the same hint, the same processed inputs); empty otherwise."""
+        if self._calls != 1 or self._served is None:
+            return {}
+        return {("image", index): hint for index, hint in enumerate(self._served)}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def __call__(self, images: Any = None, *args, **kwargs) -> Any:
+        self._calls += 1
+        self._served = None
         nested = isinstance(images, list) and len(images) == 1 and isinstance(images[0], list)
         flat = images[0] if nested else images
         if args or not isinstance(flat, list) or not flat or any(id(image) not in self._keys for image in flat):
@@ -241,7 +268,9 @@ class CachingImageProcessor:
         if join_axis is False:  # this image processor's batch is not the join of its items: never cached
             return self._inner(images, *args, **kwargs)
         outputs = [self._one(image, signature, nested, kwargs) for image in flat]
+        served = [(self._keys[id(image)], signature, nested) for image in flat]
         if len(outputs) == 1:
+            self._served = served
             return _batch_feature(outputs[0])
         if join_axis is None:
             # First request with several images: learn (and check) how this image processor joins items
@@ -255,9 +284,14 @@ class CachingImageProcessor:
                     "cached by the media cache.",
                     type(self._inner).__name__,
                 )
+            else:
+                self._served = served  # `direct` is the join of the per-image outputs: the same processed inputs
             return direct
         joined = _join(outputs, join_axis)
-        return self._inner(images, *args, **kwargs) if joined is None else _batch_feature(joined)
+        if joined is None:
+            return self._inner(images, *args, **kwargs)
+        self._served = served
+        return _batch_feature(joined)
 
     def _one(self, image: Any, signature: tuple, nested: bool, kwargs: dict) -> dict:
         key = self._keys[id(image)]

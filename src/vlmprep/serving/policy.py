@@ -31,10 +31,13 @@ class ServingPolicy:
         allow_private_media_addresses (`bool`, *optional*, defaults to `False`):
             Whether an allowed domain may resolve to a private, loopback, link-local or reserved address.
         media_fetch_timeout (`float`, *optional*, defaults to 5.0): seconds one image fetch may take in all.
-        max_media_bytes (`int`, *optional*, defaults to 10 MiB): the most bytes of one encoded image.
+        max_media_bytes (`int`, *optional*, defaults to 10 MiB): the most bytes of one encoded image or audio clip.
         max_image_pixels (`int`, *optional*, defaults to 4096 * 4096): the most pixels of one image, read from its
             header before it is decoded.
         max_images_per_request (`int`, *optional*, defaults to 8): the most images in one request.
+        max_audio_per_request (`int`, *optional*, defaults to 4): the most audio clips in one request.
+        max_audio_seconds (`float`, *optional*, defaults to 300.0): the longest audio clip, in seconds, read from its
+            header before its samples are decoded.
         max_request_bytes (`int`, *optional*, defaults to 32 MiB): the most bytes of one request body.
         max_tokens_limit (`int`, *optional*, defaults to 4096): the most new tokens a request may ask for.
         allow_request_chat_template (`bool`, *optional*, defaults to `False`):
@@ -55,6 +58,8 @@ class ServingPolicy:
     max_media_bytes: int = 10 * MIB
     max_image_pixels: int = 4096 * 4096
     max_images_per_request: int = 8
+    max_audio_per_request: int = 4
+    max_audio_seconds: float = 300.0
     max_request_bytes: int = 32 * MIB
     max_tokens_limit: int = 4096
     allow_request_chat_template: bool = False
@@ -64,13 +69,21 @@ class ServingPolicy:
     media_cache_bytes: int = 256 * MIB
 
     def __post_init__(self):
-        for name in ("media_fetch_timeout", "max_media_bytes", "max_image_pixels", "max_request_bytes"):
+        for name in (
+            "media_fetch_timeout",
+            "max_media_bytes",
+            "max_image_pixels",
+            "max_request_bytes",
+            "max_audio_seconds",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
         if self.prefix_cache_bytes < 1 or self.media_cache_bytes < 0:
             raise ValueError("--prefix-cache-bytes must be positive and --media-cache-bytes >= 0")
-        if self.max_images_per_request < 0 or self.max_tokens_limit < 1:
-            raise ValueError("--max-images-per-request must be >= 0 and --max-tokens-limit >= 1")
+        if self.max_images_per_request < 0 or self.max_audio_per_request < 0 or self.max_tokens_limit < 1:
+            raise ValueError(
+                "--max-images-per-request and --max-audio-per-request must be >= 0 and --max-tokens-limit >= 1"
+            )
         for directory in self.allowed_local_media_path:
             if not os.path.isdir(directory):
                 raise ValueError(f"--allowed-local-media-path {directory!r} is no directory")
@@ -83,9 +96,11 @@ _HELP = {
     "allowed_media_domains": "A host name http(s) image URLs may name (repeat for several). Default: none.",
     "allow_private_media_addresses": "Let allowed domains resolve to private/loopback/link-local addresses.",
     "media_fetch_timeout": "Seconds one image fetch may take in all.",
-    "max_media_bytes": "The most bytes of one encoded image.",
+    "max_media_bytes": "The most bytes of one encoded image or audio clip.",
     "max_image_pixels": "The most pixels of one image (checked before decoding).",
     "max_images_per_request": "The most images in one request.",
+    "max_audio_per_request": "The most audio clips in one request.",
+    "max_audio_seconds": "The longest audio clip, in seconds (checked before decoding).",
     "max_request_bytes": "The most bytes of one request body.",
     "max_tokens_limit": "The most new tokens a request may ask for.",
     "allow_request_chat_template": "Let requests send their own chat template (it runs on the server).",

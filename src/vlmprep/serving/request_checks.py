@@ -2,7 +2,7 @@
 
 transformers' handler reads the request's fields as it goes (`int(body["max_tokens"])`, `message["role"]`, ...), so a
 malformed field there is a `KeyError` or `TypeError` and an HTTP 500. Here every field the handler reads is checked
-first, and the work a request may ask for is bounded (images, new tokens).
+first, and the work a request may ask for is bounded (images, audio clips, new tokens).
 """
 
 from __future__ import annotations
@@ -15,14 +15,22 @@ from numbers import Real
 from .errors import bad_request, client_error, shorten
 from .policy import ServingPolicy
 
-__all__ = ["REFUSED_PART_TYPES", "check_chat_request", "check_template_kwargs", "request_image_urls"]
+__all__ = [
+    "AUDIO_PART_TYPES",
+    "REFUSED_PART_TYPES",
+    "check_chat_request",
+    "check_template_kwargs",
+    "request_audio_parts",
+    "request_image_urls",
+]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
 IMAGE_PART_TYPES = ("image_url", "input_image")
-# Parts transformers' server would load from a URL or path through code that has no media policy (video and audio
-# loaders): refused until they go through `vlmprep.serving.media`.
-REFUSED_PART_TYPES = ("video_url", "input_audio", "audio_url")
+AUDIO_PART_TYPES = ("input_audio", "audio_url")
+# Parts transformers' server would load from a URL or path through code that has no media policy (its video loader):
+# refused until they go through `vlmprep.serving.media`.
+REFUSED_PART_TYPES = ("video_url",)
 MAX_LOGIT_BIAS_ENTRIES = 300
 MAX_STOP_SEQUENCES = 4
 # apply_chat_template's own arguments and the processor's inputs: a request's `chat_template_kwargs` never sets them.
@@ -72,10 +80,17 @@ def check_chat_request(body: object, policy: ServingPolicy, allowed_fields: Iter
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("`messages` must be a non-empty list of messages")
-    images = sum(_checked_message_images(number, message) for number, message in enumerate(messages, 1))
+    images = clips = 0
+    for number, message in enumerate(messages, 1):
+        message_images, message_clips = _checked_message_media(number, message)
+        images, clips = images + message_images, clips + message_clips
     if images > policy.max_images_per_request:
         raise bad_request(
             f"{images} images in the request, over --max-images-per-request ({policy.max_images_per_request})"
+        )
+    if clips > policy.max_audio_per_request:
+        raise bad_request(
+            f"{clips} audio clips in the request, over --max-audio-per-request ({policy.max_audio_per_request})"
         )
     _check_generation_fields(body, policy)
     kwargs = body.get("chat_template_kwargs")
@@ -87,7 +102,7 @@ def check_chat_request(body: object, policy: ServingPolicy, allowed_fields: Iter
         raise bad_request("`tools` must be a list of objects")
 
 
-def _checked_message_images(number: int, message: object) -> int:
+def _checked_message_media(number: int, message: object) -> tuple[int, int]:
     where = f"message {number}"
     if not isinstance(message, dict):
         raise bad_request(f"{where} must be an object")
@@ -98,10 +113,10 @@ def _checked_message_images(number: int, message: object) -> int:
     _check_tool_calls(where, message.get("tool_calls"))
     content = message.get("content")
     if content is None or isinstance(content, str):
-        return 0
+        return 0, 0
     if not isinstance(content, list):
         raise bad_request(f"{where}: `content` must be a string or a list of parts")
-    images = 0
+    images = clips = 0
     for part_number, part in enumerate(content, 1):
         part_where = f"{where}, part {part_number}"
         part_type = part.get("type") if isinstance(part, dict) else None
@@ -116,10 +131,26 @@ def _checked_message_images(number: int, message: object) -> int:
             if not isinstance(url, str):
                 raise bad_request(f"{part_where}: `image_url` must be a string or an object with a string `url`")
             images += 1
+        elif part_type in AUDIO_PART_TYPES:
+            _check_audio_part(part_where, part)
+            clips += 1
         else:
-            types = ", ".join((*TEXT_PART_TYPES, *IMAGE_PART_TYPES))
+            types = ", ".join((*TEXT_PART_TYPES, *IMAGE_PART_TYPES, *AUDIO_PART_TYPES))
             raise bad_request(f"{part_where}: `type` must be one of {types}")
-    return images
+    return images, clips
+
+
+def _check_audio_part(where: str, part: dict) -> None:
+    if part["type"] == "audio_url":  # transformers' message conversion reads `audio_url["url"]`: an object only
+        url = part.get("audio_url")
+        if not isinstance(url, dict) or not isinstance(url.get("url"), str):
+            raise bad_request(f"{where}: `audio_url` must be an object with a string `url`")
+        return
+    audio = part.get("input_audio")
+    if not isinstance(audio, dict) or not isinstance(audio.get("data"), str):
+        raise bad_request(f'{where}: `input_audio` must be an object with base64 `data` and a `format` ("wav")')
+    if audio.get("format") is not None and not isinstance(audio["format"], str):
+        raise bad_request(f"{where}: `input_audio.format` must be a string")
 
 
 def _check_tool_calls(where: str, tool_calls: object) -> None:
@@ -212,6 +243,24 @@ def check_template_kwargs(kwargs: dict, template_text: str, policy: ServingPolic
             value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < 1000)
         ):
             raise bad_request(f"`chat_template_kwargs`: {shorten(key, 60)!r} must be a plain value")
+
+
+def request_audio_parts(messages: list[dict]) -> list[dict]:
+    """The audio parts (`input_audio`, `audio_url`) of checked messages, in order.
+
+    Args:
+        messages (`list[dict]`): messages that passed `check_chat_request`.
+
+    Returns:
+        `list[dict]`
+    """
+    parts = []
+    for message in messages:
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            if part["type"] in AUDIO_PART_TYPES:
+                parts.append(part)
+    return parts
 
 
 def request_image_urls(messages: list[dict]) -> list[str]:

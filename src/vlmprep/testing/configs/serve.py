@@ -1,0 +1,157 @@
+"""A tiny Gemma 4 chat checkpoint with audio, for `vlmprep serve`'s audio tests: model, tokenizer, image processor,
+audio feature extractor and processor, written with `save_pretrained`.
+
+transformers' `Gemma4Processor` needs a video processor, and every video processor of transformers needs torchvision,
+which vlmprep does not depend on. `TinyGemma4Processor` is Gemma 4's processor with no video processor (everything
+else is upstream's: its placeholder expansion, its audio and image processing); a process that loads the checkpoint
+with `AutoProcessor` calls `register_tiny_processors` first (the serve tests start the server through
+`python -m vlmprep.testing.configs.serve`, which does that and runs `vlmprep serve`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import transformers
+from transformers import Gemma4Processor, ProcessorMixin
+
+from .omni import GEMMA4_MEL_BINS, GEMMA4_PATCH_SIZE, GEMMA4_POOLING, tiny_gemma4_config
+
+__all__ = [
+    "GEMMA4_AUDIO_CHAT_TEMPLATE",
+    "TinyGemma4Processor",
+    "build_gemma4_audio_checkpoint",
+    "register_tiny_processors",
+]
+
+# The smallest image budget Gemma 4's image processor takes (70 soft tokens): a 16 px image becomes 64 soft tokens.
+GEMMA4_MIN_SOFT_TOKENS = 70
+# The demo template with Gemma 4's item placeholders, which its processor expands (`<boi>` soft tokens `<eoi>`, ...).
+GEMMA4_AUDIO_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{%- if message['content'] is string -%}"
+    "{{ message['content'] | trim }}"
+    "{%- else -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'image' -%}{{ '<image_soft_token>' }}"
+    "{%- elif item['type'] == 'audio' -%}{{ '<audio_soft_token>' }}"
+    "{%- elif item['type'] == 'text' -%}{{ item['text'] | trim }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+_AUDIO_TOKENS = {"audio_token": "<audio_soft_token>", "boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>"}
+_VIDEO_TOKEN = "<|video|>"  # added by Gemma4Processor itself; added here first so that the vocabulary holds it
+
+
+class _WithoutVideoProcessor(ProcessorMixin):
+    # Sits between Gemma4Processor and ProcessorMixin: drops the `video_processor` Gemma4Processor passes on
+    def __init__(self, *args, video_processor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+class TinyGemma4Processor(Gemma4Processor, _WithoutVideoProcessor):
+    """`Gemma4Processor` without a video processor (see the module docstring); images and audio as upstream's.
+
+    Args:
+        feature_extractor (`Gemma4AudioFeatureExtractor`), image_processor (`Gemma4ImageProcessorPil`),
+        tokenizer (`PreTrainedTokenizerFast`), chat_template (`str`, *optional*): as `Gemma4Processor`'s.
+    """
+
+    def __init__(self, feature_extractor, image_processor, tokenizer, chat_template=None, **kwargs):
+        # A tokenizer read back from disk declares `max_length`/`pad_to_multiple_of` as None, which the processor
+        # would hand the feature extractor as its own (`truncation` without `max_length` fails): its defaults hold
+        for name in ("max_length", "pad_to_multiple_of"):
+            if tokenizer.init_kwargs.get(name, 0) is None:
+                tokenizer.init_kwargs.pop(name)
+        super().__init__(feature_extractor, image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+
+class _TinyAudioChatConfig(transformers.PreTrainedConfig):
+    # A model type of its own, only to register `TinyGemma4Processor` by name with `AutoProcessor`
+    model_type = "vlmprep_tiny_gemma4_audio_chat"
+
+
+def register_tiny_processors() -> None:
+    """Lets `AutoProcessor.from_pretrained` load `TinyGemma4Processor` checkpoints in this process (idempotent)."""
+    transformers.AutoProcessor.register(_TinyAudioChatConfig, TinyGemma4Processor, exist_ok=True)
+
+
+def _audio_tokenizer():
+    from transformers import PreTrainedTokenizerFast
+
+    from ..checkpoints import build_demo_tokenizer
+
+    demo = build_demo_tokenizer()
+    backend = demo.backend_tokenizer
+    backend.add_special_tokens([*_AUDIO_TOKENS.values(), _VIDEO_TOKEN])
+    extra = {name: getattr(demo, name) for name in ("boi_token", "eoi_token", "image_token")}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_special_tokens={**extra, **_AUDIO_TOKENS},
+    )
+
+
+def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
+    """Write a tiny Gemma 4 checkpoint (images and audio; model, tokenizer, processors) to `directory`.
+
+    The weights are `vlmprep.testing.tiny_model`'s; the caller checks that its answers depend on the audio clip.
+
+    Args:
+        directory (`str` or `os.PathLike`): where to write; created (with parents) when missing.
+        seed (`int`, *optional*, defaults to 0): seed of the random weights.
+
+    Returns:
+        `Path`: `directory`.
+    """
+    from ..weights import tiny_model
+
+    tokenizer = _audio_tokenizer()
+    processor = TinyGemma4Processor(
+        transformers.Gemma4AudioFeatureExtractor(feature_size=GEMMA4_MEL_BINS),
+        transformers.Gemma4ImageProcessorPil(
+            patch_size=GEMMA4_PATCH_SIZE, max_soft_tokens=GEMMA4_MIN_SOFT_TOKENS, pooling_kernel_size=GEMMA4_POOLING
+        ),
+        tokenizer,
+        chat_template=GEMMA4_AUDIO_CHAT_TEMPLATE,
+    )
+    config = tiny_gemma4_config()
+    text = config.text_config
+    text.vocab_size = text.vocab_size_per_layer_input = len(tokenizer)
+    text.pad_token_id, text.bos_token_id, text.eos_token_id = (
+        tokenizer.pad_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+    )
+    for name in ("image_token", "boi_token", "eoi_token", "audio_token", "boa_token"):
+        setattr(config, f"{name}_id", getattr(tokenizer, f"{name}_id"))
+    config.eoa_token_index = tokenizer.eoa_token_id
+    config.video_token_id = processor.video_token_id
+    model = tiny_model(transformers.Gemma4ForConditionalGeneration, config, seed=seed)
+    end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    processor.save_pretrained(directory)
+    return directory
+
+
+if __name__ == "__main__":  # `python -m vlmprep.testing.configs.serve <vlmprep serve arguments>`
+    from ...serving.command import main
+
+    register_tiny_processors()
+    sys.exit(main())

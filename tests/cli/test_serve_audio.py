@@ -1,0 +1,287 @@
+"""Audio clips through `vlmprep serve`: OpenAI `input_audio` parts (PCM WAV, base64) decoded under the server's policy.
+
+- The decoder, in process: 8/16/24/32-bit PCM and stereo scaled and averaged as soundfile reads them (the expected
+  samples are computed here from the integers written, not by the decoder); every malformed, oversized, over-long or
+  wrongly sampled clip refused with a short message, never read from a file or URL the policy does not allow.
+- A loopback server on a tiny Gemma 4 checkpoint (images and audio), in each server mode (sequential and
+  `--continuous-batching`): an audio request and an image + audio request answer as the plain transformers class
+  answers the same conversation (the same waveform through the same processor), a re-sent clip is decoded and encoded
+  once, and bad audio is an HTTP 400, never a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from PIL import Image
+from serve_client import (
+    data_url,
+    free_loopback_port,
+    needs_serving,
+    time_left,
+    wait_until_healthy,
+)
+from test_serve_batching import _post
+
+from vlmprep.serving import SERVE_STATS_ENV
+from vlmprep.serving.audio import decode_wav, load_request_audio_cached
+from vlmprep.serving.media import MediaRefused
+from vlmprep.serving.media_cache import MediaCache
+from vlmprep.serving.policy import ServingPolicy
+from vlmprep.testing.configs.serve import TinyGemma4Processor, build_gemma4_audio_checkpoint, register_tiny_processors
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+RATE = 16_000
+MAX_NEW_TOKENS = 6
+SERVER_DEADLINE_S = 120
+QUESTION = "What is in this picture?"
+
+
+def _wav(samples: np.ndarray, width: int = 2, rate: int = RATE, channels: int = 1) -> bytes:
+    """A PCM WAV file of `samples` (integers of `width` bytes; interleaved when `channels` > 1)."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as writer:
+        writer.setnchannels(channels)
+        writer.setsampwidth(width)
+        writer.setframerate(rate)
+        if width == 3:
+            as_bytes = samples.astype("<i4").view(np.uint8).reshape(-1, 4)[:, :3].tobytes()
+        else:
+            as_bytes = samples.astype({1: np.uint8, 2: "<i2", 4: "<i4"}[width]).tobytes()
+        writer.writeframes(as_bytes)
+    return buffer.getvalue()
+
+
+def _tone(kind: str, seconds: float = 0.5) -> np.ndarray:
+    """int16 samples of a 440 Hz tone or a rising chirp (clips the tiny model tells apart)."""
+    times = np.arange(int(RATE * seconds)) / RATE
+    phase = 2 * np.pi * 440 * times if kind == "tone" else 2 * np.pi * (200 + 3000 * times) * times
+    return np.round(16000 * np.sin(phase)).astype(np.int16)
+
+
+def _part(data: bytes, fmt: str | None = "wav") -> dict:
+    audio = {"data": base64.b64encode(data).decode()}
+    return {"type": "input_audio", "input_audio": audio if fmt is None else {**audio, "format": fmt}}
+
+
+# --- the decoder, in process -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_pcm_samples_are_scaled_as_soundfile_reads_them(width):
+    bits = 8 * width
+    generator = np.random.default_rng(width)
+    values = generator.integers(-(2 ** (bits - 1)), 2 ** (bits - 1), 64, dtype=np.int64)
+    stored = values + 128 if width == 1 else values  # 8-bit WAV is unsigned
+    clip = decode_wav(_wav(stored, width), ServingPolicy())
+    assert clip.sampling_rate == RATE and clip.waveform.dtype == np.float32
+    np.testing.assert_array_equal(clip.waveform, (values / 2 ** (bits - 1)).astype(np.float32))
+
+
+def test_stereo_is_averaged_to_mono():
+    left, right = np.arange(0, 3200, 100, dtype=np.int16), -np.arange(0, 1600, 50, dtype=np.int16)
+    interleaved = np.stack([left, right], axis=1).reshape(-1)
+    clip = decode_wav(_wav(interleaved, channels=2), ServingPolicy())
+    expected = (np.stack([left, right]).astype(np.float32) / 32768).mean(axis=0)
+    np.testing.assert_array_equal(clip.waveform, expected)
+
+
+@pytest.mark.parametrize(
+    "part, message",
+    [
+        (_part(_wav(_tone("tone")), "mp3"), "format 'mp3' is not decoded"),
+        (_part(b"ID3\x03 not a wav at all", None), "not a WAV file"),
+        (_part(b"RIFF\x10\0\0\0WAVEfmt \x02\0\0\0\x01\0"), "could not be decoded"),
+        (_part(_wav(np.zeros(0, dtype=np.int16))), "holds no samples"),
+        (_part(_wav(_tone("tone"), rate=8000)), "sampled at 8000 Hz and the model takes 16000 Hz"),
+        (_part(_wav(_tone("tone", seconds=2.5))), "lasts 2.5 s, over --max-audio-seconds (2)"),
+        (_part(_wav(_tone("tone"))[:30]), "could not be decoded"),  # cut inside its header
+        ({"type": "input_audio", "input_audio": {"data": "not base64!", "format": "wav"}}, "not valid base64"),
+        ({"type": "audio_url", "audio_url": {"url": "/etc/passwd"}}, "local files are read only under"),
+        ({"type": "audio_url", "audio_url": {"url": "http://127.0.0.1/a.wav"}}, "--allowed-media-domains"),
+    ],
+)
+def test_bad_audio_is_refused_with_what_is_wrong(part, message):
+    policy = ServingPolicy(max_audio_seconds=2)
+    with pytest.raises(MediaRefused) as refusal:
+        load_request_audio_cached(part, policy, RATE)
+    assert message in str(refusal.value)
+
+
+def test_a_clip_over_the_byte_limit_is_refused_before_it_is_decoded():
+    part = _part(_wav(_tone("tone", seconds=1.0)))  # 32 kB of samples
+    with pytest.raises(MediaRefused, match="over --max-media-bytes"):
+        load_request_audio_cached(part, ServingPolicy(max_media_bytes=10_000), RATE)
+
+
+def test_a_resent_clip_is_decoded_once_and_never_taken_for_an_image():
+    cache, data = MediaCache(2**20), _wav(_tone("chirp"))
+    first, key = load_request_audio_cached(_part(data), ServingPolicy(), RATE, cache, "alice")
+    again, same_key = load_request_audio_cached(_part(data), ServingPolicy(), RATE, cache, "alice")
+    assert again is first and same_key == key
+    assert (cache.stats.decodes, cache.stats.decode_hits) == (1, 1)
+    from vlmprep.serving.media_cache import media_key
+
+    assert media_key(data, "alice") != key  # the same bytes sent as an image are another entry
+
+
+# --- a loopback server -------------------------------------------------------------------------------------------
+
+
+def _conversations(image: Image.Image, clips: dict[str, bytes]) -> dict[str, list[tuple[str, object]]]:
+    # name -> the user's content as (kind, value) items, rendered for the server or for the reference
+    return {
+        "audio": [("audio", clips["tone"]), ("text", "What is this sound?")],
+        "image_and_audio": [("image", image), ("audio", clips["chirp"]), ("text", QUESTION)],
+    }
+
+
+def _reference_answer(model, processor, items) -> str:
+    """The plain class's greedy answer to one user turn, as transformers serve would return it."""
+    from transformers.cli.serving.utils import parse_assistant_message
+
+    content = []
+    for kind, value in items:
+        if kind == "audio":  # the samples written, scaled independently of the server's decoder
+            with wave.open(io.BytesIO(value)) as reader:
+                samples = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
+            content.append({"type": "audio", "audio": (samples / 32768).astype(np.float32)})
+        else:
+            content.append({"type": kind, kind: value})
+    inputs = processor.apply_chat_template(
+        [{"role": "user", "content": content}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+    )
+    with torch.no_grad():
+        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
+    generated = output[0, inputs["input_ids"].shape[1] :]
+    decoded = processor.decode(generated, skip_special_tokens=True)
+    # transformers serve then parses the answer with the family's response template (Gemma 4 has one)
+    content, _, _ = parse_assistant_message(processor, model, generated, inputs["input_ids"], cleaned_content=decoded)
+    return content
+
+
+def _server_content(items) -> list[dict]:
+    content = []
+    for kind, value in items:
+        if kind == "audio":
+            content.append(_part(value))
+        elif kind == "image":
+            content.append({"type": "image_url", "image_url": {"url": data_url(value)}})
+        else:
+            content.append({"type": "text", "text": value})
+    return content
+
+
+@pytest.fixture(scope="module")
+def audio_chat(tmp_path_factory):
+    register_tiny_processors()
+    checkpoint = build_gemma4_audio_checkpoint(tmp_path_factory.mktemp("gemma4_audio") / "checkpoint")
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint)
+    assert isinstance(processor, TinyGemma4Processor)
+    model = transformers.Gemma4ForConditionalGeneration.from_pretrained(checkpoint).eval()
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8), mode="RGB")
+    clips = {kind: _wav(_tone(kind)) for kind in ("tone", "chirp")}
+    conversations = _conversations(image, clips)
+    expected = {name: _reference_answer(model, processor, items) for name, items in conversations.items()}
+    # The tiny model must be able to fail: another clip, another answer
+    swapped = [("audio", clips["chirp"]), *conversations["audio"][1:]]
+    assert _reference_answer(model, processor, swapped) != expected["audio"]
+    return checkpoint, conversations, expected
+
+
+@needs_serving
+# The engine's audio requests are checked in process (tests/batching/test_audio_requests.py); through a second server
+# (~30 s on this machine) they run with `make test-slow`
+@pytest.mark.parametrize("mode", ["sequential", pytest.param("continuous_batching", marks=pytest.mark.slow)])
+def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_path, audio_chat, mode):
+    checkpoint, conversations, expected = audio_chat
+    sequential = mode == "sequential"
+    port, stats_path, log = free_loopback_port(), tmp_path / "stats.json", tmp_path / "server.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        SERVE_STATS_ENV: str(stats_path),
+        "OMP_NUM_THREADS": "1",
+    }
+    # The tiny checkpoint's processor class is registered by this module's entry point, which then runs `vlmprep serve`
+    command = [sys.executable, "-m", "vlmprep.testing.configs.serve", str(checkpoint), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--device", "cpu", "--max-audio-seconds", "2"]
+    command += [] if sequential else ["--continuous-batching"]
+    with open(log, "w") as log_file:
+        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_DEADLINE_S
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        wait_until_healthy(f"http://127.0.0.1:{port}", server, log, deadline)
+        for name in ("audio", "image_and_audio", "audio"):  # the first clip again: decoded once
+            messages = [{"role": "user", "content": _server_content(conversations[name])}]
+            status, answer = _post(
+                url, {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS}, deadline
+            )
+            assert (status, answer) == (200, expected[name]), log.read_text()
+        bad_parts = {
+            "mp3": _part(b"\xff\xfb\x90\x00" * 10, "mp3"),
+            "garbage": _part(os.urandom(64)),
+            "too long": _part(_wav(_tone("tone", seconds=2.5))),
+            "8 kHz": _part(_wav(_tone("tone"), rate=8000)),
+            "no data": {"type": "input_audio", "input_audio": {"format": "wav"}},
+            "audio_url string": {"type": "audio_url", "audio_url": "data:audio/wav;base64,UklGRg=="},
+        }
+        for reason, part in bad_parts.items():
+            messages = [{"role": "user", "content": [part, {"type": "text", "text": "Hear this."}]}]
+            status, body = _post(url, {"messages": messages, "max_tokens": 2}, deadline)
+            assert status == 400 and "audio" in body, (reason, status, body)
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=min(15, time_left(deadline)))
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, log.read_text()
+    (stats,) = json.loads(stats_path.read_text()).values()
+    # Each distinct item decoded once (the two clips, the image, and the 8 kHz clip refused after decoding), the
+    # re-sent clip taken from the media cache, and encoded once: the repeated request's clip is in the prefix cache
+    # (sequential), or its features in the encoder cache (the engine shares no page of Gemma 4, whose sliding layers
+    # transformers' paged cache does not share)
+    assert (stats["media_cache"]["decodes"], stats["media_cache"]["decode_hits"]) == (4, 1), stats
+    assert stats["encoder_cache"]["misses"] == 3, stats
+    assert stats["prefix_cache"]["hits"] >= 1 if sequential else stats["encoder_cache"]["hits"] >= 1, stats
+
+
+@needs_serving
+@pytest.mark.parametrize(
+    "modality, feature_extractor",
+    [("VLM", True), ("MULTIMODAL", False)],
+    ids=["image_text_model", "no_feature_extractor"],
+)
+def test_audio_for_a_model_without_audio_is_a_400(modality, feature_extractor):
+    from types import SimpleNamespace
+
+    from fastapi import HTTPException
+    from transformers.cli.serving.utils import Modality
+
+    from vlmprep.serving.chat import VisionPrepChatCompletionHandler
+
+    handler = SimpleNamespace(policy=ServingPolicy(), media_cache=None)
+    processor = SimpleNamespace(feature_extractor=SimpleNamespace(sampling_rate=RATE) if feature_extractor else None)
+    messages = [{"role": "user", "content": [_part(_wav(_tone("tone")))]}]
+    with pytest.raises(HTTPException) as refusal:
+        VisionPrepChatCompletionHandler._request_audio(handler, messages, processor, Modality[modality], None)
+    assert refusal.value.status_code == 400 and "the model takes no audio" in refusal.value.detail
