@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration
     from .models.base import VisionPrepMixin
+    from .models.blip_2 import Blip2ForConditionalGeneration
     from .models.chameleon import ChameleonForConditionalGeneration
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
     from .models.cohere_compass import CohereCompassForConditionalGeneration

@@ -228,7 +228,9 @@ def cache_of(model, inputs: dict) -> DynamicCache:
     """KV cache of one forward over `inputs` (the upstream way a caller fills a cache)."""
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        return model(**inputs, cache=cache, use_cache=True).cache
+        output = model(**inputs, cache=cache, use_cache=True)
+    # The cache passed in is the one filled; BLIP-2's output holds it only in `language_model_outputs`.
+    return cache if getattr(output, "cache", None) is None else output.cache
 
 
 class _FirstChunkFilled(Exception):
@@ -301,7 +303,7 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
     positions its language model received in that forward.
     """
     recorded = {}
-    owner = upstream.model
+    owner = getattr(upstream, "model", upstream)  # BLIP-2 keeps its encoders on the top-level class
     modalities = [name for name in ("image", "video") if hasattr(owner, f"get_{name}_features")]
 
     def recording(name, encode):
@@ -343,7 +345,8 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
         first["position_ids"] = recorded["position_ids"][..., :cut]
     cache = DynamicCache(config=upstream.config)
     with torch.no_grad():
-        upstream(**first, mm_encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
+        # `pixel_values=None` for a forward that takes the features only beside it (BLIP-2's requires the argument)
+        upstream(**first, pixel_values=None, mm_encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
     return cache
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 DROP_IN_MODULES: dict[str, str] = {
     "AriaForConditionalGeneration": "aria",
     "AyaVisionForConditionalGeneration": "aya_vision",
+    "Blip2ForConditionalGeneration": "blip_2",
     "ChameleonForConditionalGeneration": "chameleon",
     "Cohere2VisionForConditionalGeneration": "cohere2_vision",
     "CohereCompassForConditionalGeneration": "cohere_compass",

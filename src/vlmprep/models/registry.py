@@ -107,10 +107,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "blip": not_placeholder_based(
             "own `generate`: the BERT text decoder cross-attends to the image embeddings; no image placeholders"
         ),
-        "blip-2": candidate(
-            "decoder-only checkpoints: the Q-Former's `num_query_tokens` outputs fill one run of image placeholders "
-            "through `mm_encoder_outputs`; not written yet (Flan-T5 checkpoints are encoder-decoder)"
-        ),
+        "blip-2": drop_in("blip_2.Blip2ForConditionalGeneration", LANGUAGE_MODEL),
         "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration"),
         "cohere2_vision": drop_in("cohere2_vision.Cohere2VisionForConditionalGeneration", COHERE2_VISION),
         "cohere_compass": drop_in("cohere_compass.CohereCompassForConditionalGeneration", LANGUAGE_MODEL),
