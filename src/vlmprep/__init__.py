@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from .models.idefics3 import Idefics3ForConditionalGeneration
     from .models.inkling2 import Inkling2ForConditionalGeneration
     from .models.inkling2_loop import Inkling2LoopForConditionalGeneration
+    from .models.instructblip import InstructBlipForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
     from .models.janus import JanusForConditionalGeneration
     from .models.kimi_k25 import Kimi_K25ForConditionalGeneration

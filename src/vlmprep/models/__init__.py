@@ -46,6 +46,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Idefics3ForConditionalGeneration": "idefics3",
     "Inkling2ForConditionalGeneration": "inkling2",
     "Inkling2LoopForConditionalGeneration": "inkling2_loop",
+    "InstructBlipForConditionalGeneration": "instructblip",
     "InternVLForConditionalGeneration": "internvl",
     "JanusForConditionalGeneration": "janus",
     "Kimi_K25ForConditionalGeneration": "kimi_k25",

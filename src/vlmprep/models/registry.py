@@ -171,10 +171,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "inkling2": drop_in("inkling2.Inkling2ForConditionalGeneration", INKLING2_DECODER),
         "inkling2_loop": drop_in("inkling2_loop.Inkling2LoopForConditionalGeneration", INKLING2_DECODER),
         "inkling_mm_model": candidate(_AUDIO_IN_FORWARD),
-        "instructblip": candidate(
-            "the Q-Former reads `qformer_input_ids` (the prompt's text), so an image's features depend on the "
-            "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"
-        ),
+        "instructblip": drop_in("instructblip.InstructBlipForConditionalGeneration", LANGUAGE_MODEL),
         "instructblipvideo": candidate(
             "the Q-Former reads `qformer_input_ids` (the prompt's text), so a video's features depend on the "
             "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"

@@ -10,7 +10,7 @@ collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names e
 - `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);
 - `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon, Emu3), or with a VQ-VAE for image generation (Janus);
 - `linear_patches`: flattened patches embedded by one linear layer (Fuyu);
-- `misc`: the Q-Former families, whose learned queries fill a fixed run per image (BLIP-2);
+- `misc`: the Q-Former families, whose learned queries fill a fixed run per image (BLIP-2, InstructBLIP);
 - `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, Muse Glimmer, ...).
 """
 
@@ -57,7 +57,7 @@ from .hybrid import (
 from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
-from .misc import tiny_blip_2_config
+from .misc import tiny_blip_2_config, tiny_instructblip_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
@@ -117,6 +117,7 @@ __all__ = [
     "tiny_aria_config",
     "tiny_aya_vision_config",
     "tiny_blip_2_config",
+    "tiny_instructblip_config",
     "tiny_gemma4_config",
     "tiny_qwen2_5_omni_config",
     "tiny_chameleon_config",

@@ -1,4 +1,4 @@
-"""Tiny configs of the Q-Former families: BLIP-2, InstructBLIP and InstructBLIP-Video.
+"""Tiny configs of the Q-Former families: BLIP-2 and InstructBLIP.
 
 A ViT tower of 16 patches per 16x16 image, a two-layer Q-Former of `TINY_QUERY_TOKENS` learned queries cross-attending
 to it in every layer, and a decoder-only language model (OPT, as the published BLIP-2 OPT checkpoints; Llama for
@@ -46,6 +46,11 @@ def _opt() -> dict[str, Any]:
     return {**config, "dropout": 0.0, "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2}
 
 
+def _qformer_init() -> dict[str, Any]:
+    """The keyword arguments every Q-Former config shares: a tower drawn as wide as the Q-Former."""
+    return {"vision_config": tiny_vision_config(initializer_range=QFORMER_INIT_RANGE), "qformer_config": _qformer()}
+
+
 def tiny_blip_2_config() -> transformers.Blip2Config:
     """A tiny BLIP-2 config: ViT tower, two-layer Q-Former of 4 queries, OPT decoder.
 
@@ -53,9 +58,24 @@ def tiny_blip_2_config() -> transformers.Blip2Config:
         `transformers.Blip2Config`
     """
     return transformers.Blip2Config(
-        vision_config=tiny_vision_config(initializer_range=QFORMER_INIT_RANGE),
-        qformer_config=_qformer(),
+        **_qformer_init(),
         text_config=_opt(),
+        num_query_tokens=TINY_QUERY_TOKENS,
+        image_token_index=TINY_IMAGE_TOKEN_ID,
+        initializer_range=QFORMER_INIT_RANGE,
+    )
+
+
+def tiny_instructblip_config() -> transformers.InstructBlipConfig:
+    """A tiny InstructBLIP config: BLIP-2's tower and Q-Former (which also reads the instruction), a Llama decoder
+    (Vicuna's).
+
+    Returns:
+        `transformers.InstructBlipConfig`
+    """
+    return transformers.InstructBlipConfig(
+        **_qformer_init(),
+        text_config=tiny_text_config(),
         num_query_tokens=TINY_QUERY_TOKENS,
         image_token_index=TINY_IMAGE_TOKEN_ID,
         initializer_range=QFORMER_INIT_RANGE,
