@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import tempfile
 from collections.abc import Iterator, Sequence
 
@@ -345,9 +346,16 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
         first["position_ids"] = recorded["position_ids"][..., :cut]
     cache = DynamicCache(config=upstream.config)
     with torch.no_grad():
-        # `pixel_values=None` for a forward that takes the features only beside it (BLIP-2's requires the argument)
-        upstream(**first, pixel_values=None, mm_encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
+        upstream(
+            **first, **_required_pixels(upstream), mm_encoder_outputs=encoder_outputs, cache=cache, use_cache=True
+        )
     return cache
+
+
+def _required_pixels(model) -> dict:
+    """`pixel_values=None` for a forward that requires the argument even beside encoded features (BLIP-2's)."""
+    pixels = inspect.signature(model.forward).parameters.get("pixel_values")
+    return {"pixel_values": None} if pixels is not None and pixels.default is inspect.Parameter.empty else {}
 
 
 def _placeholders(config, inputs: dict, modality: str) -> torch.Tensor:
