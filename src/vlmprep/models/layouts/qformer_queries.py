@@ -117,7 +117,7 @@ class QFormerQueriesLayout(FamilyHooks):
         A call with prepared rows gets them in the container upstream reads; a call without (a decoding step, a text
         chunk) gets no rows and ids that match no placeholder, its tokens embedded as they are (a generated
         placeholder id stays the token it is, as in upstream's `generate`, which decodes with the language model
-        alone). `generate` drops an all-ones mask, after which upstream's forward would attend to this call's tokens
+        alone; `generate` refuses a prompt whose placeholders have no item before any forward). `generate` drops an all-ones mask, after which upstream's forward would attend to this call's tokens
         only: the mask over the cache and the call is restored.
 
         Args:
@@ -129,22 +129,23 @@ class QFormerQueriesLayout(FamilyHooks):
         """
         encoded = dict(inputs.get("mm_encoder_outputs") or {})
         if all(inputs.get(key) is None for key in pixel_keys):
-            modality = "video" if "pixel_values_videos" in pixel_keys else "image"
-            rows = encoded.get(modality)
+            rows = encoded.get("image")
             if rows is None:
+                ids = inputs.get("input_ids")
                 if inputs.get("inputs_embeds") is None:
-                    inputs["inputs_embeds"] = self.get_input_embeddings()(inputs["input_ids"])
+                    inputs["inputs_embeds"] = self.get_input_embeddings()(ids)
                 embeds = inputs["inputs_embeds"]
                 rows = QueryRows(pooler_output=embeds.new_zeros((0,)))
                 inputs["input_ids"] = torch.full(embeds.shape[:2], -1, device=embeds.device)
-            if not isinstance(rows, QueryRows):
+            if not hasattr(rows, "qformer_outputs"):  # vlmprep's prepared rows
                 rows = QueryRows(pooler_output=rows.pooler_output, last_hidden_state=rows.pooler_output)
-            encoded[modality] = rows
+            encoded["image"] = rows
             inputs["mm_encoder_outputs"] = encoded
         if inputs.get("attention_mask") is None:
             tokens = inputs["input_ids"] if inputs.get("inputs_embeds") is None else inputs["inputs_embeds"]
             cache = inputs.get("cache")
-            past = cache.get_seq_length() if cache is not None else 0
+            # transformers' paged cache (continuous batching, refused for these families) has no sequence length
+            past = cache.get_seq_length() if cache is not None and hasattr(cache, "get_seq_length") else 0
             shape = (tokens.shape[0], past + tokens.shape[1])
             inputs["attention_mask"] = torch.ones(shape, dtype=torch.long, device=tokens.device)
         return {key: value for key, value in inputs.items() if value is not None or key in pixel_keys}
