@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from .models.auto import AutoModelForImageTextToText
     from .models.aya_vision import AyaVisionForConditionalGeneration
     from .models.base import VisionPrepMixin
+    from .models.blip_2 import Blip2ForConditionalGeneration
     from .models.chameleon import ChameleonForConditionalGeneration
     from .models.cohere2_vision import Cohere2VisionForConditionalGeneration
     from .models.cohere_compass import CohereCompassForConditionalGeneration
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from .models.inkling2 import Inkling2ForConditionalGeneration
     from .models.inkling2_loop import Inkling2LoopForConditionalGeneration
     from .models.inkling_mm_model import InklingForConditionalGeneration
+    from .models.instructblip import InstructBlipForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
     from .models.janus import JanusForConditionalGeneration
     from .models.kimi_k25 import Kimi_K25ForConditionalGeneration

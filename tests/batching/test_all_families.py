@@ -30,6 +30,8 @@ REFUSED = {
     "qwen4_exp": r"\['indexed_attention', 'linear_attention'\] layers, which transformers' paged cache does not hold",
     "kimi_k25": "latent attention",
     "ernie4_5_vl_moe": "moe_mm_token_type_ids",
+    "blip-2": "not adapted to the continuous-batching engine",
+    "instructblip": "not adapted to the continuous-batching engine",
 }
 # A step holds a bidirectional image block whole: Gemma3's 16-token images need a budget of at least 16 (20 still
 # splits its prompts, and moves cuts that fall inside images back to the image start).

@@ -35,7 +35,9 @@ def recorded_cache_of(model, inputs: dict) -> DynamicCache:
     cache = DynamicCache(config=model.config)
     cache.activate_past_recording()
     with torch.no_grad():
-        return model(**inputs, cache=cache, use_cache=True).cache
+        output = model(**inputs, cache=cache, use_cache=True)
+    # The cache passed in is the one filled; BLIP-2's output holds it only in `language_model_outputs`.
+    return cache if getattr(output, "cache", None) is None else output.cache
 
 
 @scenario

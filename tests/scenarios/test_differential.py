@@ -249,6 +249,9 @@ def check_conversations(family: str, max_examples: int, media: tuple = (IMAGE,))
             extensions = [row for row, _ in conversation.continuations]  # appended to every row
             has_items = any(row.image_seeds for row in (*conversation.rows, *extensions))
             assume(len(conversation.rows) == 1 or not has_items)
+        if FAMILY_CASES[family].upstream_needs_items:  # text-only calls: tests/units/test_blip_2.py
+            assume(bool(conversation.rows[0].image_seeds))
+            assume(all(options.assistant in (None, "prompt_lookup", "drop_in_assistant") for options in calls))
         run_conversation(family, conversation)
 
     check()

@@ -38,6 +38,9 @@ class FamilyCase:
             the differential test draws no call with them in train mode.
         one_row_with_items: whether the drop-in refuses a batch with items in more than one row (HunYuanVL numbers
             images across the batch upstream): the differential test then draws such batches without items.
+        upstream_needs_items: whether transformers' class runs only calls with items (BLIP-2: its `generate` and
+            forward need `pixel_values`): the differential test then draws calls with items, and no transformers
+            assistant (whose forwards get none).
     """
 
     name: str
@@ -49,6 +52,7 @@ class FamilyCase:
     answer_token_types: dict[str, int] = field(default_factory=dict)
     refused_train_parts: tuple[str, ...] = ()
     one_row_with_items: bool = False
+    upstream_needs_items: bool = False
 
     @property
     def builds_audio(self) -> bool:

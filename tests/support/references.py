@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import tempfile
 from collections.abc import Iterator, Sequence
 
@@ -228,7 +229,9 @@ def cache_of(model, inputs: dict) -> DynamicCache:
     """KV cache of one forward over `inputs` (the upstream way a caller fills a cache)."""
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        return model(**inputs, cache=cache, use_cache=True).cache
+        output = model(**inputs, cache=cache, use_cache=True)
+    # The cache passed in is the one filled; BLIP-2's output holds it only in `language_model_outputs`.
+    return cache if getattr(output, "cache", None) is None else output.cache
 
 
 class _FirstChunkFilled(Exception):
@@ -301,7 +304,7 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
     positions its language model received in that forward.
     """
     recorded = {}
-    owner = getattr(upstream, "model", upstream)  # Nemotron-H Omni keeps its encoders on itself
+    owner = getattr(upstream, "model", upstream)  # Nemotron-H Omni, BLIP-2 keep their encoders on the top-level class
     modalities = [name for name in ("image", "video") if hasattr(owner, f"get_{name}_features")]
 
     def recording(name, encode):
@@ -343,8 +346,16 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
         first["position_ids"] = recorded["position_ids"][..., :cut]
     cache = DynamicCache(config=upstream.config)
     with torch.no_grad():
-        upstream(**first, mm_encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
+        upstream(
+            **first, **_required_pixels(upstream), mm_encoder_outputs=encoder_outputs, cache=cache, use_cache=True
+        )
     return cache
+
+
+def _required_pixels(model) -> dict:
+    """`pixel_values=None` for a forward that requires the argument even beside encoded features (BLIP-2's)."""
+    pixels = inspect.signature(model.forward).parameters.get("pixel_values")
+    return {"pixel_values": None} if pixels is not None and pixels.default is inspect.Parameter.empty else {}
 
 
 def _placeholders(config, inputs: dict, modality: str) -> torch.Tensor:

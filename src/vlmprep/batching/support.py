@@ -50,6 +50,9 @@ def check_batching_support(model, with_items: bool = True) -> None:
         )
     facts = model.vision_facts
     name = type(model).__name__
+    refusal = getattr(model, "continuous_batching_refusal", None)
+    if refusal is not None and refusal() is not None:  # a family (its layout) that states why it is not run
+        raise ValueError(f"{name}: {refusal()} Use `generate` for this model.")
     layer_types = set(getattr(model.config.get_text_config(), "layer_types", None) or ())
     other_layers = sorted(layer_types - {"full_attention", "sliding_attention"})
     if other_layers:

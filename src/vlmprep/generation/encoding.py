@@ -19,6 +19,12 @@ from .spans import ItemSpan
 SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]
 
 
+def encoding_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose `get_<modality>_features` encode a model's items: its inner `model`, or the model itself where
+    the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni), as `vlmprep.testing.VisionRunCounter` finds them."""
+    return getattr(model, "model", model)
+
+
 @functools.lru_cache(maxsize=256)
 def _encoder_argument_names(encoder_class: type, modality: str, skip: frozenset[str]) -> tuple[str, ...]:
     # `get_<modality>_features` arguments besides the per-item inputs (e.g. `vision_feature_layer`): read once per
@@ -58,7 +64,7 @@ class ItemEncoder:
         """Arguments of `get_<modality>_features` that are not per-item inputs (read from the call's inputs)."""
         facts = self.model.vision_facts.modality(modality)
         skip = frozenset({"kwargs", *facts.pixel_keys, *facts.per_item_keys})
-        return _encoder_argument_names(type(encoder_owner(self.model)), modality, skip)
+        return _encoder_argument_names(type(encoding_module(self.model)), modality, skip)
 
     def _shared_arguments(self, modality: str) -> dict[str, Any]:
         names = self.encoder_argument_names(modality)
@@ -186,7 +192,7 @@ class ItemEncoder:
             inputs = self._item_inputs(modality.name, [self.span_of[index].input_index for index in group])
             check_finite_pixels(inputs, modality.pixel_keys)
             kept_rows = inputs.pop(modality.kept_rows_key, None) if modality.kept_rows_key else None
-            encode = getattr(encoder_owner(model), f"get_{modality.name}_features")
+            encode = getattr(encoding_module(model), f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
             features_key = model.vision_facts.features_key
@@ -213,12 +219,6 @@ class ItemEncoder:
                     f"but its vision features have {features[index].shape[0]} rows. The prompt was built for another "
                     f"{span.modality} size or model config; build it with this model's processor."
                 )
-
-
-def encoder_owner(model):
-    """The module holding a drop-in's `get_<modality>_features`: its base `model`, or the drop-in itself when it keeps
-    its encoders on itself (Nemotron-H Omni)."""
-    return getattr(model, "model", model)
 
 
 def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> None:

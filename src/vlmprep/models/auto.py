@@ -36,6 +36,13 @@ DROP_IN_CLASSES: dict[str, type[PreTrainedModel]] = load_drop_in_classes()
 
 def _drop_in_class(config: PreTrainedConfig) -> type[PreTrainedModel] | None:
     cls = DROP_IN_CLASSES.get(config.model_type)
+    refusal = None if cls is None else cls.config_refusal(config)
+    if refusal is not None:
+        # A drop-in that refuses some checkpoints of its type (BLIP-2 with Flan-T5): they load as transformers' class.
+        logger.warning(
+            "vlmprep's drop-in does not take this checkpoint (%s); loading transformers' own class.", refusal
+        )
+        return None
     if cls is None:
         logger.warning(
             "vlmprep has no drop-in class for model type %r; loading transformers' own class (images are encoded "

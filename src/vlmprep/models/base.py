@@ -6,6 +6,8 @@ here, where the drop-ins are built, so that imports point down (models -> batchi
 
 from __future__ import annotations
 
+from transformers import PreTrainedConfig
+
 from ..batching.mixin import ContinuousBatchingMixin
 from ..generation.mixin import VisionPrepGenerationMixin
 
@@ -31,3 +33,24 @@ class VisionPrepMixin(VisionPrepGenerationMixin, ContinuousBatchingMixin):
 
     ```
     """
+
+    def __init__(self, config: PreTrainedConfig, *args, **kwargs):
+        refusal = type(self).config_refusal(config)
+        if refusal is not None:
+            raise ValueError(f"{type(self).__name__} (vlmprep) cannot run this model: {refusal}")
+        super().__init__(config, *args, **kwargs)
+
+    @classmethod
+    def config_refusal(cls, config: PreTrainedConfig) -> str | None:
+        """Why this drop-in does not take a config of its model type, or `None` (it takes every one).
+
+        A family whose type covers checkpoints vlmprep cannot prepare (BLIP-2 with a Flan-T5 language model)
+        states why; `vlmprep.AutoModelForImageTextToText` then loads transformers' class, with a warning.
+
+        Args:
+            config (`PreTrainedConfig`): a config of the drop-in's model type.
+
+        Returns:
+            `str` or `None`
+        """
+        return None

@@ -81,7 +81,13 @@ _AUDIO_IN_FORWARD = (
     "transformers' forward takes audio only as `input_features`, so the drop-in needs its own embedding step feeding "
     "the encoded rows (as Gemma 4's has); not written yet"
 )
-_TIMM = "needs `timm`, which is not a vlmprep dependency, so the model cannot be built or tested here"
+# Tried (issue 27): `timm` installs alone, but imports `torchvision`, whose only wheels in the package registry are CUDA
+# builds; the one for torch 2.13.0 (0.28.0) links `libc10_cuda.so`, so with the CPU torch its ops do not load.
+_TIMM = (
+    "needs `timm`, which imports `torchvision`: the registry's torchvision for torch 2.13.0 (0.28.0) is a CUDA build "
+    "whose ops fail to load with the CPU torch (`operator torchvision::nms does not exist`), and installing it with "
+    "its dependencies replaces torch, so the model cannot be built or tested here"
+)
 # Items in several runs: the spans take an item in pieces (`item_token_counts` gives a list of run lengths per item,
 # as `patch_grid_per_frame`'s videos and LLaVA-OneVision's multi-image items do); what a family adds is the counts.
 _PIECES = "the spans take an item in pieces (as `patch_grid_per_frame`'s videos), so it needs only its per-run counts"
@@ -99,10 +105,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "blip": not_placeholder_based(
             "own `generate`: the BERT text decoder cross-attends to the image embeddings; no image placeholders"
         ),
-        "blip-2": candidate(
-            "decoder-only checkpoints: the Q-Former's `num_query_tokens` outputs fill one run of image placeholders "
-            "through `mm_encoder_outputs`; not written yet (Flan-T5 checkpoints are encoder-decoder)"
-        ),
+        "blip-2": drop_in("blip_2.Blip2ForConditionalGeneration", LANGUAGE_MODEL),
         "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration"),
         "cohere2_vision": drop_in("cohere2_vision.Cohere2VisionForConditionalGeneration", COHERE2_VISION),
         "cohere_compass": drop_in("cohere_compass.CohereCompassForConditionalGeneration", LANGUAGE_MODEL),
@@ -166,13 +169,12 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "inkling2": drop_in("inkling2.Inkling2ForConditionalGeneration", INKLING2_DECODER),
         "inkling2_loop": drop_in("inkling2_loop.Inkling2LoopForConditionalGeneration", INKLING2_DECODER),
         "inkling_mm_model": drop_in("inkling_mm_model.InklingForConditionalGeneration"),
-        "instructblip": candidate(
-            "the Q-Former reads `qformer_input_ids` (the prompt's text), so an image's features depend on the "
-            "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"
-        ),
+        "instructblip": drop_in("instructblip.InstructBlipForConditionalGeneration", LANGUAGE_MODEL),
         "instructblipvideo": candidate(
-            "the Q-Former reads `qformer_input_ids` (the prompt's text), so a video's features depend on the "
-            "prompt: the encoder-cache and prefix keys would need that text; then one run of query placeholders"
+            "video only: `pixel_values` is `(videos, frames, C, H, W)`, a video one run of `num_query_tokens * frames` "
+            "video placeholders with its instruction (the qformer_queries layout and instructblip's per-item "
+            "instruction fit), but the facts always have an image modality first and this config has no image "
+            "placeholder: the spans must allow a family without images first; not written yet"
         ),
         "internvl": drop_in("internvl.InternVLForConditionalGeneration", LANGUAGE_MODEL),
         "janus": drop_in("janus.JanusForConditionalGeneration", LANGUAGE_MODEL),
@@ -267,8 +269,11 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "encoder-decoder (T5) over text, layout boxes and image patches; the decoder cross-attends"
         ),
         "unlimited_ocr": candidate(
-            "its own `_prefill` (a reference sliding-window cache that pins the prefill region) is the hook the "
-            "vlmprep mixin replaces; the two need merging"
+            "its reference sliding-window cache layers pin the prompt (its own `_prefill` declares the prompt's length "
+            "before the first forward) and evict decoded tokens past the window: chunked prefill must declare the "
+            "whole prompt's length (upstream's hook, reached per chunk, sees the first chunk only), and the prefix "
+            "store must snapshot those layers (their pinned part kept apart) and never resume a stored answer whose "
+            "tokens were evicted; not written yet"
         ),
         "video_llama_3": drop_in("video_llama_3.VideoLlama3ForConditionalGeneration", LANGUAGE_MODEL),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),

@@ -59,7 +59,8 @@ def text_decoder_config(config: PreTrainedConfig) -> PreTrainedConfig:
 
     A copy of the text config, with `tie_word_embeddings` taken from the multimodal config: the conditional model
     ties its `lm_head` according to its own (top-level) flag, which can differ from the text config's (Mistral3,
-    InternVL: top-level `True`, text `False`, and no `lm_head` in the checkpoint).
+    InternVL: top-level `True`, text `False`, and no `lm_head` in the checkpoint); without a top-level flag, the text
+    config's own.
 
     Args:
         config (`PreTrainedConfig`): the multimodal model's config (one with a `text_config`).
@@ -75,7 +76,9 @@ def text_decoder_config(config: PreTrainedConfig) -> PreTrainedConfig:
         decoder_config = _carried_over_config(text_config, family.decoder_model_type)
     else:
         decoder_config = copy.deepcopy(text_config)
-    decoder_config.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
+    # A multimodal config without the flag (BLIP-2) holds a whole causal LM, tied by its text config's own flag.
+    own_flag = getattr(text_config, "tie_word_embeddings", False)
+    decoder_config.tie_word_embeddings = getattr(config, "tie_word_embeddings", own_flag)
     for name, value in family.decoder_config_overrides if family is not None else ():
         setattr(decoder_config, name, value)
     if type(decoder_config) not in MODEL_FOR_CAUSAL_LM_MAPPING:

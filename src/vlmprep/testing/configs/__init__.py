@@ -10,6 +10,7 @@ collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names e
 - `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);
 - `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon, Emu3), or with a VQ-VAE for image generation (Janus);
 - `linear_patches`: flattened patches embedded by one linear layer (Fuyu);
+- `misc`: the Q-Former families, whose learned queries fill a fixed run per image (BLIP-2, InstructBLIP);
 - `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, Muse Glimmer, ...).
 """
 
@@ -62,6 +63,7 @@ from .indexed import (
 )
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
+from .misc import tiny_blip_2_config, tiny_instructblip_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
 from .omnib import tiny_apertus1p5_config, tiny_dots3_note_config, tiny_muse_spark_config
 from .omnic import tiny_cosmos3_omni_config, tiny_inkling_mm_model_config, tiny_nemotron_h_omni_config
@@ -123,6 +125,8 @@ __all__ = [
     "TINY_CONFIG_BUILDERS",
     "tiny_aria_config",
     "tiny_aya_vision_config",
+    "tiny_blip_2_config",
+    "tiny_instructblip_config",
     "tiny_gemma4_config",
     "tiny_qwen2_5_omni_config",
     "tiny_muse_spark_config",

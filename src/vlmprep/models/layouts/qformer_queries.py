@@ -1,0 +1,196 @@
+"""The Q-Former layout: an item is one fixed-resolution image (or video), whose Q-Former's `num_query_tokens` learned
+queries, projected, fill one run of placeholders (BLIP-2, InstructBLIP, InstructBLIP-Video).
+
+Besides the counts, these families share how transformers runs them: their own `generate` encodes the items and hands
+input embeddings to the language model's `generate`, and their forward needs the pixels on every call. The drop-ins
+run vlmprep's `generate` on the whole model instead, so their forward must also take calls that carry no item
+(decoding steps, prefill chunks of text): `QFormerQueriesLayout.prepare_query_forward` turns such a call into one
+upstream's forward takes. Checkpoints whose language model is an encoder-decoder (Flan-T5) are refused
+(`config_refusal`): their encoder takes the items and the prompt together, there is no decoder-only prefill to prepare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PreTrainedConfig
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from ...generation import VisionFacts
+from ...generation.hooks import FamilyHooks
+
+# Every Q-Former family: a fixed count per item (the learned queries), nothing per item besides the pixels.
+QFORMER_FACTS = VisionFacts(tokens_per_image_attr="num_query_tokens", per_image_keys=())
+
+
+@dataclass
+class QueryRows(BaseModelOutputWithPooling):
+    """Feature rows in the container the Q-Former families' forward reads (`pooler_output`, and the vision and
+    Q-Former outputs, which vlmprep's prepared rows do not carry).
+
+    Args:
+        vision_outputs (`BaseModelOutputWithPooling`, *optional*): the vision tower's output; `None` here.
+        qformer_outputs (`ModelOutput`, *optional*): the Q-Former's output; `None` here.
+    """
+
+    vision_outputs: Any = None
+    qformer_outputs: Any = None
+
+
+class QFormerQueriesLayout(FamilyHooks):
+    """An item is one image (or video) whose Q-Former queries fill one run of `num_query_tokens` placeholders."""
+
+    layout_name = "qformer_queries"
+    layout_description = (
+        "an image (or video) is one run of the Q-Former's `num_query_tokens` projected queries; forwards without "
+        "items taken, encoder-decoder language models refused"
+    )
+    # Upstream's `generate` takes `pixel_values` first; vlmprep's `generate` prepares them from the prompt's ids.
+    main_input_name = "input_ids"
+
+    @classmethod
+    def config_refusal(cls, config: PreTrainedConfig) -> str | None:
+        """Why this config has no drop-in (an encoder-decoder language model: Flan-T5), or `None`.
+
+        Args:
+            config (`PreTrainedConfig`): the model's config.
+
+        Returns:
+            `str` or `None`
+        """
+        if config.use_decoder_only_language_model:
+            return None
+        upstream = type(config).__name__.replace("Config", "ForConditionalGeneration")
+        return (
+            f"this checkpoint's language model ({config.text_config.model_type}) is an encoder-decoder, whose encoder "
+            "takes the items and the prompt together: there is no decoder-only prefill to prepare. Load it with "
+            f"`transformers.{upstream}`."
+        )
+
+    def continuous_batching_refusal(self) -> str:
+        """Why transformers' continuous-batching engine does not run these families (`vlmprep.batching.support`).
+
+        Returns:
+            `str`
+        """
+        return (
+            "the Q-Former families are not adapted to the continuous-batching engine yet (their per-item instructions "
+            "and their forward's decoding steps without items are not carried through its paged steps)."
+        )
+
+    def caption_prompt(self, pixel_values: torch.Tensor, input_ids: torch.Tensor | None, kwargs: dict) -> dict:
+        """The keyword arguments of vlmprep's `generate` for upstream's signature: without a prompt, as upstream, each
+        item is captioned from its placeholders followed by the decoder's BOS token; every token is attended unless
+        a mask says otherwise (transformers' default would mask the decoder's pad id, which upstream never does).
+
+        Args:
+            pixel_values (`torch.Tensor`, *optional*): the items' pixels.
+            input_ids (`torch.Tensor`, *optional*): the prompt.
+            kwargs (`dict`): the other arguments of the call (`attention_mask`, `inputs_embeds`, generation options).
+
+        Returns:
+            `dict`: the arguments, `input_ids` and `attention_mask` included.
+        """
+        if kwargs.pop("interpolate_pos_encoding", False):
+            raise ValueError(
+                "`interpolate_pos_encoding=True` is not supported by the vlmprep drop-in: resize the images to the "
+                "vision tower's `image_size` (the processor does), or use transformers' class."
+            )
+        if input_ids is None and kwargs.get("inputs_embeds") is None and pixel_values is not None:
+            prompt = [self.config.image_token_id] * self.config.num_query_tokens + [
+                self.config.text_config.bos_token_id
+            ]
+            input_ids = torch.tensor([prompt], device=pixel_values.device).repeat(pixel_values.shape[0], 1)
+        if pixel_values is not None:
+            kwargs["pixel_values"] = pixel_values
+        if kwargs.get("attention_mask") is None and input_ids is not None:
+            kwargs["attention_mask"] = torch.ones_like(input_ids)
+        if kwargs.get("attention_mask") is None:
+            kwargs.pop("attention_mask", None)
+        return {"input_ids": input_ids, **kwargs}
+
+    def prepare_query_forward(self, inputs: dict[str, Any], pixel_keys: tuple[str, ...] = ("pixel_values",)) -> dict:
+        """The inputs of upstream's forward for a call of `generate`, which may carry no item.
+
+        A call with prepared rows gets them in the container upstream reads; a call without (a decoding step, a text
+        chunk) gets no rows and ids that match no placeholder, its tokens embedded as they are (a generated
+        placeholder id stays the token it is, as in upstream's `generate`, which decodes with the language model
+        alone; `generate` refuses a prompt whose placeholders have no item before any forward). `generate` drops an all-ones mask, after which upstream's forward would attend to this call's tokens
+        only: the mask over the cache and the call is restored.
+
+        Args:
+            inputs (`dict[str, Any]`): the forward's keyword arguments.
+            pixel_keys (`tuple[str, ...]`, *optional*, defaults to `("pixel_values",)`): the family's pixel inputs.
+
+        Returns:
+            `dict`: keyword arguments for upstream's forward.
+        """
+        encoded = dict(inputs.get("mm_encoder_outputs") or {})
+        if all(inputs.get(key) is None for key in pixel_keys):
+            rows = encoded.get("image")
+            if rows is None:
+                ids = inputs.get("input_ids")
+                if inputs.get("inputs_embeds") is None:
+                    inputs["inputs_embeds"] = self.get_input_embeddings()(ids)
+                embeds = inputs["inputs_embeds"]
+                rows = QueryRows(pooler_output=embeds.new_zeros((0,)))
+                inputs["input_ids"] = torch.full(embeds.shape[:2], -1, device=embeds.device)
+            if not hasattr(rows, "qformer_outputs"):  # vlmprep's prepared rows
+                rows = QueryRows(pooler_output=rows.pooler_output, last_hidden_state=rows.pooler_output)
+            encoded["image"] = rows
+            inputs["mm_encoder_outputs"] = encoded
+        if inputs.get("attention_mask") is None:
+            tokens = inputs["input_ids"] if inputs.get("inputs_embeds") is None else inputs["inputs_embeds"]
+            cache = inputs.get("cache")
+            # transformers' paged cache (continuous batching, refused for these families) has no sequence length
+            past = cache.get_seq_length() if cache is not None and hasattr(cache, "get_seq_length") else 0
+            shape = (tokens.shape[0], past + tokens.shape[1])
+            inputs["attention_mask"] = torch.ones(shape, dtype=torch.long, device=tokens.device)
+        return {key: value for key, value in inputs.items() if value is not None or key in pixel_keys}
+
+
+def check_instructions(model_kwargs: dict[str, Any], num_items: int | None, modality: str = "image") -> None:
+    """Raise unless the Q-Former's instruction (`qformer_input_ids`, one row per item) comes with the items.
+
+    InstructBLIP's Q-Former reads each item together with its prompt's text, so an item's features depend on it: the
+    instruction is an input of the item, encoded and hashed with it.
+
+    Args:
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        num_items (`int`, *optional*): how many items of `modality` the call's pixels hold.
+        modality (`str`, *optional*, defaults to `"image"`): the items' modality.
+    """
+    instructions, mask = model_kwargs.get("qformer_input_ids"), model_kwargs.get("qformer_attention_mask")
+    if num_items is None:
+        return
+    if instructions is None or instructions.ndim != 2 or instructions.shape[0] != num_items:
+        shape = None if instructions is None else tuple(instructions.shape)
+        raise ValueError(
+            f"The Q-Former reads each {modality} with its instruction, but `qformer_input_ids` has shape {shape} for "
+            f"{num_items} {modality}(s): pass one row of Q-Former ids per {modality}, in prompt order (the processor "
+            f"returns one per prompt, with its {modality})."
+        )
+    if mask is not None and tuple(mask.shape) != tuple(instructions.shape):
+        raise ValueError(
+            f"`qformer_attention_mask` has shape {tuple(mask.shape)} but `qformer_input_ids` has "
+            f"{tuple(instructions.shape)}: pass the mask the processor returned with these ids."
+        )
+
+
+def with_language_model_cache(output):
+    """Upstream's output with the language model's `cache`, `hidden_states` and `attentions` at the top, where
+    `generate` reads them (upstream's own `generate` reads them from the language model's output).
+
+    Args:
+        output (`ModelOutput`): the family's forward output, with `language_model_outputs`.
+
+    Returns:
+        `ModelOutput`: the same output, those fields added.
+    """
+    for name in ("cache", "hidden_states", "attentions"):
+        value = getattr(output.language_model_outputs, name, None)
+        if value is not None:
+            output[name] = value
+    return output

@@ -1,0 +1,67 @@
+"""BLIP-2 beyond the conformance matrix: upstream's `generate` signature, calls transformers' class cannot run, and
+the Flan-T5 checkpoints the drop-in refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from conftest import model_pair
+from vlmprep import AutoModelForImageTextToText
+from vlmprep.models.blip_2 import Blip2ForConditionalGeneration
+from vlmprep.testing import VisionRunCounter, random_pixels, tiny_config
+
+GREEDY = {"max_new_tokens": 3, "do_sample": False, "output_logits": True, "return_dict_in_generate": True}
+
+
+def test_captioning_without_prompt_matches_transformers():
+    upstream, ours = model_pair("blip-2")
+    pixels = random_pixels(2, seed=3)
+    expected = upstream.generate(pixels, **GREEDY)  # upstream's signature: `pixel_values` first, no prompt
+    with VisionRunCounter(ours) as runs:
+        actual = ours.generate(pixels, **GREEDY)
+    assert torch.equal(actual.sequences, expected.sequences)
+    for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
+        torch.testing.assert_close(step_actual, step_expected, atol=1e-5, rtol=0)
+    assert runs.calls == 1 and runs.images == 2
+
+
+def test_text_only_prompt_matches_the_language_model():
+    # transformers' class cannot generate without an image; its language model is what decodes any prompt upstream.
+    upstream, ours = model_pair("blip-2")
+    input_ids = torch.tensor([[2, 5, 6, 7, 122, 8]])  # a placeholder id as text: no image, the token itself
+    with pytest.raises(ValueError, match="(?i)image"):
+        ours.generate(input_ids=input_ids, max_new_tokens=1)
+    input_ids = torch.tensor([[2, 5, 6, 7, 8]])
+    expected = upstream.language_model.generate(input_ids=input_ids, **GREEDY)
+    actual = ours.generate(input_ids=input_ids, **GREEDY)
+    assert torch.equal(actual.sequences, expected.sequences)
+    for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
+        torch.testing.assert_close(step_actual, step_expected, atol=1e-5, rtol=0)
+
+
+def test_interpolated_positions_are_refused():
+    _, ours = model_pair("blip-2")
+    with pytest.raises(ValueError, match="interpolate_pos_encoding"):
+        ours.generate(random_pixels(1), interpolate_pos_encoding=True, max_new_tokens=1)
+
+
+def _flan_t5_config() -> transformers.Blip2Config:
+    config = tiny_config("blip-2").to_dict()
+    text = {"model_type": "t5", "vocab_size": 128, "d_model": 32, "d_kv": 16, "d_ff": 64, "num_layers": 1}
+    return transformers.Blip2Config(
+        vision_config=config["vision_config"],
+        qformer_config=config["qformer_config"],
+        text_config={**text, "num_heads": 2, "decoder_start_token_id": 0},
+        num_query_tokens=config["num_query_tokens"],
+        image_token_index=config["image_token_index"],
+    )
+
+
+def test_flan_t5_checkpoints_are_refused_and_auto_loads_transformers_class():
+    config = _flan_t5_config()
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        Blip2ForConditionalGeneration(config)
+    model = AutoModelForImageTextToText.from_config(config)
+    assert type(model) is transformers.Blip2ForConditionalGeneration
