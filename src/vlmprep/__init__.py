@@ -92,6 +92,8 @@ if TYPE_CHECKING:
     from .models.llava_next import LlavaNextForConditionalGeneration
     from .models.llava_next_video import LlavaNextVideoForConditionalGeneration
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
+    from .models.minicpm_ocr import MiniCPMOcrForConditionalGeneration
+    from .models.minicpmv4_6 import MiniCPMV4_6ForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration

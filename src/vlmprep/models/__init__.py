@@ -55,6 +55,8 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaNextForConditionalGeneration": "llava_next",
     "LlavaNextVideoForConditionalGeneration": "llava_next_video",
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
+    "MiniCPMOcrForConditionalGeneration": "minicpm_ocr",
+    "MiniCPMV4_6ForConditionalGeneration": "minicpmv4_6",
     "Mistral3ForConditionalGeneration": "mistral3",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",

@@ -204,14 +204,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "llava_next": drop_in("llava_next.LlavaNextForConditionalGeneration", LANGUAGE_MODEL),
         "llava_next_video": drop_in("llava_next_video.LlavaNextVideoForConditionalGeneration", LANGUAGE_MODEL),
         "llava_onevision": drop_in("llava_onevision.LlavaOnevisionForConditionalGeneration", LANGUAGE_MODEL),
-        "minicpm_ocr": candidate(
-            "an image is several runs (global view, then one run per slice between slice start/end tokens), each "
-            f"with its own token count: {_PIECES}; not written yet ({_QWEN3_5_DECODER})"
-        ),
-        "minicpmv4_6": candidate(
-            "an image is several runs (global view, then one run per slice between slice start/end tokens), each "
-            f"with its own token count: {_PIECES}; not written yet ({_QWEN3_5_DECODER})"
-        ),
+        "minicpm_ocr": drop_in("minicpm_ocr.MiniCPMOcrForConditionalGeneration", LANGUAGE_MODEL),
+        "minicpmv4_6": drop_in("minicpmv4_6.MiniCPMV4_6ForConditionalGeneration", LANGUAGE_MODEL),
         "minicpmv4_7": candidate(
             f"an image is several runs (global view, then one per slice; {_PIECES}), with {_MROPE}; not written yet "
             f"({_QWEN3_5_DECODER})"

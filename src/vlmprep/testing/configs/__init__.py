@@ -78,6 +78,7 @@ from .patch_grid import (
     tiny_qwen3_vl_config,
     tiny_qwen3_vl_moe_config,
 )
+from .runs import tiny_minicpm_ocr_config, tiny_minicpmv4_6_config
 
 # model_type -> builder, for every drop-in of the registry whose builder exists (`utils/check_exports.py` reports a
 # drop-in without one).
@@ -116,6 +117,8 @@ __all__ = [
     "tiny_aya_vision_config",
     "tiny_gemma4_config",
     "tiny_qwen2_5_omni_config",
+    "tiny_minicpm_ocr_config",
+    "tiny_minicpmv4_6_config",
     "tiny_chameleon_config",
     "tiny_cohere2_vision_config",
     "tiny_config",

@@ -1,0 +1,51 @@
+"""Tiny configs of the families whose image is several placeholder runs: MiniCPM-V 4.6 and MiniCPM-o OCR (a global
+view then one run per slice, NaViT-packed, on Qwen3.5's hybrid decoder).
+
+Their towers take images of any size in 4 px patches; a view's patch grid is merged 4x4 into placeholders (a 2x2
+window merger inside the tower, then a 2x2 merger), so the views of the cases are 4-8 patches a side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import transformers
+
+from .hybrid import _gated_delta_net_text
+from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_vision_config
+
+# The side, in patches, of the largest view; the tower's position table has this many positions a side.
+MINICPM_MAX_VIEW_SIDE = 8
+
+
+def _minicpm_parts() -> dict[str, Any]:
+    # The window merger after the first of the tower's two layers (`insert_layer_id` 0, default 6 > its layers), so
+    # the second layer runs on the merged windows; the decoder is Qwen3.5's (one Gated DeltaNet, one attention layer).
+    vision = tiny_vision_config(num_hidden_layers=2, image_size=4 * MINICPM_MAX_VIEW_SIDE, patch_size=4)
+    text = _gated_delta_net_text(pad_token_id=0)
+    return {
+        "text_config": text,
+        "vision_config": vision,
+        "insert_layer_id": 0,
+        "image_token_id": TINY_IMAGE_TOKEN_ID,
+        "video_token_id": TINY_VIDEO_TOKEN_ID,
+    }
+
+
+def tiny_minicpmv4_6_config() -> transformers.MiniCPMV4_6Config:
+    """A tiny MiniCPM-V 4.6 config: a two-layer SigLIP tower with its window merger after the first layer, a 2x2
+    merger, and Qwen3.5's hybrid decoder (one Gated DeltaNet layer, one attention layer).
+
+    Returns:
+        `transformers.MiniCPMV4_6Config`
+    """
+    return transformers.MiniCPMV4_6Config(**_minicpm_parts())
+
+
+def tiny_minicpm_ocr_config() -> transformers.MiniCPMOcrConfig:
+    """A tiny MiniCPM-o OCR config: MiniCPM-V 4.6's tower, mergers and decoder.
+
+    Returns:
+        `transformers.MiniCPMOcrConfig`
+    """
+    return transformers.MiniCPMOcrConfig(**_minicpm_parts())

@@ -1,0 +1,86 @@
+"""Families whose image is several placeholder runs: MiniCPM-V 4.6 and MiniCPM-o OCR (a global view, then one run per
+slice; every view NaViT-packed into one `pixel_values` with a `target_sizes` row).
+
+Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
+Placeholder counts follow the processor's arithmetic (`MiniCPMV4_6Processor.replace_image_token`: a view's `h * w`
+patches over 16 in the "16x" downsample mode, over 4 in "4x"), never the drop-in under test.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from support.cases import FamilyCase, register
+from support.llava_like_inputs import left_pad, pixels, prompt_ids, size_of, tiles_of
+
+# MiniCPM's `<image>`, `</image>`, `<slice>`, `</slice>`, `<image_id>`, `</image_id>`; a line break between slice rows.
+MINICPM_IMAGE_START, MINICPM_IMAGE_END, MINICPM_SLICE_START, MINICPM_SLICE_END = 112, 113, 114, 115
+MINICPM_ID_START, MINICPM_ID_END, MINICPM_LINE_BREAK = 116, 117, 9
+# The global view's patch grid drawn with a seed (`size_of`); an image with slices (`tiles_of(seed) == 3`) has a 2x1
+# slice grid whose slices differ in size, as the processor's adaptive upsampling allows.
+MINICPM_GLOBAL_SIZES = [(8, 8), (4, 8), (8, 4), (4, 4)]
+MINICPM_SLICE_SIZES = [(8, 4), (4, 8)]
+
+
+def minicpm_token_divisor(config) -> int:
+    """The processor's `image_token_divisor`: 4 in the "4x" downsample mode (MiniCPM-o OCR's default), else 16."""
+    return 4 if config.downsample_mode == "4x" else 16
+
+
+def minicpm_views(config, seed: int) -> list[tuple[int, int]]:
+    """The patch grids of an image's views: its global view, then its slices (row by row); halved a side in the "4x"
+    mode, which merges 2x2 patches instead of 4x4, so that the views have the same placeholder counts."""
+    slices = MINICPM_SLICE_SIZES if tiles_of(seed) > 1 else []
+    views = [size_of(seed, MINICPM_GLOBAL_SIZES), *slices]
+    return [(h // 2, w // 2) for h, w in views] if config.downsample_mode == "4x" else views
+
+
+def minicpm_image_tokens(config, seed: int, local_index: int) -> list[int]:
+    """`MiniCPMV4_6Processor`: `<image_id>i</image_id>`, the global view's run in `<image>...</image>`, then one
+    `<slice>...</slice>` run per slice, a line break between slice rows (here one slice per row)."""
+    divisor = minicpm_token_divisor(config)
+    global_view, *slices = [[config.image_token_id] * (h * w // divisor) for h, w in minicpm_views(config, seed)]
+    ids = [MINICPM_ID_START, 50 + local_index, MINICPM_ID_END, MINICPM_IMAGE_START, *global_view, MINICPM_IMAGE_END]
+    for row, run in enumerate(slices):
+        ids += [*([MINICPM_LINE_BREAK] if row else []), MINICPM_SLICE_START, *run, MINICPM_SLICE_END]
+    return ids
+
+
+def build_minicpm_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    """Ids with each image's runs; `pixel_values` `(1, 3, patch, total_patches * patch)`, every view's patches side
+    by side (the processor's `reshape_by_patch`), and `target_sizes` `(views, 2)`."""
+    runs = [minicpm_image_tokens(config, seed, index) for index, seed in enumerate(image_seeds)]
+    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
+    if image_seeds:
+        patch = config.vision_config.patch_size
+        views = [(seed, size) for seed in image_seeds for size in minicpm_views(config, seed)]
+        columns = [pixels((1, 3, patch, h * w * patch), seed * 10 + h + w) for seed, (h, w) in views]
+        inputs["pixel_values"] = torch.cat(columns, dim=-1)
+        inputs["target_sizes"] = torch.tensor([size for _, size in views], dtype=torch.int32)
+    return inputs
+
+
+def collate_packed_views(prompts: list, pad_token_id: int) -> dict:
+    """Left-padded ids and mask; the views of every row packed side by side, as the processor packs a batch."""
+    width = max(prompt.length for prompt in prompts)
+    batch = {
+        "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
+        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
+    }
+    with_views = [prompt.full_inputs for prompt in prompts if "pixel_values" in prompt.full_inputs]
+    if with_views:
+        batch["pixel_values"] = torch.cat([inputs["pixel_values"] for inputs in with_views], dim=-1)
+        batch["target_sizes"] = torch.cat([inputs["target_sizes"] for inputs in with_views])
+    return batch
+
+
+for name in ("minicpmv4_6", "minicpm_ocr"):
+    register(
+        FamilyCase(
+            name,
+            build_minicpm_inputs,
+            per_token_keys=(),
+            pixel_keys=("pixel_values", "target_sizes"),
+            collate=collate_packed_views,
+        )
+    )
