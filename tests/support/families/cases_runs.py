@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import left_pad, pixels, prompt_ids, size_of, tiles_of
+from support.llava_like_inputs import left_pad, pixels, size_of, tiles_of
+from vlmprep.testing import IMAGE, VIDEO
 
 # MiniCPM's `<image>`, `</image>`, `<slice>`, `</slice>`, `<image_id>`, `</image_id>`; a line break between slice rows.
 MINICPM_IMAGE_START, MINICPM_IMAGE_END, MINICPM_SLICE_START, MINICPM_SLICE_END = 112, 113, 114, 115
@@ -46,17 +47,49 @@ def minicpm_image_tokens(config, seed: int, local_index: int) -> list[int]:
     return ids
 
 
+def minicpm_video_tokens(config, seed: int) -> list[int]:
+    """`MiniCPMV4_6Processor.replace_video_token` (video slicing off): per frame its view's run in
+    `<image>...</image>` of video placeholders."""
+    divisor = minicpm_token_divisor(config)
+    frames = [[config.video_token_id] * (h * w // divisor) for h, w in minicpm_frames(config, seed)]
+    return [token for run in frames for token in (MINICPM_IMAGE_START, *run, MINICPM_IMAGE_END)]
+
+
+def minicpm_frames(config, seed: int) -> list[tuple[int, int]]:
+    """The patch grids of a video's frames: 2 frames of its global view's size."""
+    return minicpm_views(config, seed)[:1] * 2
+
+
+def _packed(config, seeds: list[int], views_of) -> torch.Tensor:
+    # (1, 3, patch, total_patches * patch): every view's patches side by side (the processor's `reshape_by_patch`)
+    patch = config.vision_config.patch_size
+    views = [(seed, index, size) for seed in seeds for index, size in enumerate(views_of(config, seed))]
+    return torch.cat([pixels((1, 3, patch, h * w * patch), seed * 10 + index) for seed, index, (h, w) in views], -1)
+
+
 def build_minicpm_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-    """Ids with each image's runs; `pixel_values` `(1, 3, patch, total_patches * patch)`, every view's patches side
-    by side (the processor's `reshape_by_patch`), and `target_sizes` `(views, 2)`."""
-    runs = [minicpm_image_tokens(config, seed, index) for index, seed in enumerate(image_seeds)]
-    inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
-    if image_seeds:
-        patch = config.vision_config.patch_size
-        views = [(seed, size) for seed in image_seeds for size in minicpm_views(config, seed)]
-        columns = [pixels((1, 3, patch, h * w * patch), seed * 10 + h + w) for seed, (h, w) in views]
-        inputs["pixel_values"] = torch.cat(columns, dim=-1)
-        inputs["target_sizes"] = torch.tensor([size for _, size in views], dtype=torch.int32)
+    """Ids with each image's and video's runs; `pixel_values` (`pixel_values_videos`) packed, with `target_sizes`
+    (`target_sizes_videos`) `(views, 2)`. The seeds are the media's, in prompt order."""
+    seeds, ids, images, videos, local_index = iter(image_seeds), [], [], [], 0
+    for segment in segments:
+        if segment is IMAGE:
+            images.append(next(seeds))
+            ids += minicpm_image_tokens(config, images[-1], local_index)
+            local_index += 1
+        elif segment is VIDEO:
+            videos.append(next(seeds))
+            ids += minicpm_video_tokens(config, videos[-1])
+        else:
+            ids += list(segment)
+    inputs = {"input_ids": torch.tensor([ids])}
+    for key, sizes_key, seeds_of_kind, views_of in (
+        ("pixel_values", "target_sizes", images, minicpm_views),
+        ("pixel_values_videos", "target_sizes_videos", videos, minicpm_frames),
+    ):
+        if seeds_of_kind:
+            inputs[key] = _packed(config, seeds_of_kind, views_of)
+            sizes = [size for seed in seeds_of_kind for size in views_of(config, seed)]
+            inputs[sizes_key] = torch.tensor(sizes, dtype=torch.int32)
     return inputs
 
 
@@ -67,10 +100,11 @@ def collate_packed_views(prompts: list, pad_token_id: int) -> dict:
         "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
         "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
     }
-    with_views = [prompt.full_inputs for prompt in prompts if "pixel_values" in prompt.full_inputs]
-    if with_views:
-        batch["pixel_values"] = torch.cat([inputs["pixel_values"] for inputs in with_views], dim=-1)
-        batch["target_sizes"] = torch.cat([inputs["target_sizes"] for inputs in with_views])
+    for key, sizes_key in (("pixel_values", "target_sizes"), ("pixel_values_videos", "target_sizes_videos")):
+        with_views = [prompt.full_inputs for prompt in prompts if key in prompt.full_inputs]
+        if with_views:
+            batch[key] = torch.cat([inputs[key] for inputs in with_views], dim=-1)
+            batch[sizes_key] = torch.cat([inputs[sizes_key] for inputs in with_views])
     return batch
 
 
@@ -80,7 +114,7 @@ for name in ("minicpmv4_6", "minicpm_ocr"):
             name,
             build_minicpm_inputs,
             per_token_keys=(),
-            pixel_keys=("pixel_values", "target_sizes"),
+            pixel_keys=("pixel_values", "target_sizes", "pixel_values_videos", "target_sizes_videos"),
             collate=collate_packed_views,
         )
     )

@@ -1,0 +1,111 @@
+"""Items made of several placeholder runs (`layouts/multi_run.py`): an image's views (its global view, then each
+slice) as MiniCPM-V 4.6 and MiniCPM-o OCR write them, each view its own run and item.
+
+Every logit is compared with the plain transformers class without a cache; encoder work is counted with hooks
+(`encoder_runs`, items per encoder call: views here) and prefill work with `PrefillCounter`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import model_pair
+from support.references import (
+    Prompt,
+    assert_close,
+    assert_same_steps,
+    encoder_runs,
+    generate_logits,
+    uncached_logits,
+)
+from vlmprep import EncoderCache, PrefixCache
+from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter
+
+PACKED_VIEW_FAMILIES = ["minicpmv4_6", "minicpm_ocr"]
+# Seeds 2 and 9 draw images with a global view and two slices of different sizes (three runs each)
+SLICED = [[2, 10], IMAGE, [11, 12], IMAGE, [13]]
+SLICED_SEEDS = [2, 9]
+
+
+def _placeholder_positions(prompt: Prompt, token_id: int) -> list[int]:
+    return (prompt.input_ids[0] == token_id).nonzero().flatten().tolist()
+
+
+@pytest.mark.parametrize("family", PACKED_VIEW_FAMILIES)
+def test_an_image_of_several_runs_is_encoded_once_whatever_the_chunks(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, SLICED, image_seeds=SLICED_SEEDS)
+    views = ours.count_items(prompt.inputs())
+    assert views == 6 and len(_placeholder_positions(prompt, ours.config.image_token_id)) > views
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
+    try:
+        for chunk_size in (1, 2, 5, 7, None):  # boundaries inside the global view's run and inside the slices'
+            with VisionRunCounter(ours) as runs:
+                sequences, logits = generate_logits(
+                    ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size
+                )
+            assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
+            assert_same_steps(logits, expected_logits)
+            # The first call encodes every view of both images in one encoder call; later calls hit the cache
+            assert runs.batch_sizes == ([views] if chunk_size == 1 else []), (chunk_size, runs.batch_sizes)
+    finally:
+        ours.encoder_cache = saved
+
+
+@pytest.mark.parametrize("family", PACKED_VIEW_FAMILIES)
+def test_a_prefix_cache_resumes_between_the_runs_of_an_image(family):
+    upstream, ours = model_pair(family)
+    stored = Prompt(ours.config, SLICED, image_seeds=SLICED_SEEDS)
+    asked_inputs = dict(stored.inputs())
+    # The second image again, but with other slices: its global view is the stored one, its slices are new
+    sizes = asked_inputs["target_sizes"]
+    slice_columns = int(sizes[-2:].prod(-1).sum()) * ours.config.vision_config.patch_size
+    pixels = asked_inputs["pixel_values"].clone()
+    pixels[..., -slice_columns:] = torch.randn(
+        pixels[..., -slice_columns:].shape, generator=torch.Generator().manual_seed(5)
+    )
+    asked_inputs["pixel_values"] = pixels
+    global_view_end = _placeholder_positions(stored, ours.config.image_token_id)[-5] + 1  # its last placeholder + 1
+
+    store = PrefixCache(max_bytes=2**26)
+    generate_logits(ours, stored.inputs(), max_new_tokens=1, prefix_cache=store)
+    with encoder_runs(ours) as runs, PrefillCounter(ours) as prefill:
+        _, logits = generate_logits(ours, asked_inputs, max_new_tokens=1, prefix_cache=store)
+    expected = uncached_logits(upstream, asked_inputs)
+    assert (expected - uncached_logits(upstream, stored.inputs())).abs().max() > 1e-3, "the slices reach the logits"
+    assert_close(logits[0], expected)
+    # Resumed at the end of the shared global view's run (a recurrent-state snapshot point), inside the image
+    assert sum(prefill.lengths) == stored.length - global_view_end, (global_view_end, prefill.lengths)
+    assert runs.batch_sizes == [2], "only the two new slices are encoded"
+
+
+@pytest.mark.parametrize("family", ["minicpmv4_6"])
+def test_video_frames_and_image_views_in_chunks(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12], IMAGE, [13]], image_seeds=[1, 2])
+    frames, views = ours.count_items(prompt.inputs(), modality="video"), ours.count_items(prompt.inputs())
+    assert (frames, views) == (2, 3)
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    for chunk_size in (1, 3, 4, None):
+        with encoder_runs(ours) as runs:
+            sequences, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
+        assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
+        assert_same_steps(logits, expected_logits)
+        assert sorted(runs.batch_sizes) == [frames, views], f"chunk size {chunk_size}: {runs.batch_sizes}"
+
+
+@pytest.mark.parametrize("family", PACKED_VIEW_FAMILIES)
+def test_packed_views_refused_clearly(family):
+    _, ours = model_pair(family)
+    inputs = Prompt(ours.config, SLICED, image_seeds=SLICED_SEEDS).inputs()
+    without_sizes = {key: value for key, value in inputs.items() if key != "target_sizes"}
+    with pytest.raises(ValueError, match="without `target_sizes`"):
+        ours.generate(**without_sizes, max_new_tokens=1)
+    odd = {**inputs, "target_sizes": inputs["target_sizes"] + torch.tensor([0, 1], dtype=torch.int32)}
+    with pytest.raises(ValueError, match="not a multiple of"):
+        ours.count_items(odd)
+    short = {**inputs, "pixel_values": inputs["pixel_values"][..., :-1]}
+    with pytest.raises(ValueError, match="packed side by side"):
+        ours.generate(**short, max_new_tokens=1)
