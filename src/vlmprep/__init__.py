@@ -94,6 +94,7 @@ if TYPE_CHECKING:
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
     from .models.minicpm_ocr import MiniCPMOcrForConditionalGeneration
     from .models.minicpmv4_6 import MiniCPMV4_6ForConditionalGeneration
+    from .models.minicpmv4_7 import MiniCPMV4_7ForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration

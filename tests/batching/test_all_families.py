@@ -22,6 +22,7 @@ REFUSED = {
     "qwen3_5": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "qwen3_5_moe": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "minicpmv4_6": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
+    "minicpmv4_7": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "minicpm_ocr": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "kimi_k25": "latent attention",
     "ernie4_5_vl_moe": "moe_mm_token_type_ids",

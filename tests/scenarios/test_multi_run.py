@@ -22,7 +22,7 @@ from support.references import (
 from vlmprep import EncoderCache, PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter
 
-PACKED_VIEW_FAMILIES = ["minicpmv4_6", "minicpm_ocr"]
+PACKED_VIEW_FAMILIES = ["minicpmv4_6", "minicpm_ocr", "minicpmv4_7"]
 # Seeds 2 and 9 draw images with a global view and two slices of different sizes (three runs each)
 SLICED = [[2, 10], IMAGE, [11, 12], IMAGE, [13]]
 SLICED_SEEDS = [2, 9]
@@ -81,7 +81,7 @@ def test_a_prefix_cache_resumes_between_the_runs_of_an_image(family):
     assert runs.batch_sizes == [2], "only the two new slices are encoded"
 
 
-@pytest.mark.parametrize("family", ["minicpmv4_6"])
+@pytest.mark.parametrize("family", ["minicpmv4_6", "minicpmv4_7"])
 def test_video_frames_and_image_views_in_chunks(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12], IMAGE, [13]], image_seeds=[1, 2])

@@ -57,6 +57,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
     "MiniCPMOcrForConditionalGeneration": "minicpm_ocr",
     "MiniCPMV4_6ForConditionalGeneration": "minicpmv4_6",
+    "MiniCPMV4_7ForConditionalGeneration": "minicpmv4_7",
     "Mistral3ForConditionalGeneration": "mistral3",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",

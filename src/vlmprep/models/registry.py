@@ -206,10 +206,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "llava_onevision": drop_in("llava_onevision.LlavaOnevisionForConditionalGeneration", LANGUAGE_MODEL),
         "minicpm_ocr": drop_in("minicpm_ocr.MiniCPMOcrForConditionalGeneration", LANGUAGE_MODEL),
         "minicpmv4_6": drop_in("minicpmv4_6.MiniCPMV4_6ForConditionalGeneration", LANGUAGE_MODEL),
-        "minicpmv4_7": candidate(
-            f"an image is several runs (global view, then one per slice; {_PIECES}), with {_MROPE}; not written yet "
-            f"({_QWEN3_5_DECODER})"
-        ),
+        "minicpmv4_7": drop_in("minicpmv4_7.MiniCPMV4_7ForConditionalGeneration", LANGUAGE_MODEL),
         "minimax_m3_vl": candidate(
             "flattened patches + `image_grid_thw` between vision start/end tokens, 1D positions; its sparse layers "
             "keep a lightning indexer's keys in a cache layer of their own (`MiniMaxM3VLSparseCacheLayer`, a "

@@ -17,6 +17,8 @@ from vlmprep.testing import IMAGE, VIDEO
 # MiniCPM's `<image>`, `</image>`, `<slice>`, `</slice>`, `<image_id>`, `</image_id>`; a line break between slice rows.
 MINICPM_IMAGE_START, MINICPM_IMAGE_END, MINICPM_SLICE_START, MINICPM_SLICE_END = 112, 113, 114, 115
 MINICPM_ID_START, MINICPM_ID_END, MINICPM_LINE_BREAK = 116, 117, 9
+# MiniCPM-V 4.7's processor returns `mm_token_type_ids` (its positions read them).
+MODALITY_TYPED = ("minicpmv4_7",)
 # The global view's patch grid drawn with a seed (`size_of`); an image with slices (`tiles_of(seed) == 3`) has a 2x1
 # slice grid whose slices differ in size, as the processor's adaptive upsampling allows.
 MINICPM_GLOBAL_SIZES = [(8, 8), (4, 8), (8, 4), (4, 4)]
@@ -47,12 +49,13 @@ def minicpm_image_tokens(config, seed: int, local_index: int) -> list[int]:
     return ids
 
 
-def minicpm_video_tokens(config, seed: int) -> list[int]:
+def minicpm_video_tokens(config, seed: int, local_index: int) -> list[int]:
     """`MiniCPMV4_6Processor.replace_video_token` (video slicing off): per frame its view's run in
-    `<image>...</image>` of video placeholders."""
+    `<image>...</image>` of video placeholders, after `<image_id>i</image_id>` (MiniCPM-V 4.7 numbers images only)."""
     divisor = minicpm_token_divisor(config)
     frames = [[config.video_token_id] * (h * w // divisor) for h, w in minicpm_frames(config, seed)]
-    return [token for run in frames for token in (MINICPM_IMAGE_START, *run, MINICPM_IMAGE_END)]
+    runs = [token for run in frames for token in (MINICPM_IMAGE_START, *run, MINICPM_IMAGE_END)]
+    return runs if config.model_type in MODALITY_TYPED else [MINICPM_ID_START, 50 + local_index, MINICPM_ID_END, *runs]
 
 
 def minicpm_frames(config, seed: int) -> list[tuple[int, int]]:
@@ -70,18 +73,19 @@ def _packed(config, seeds: list[int], views_of) -> torch.Tensor:
 def build_minicpm_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     """Ids with each image's and video's runs; `pixel_values` (`pixel_values_videos`) packed, with `target_sizes`
     (`target_sizes_videos`) `(views, 2)`. The seeds are the media's, in prompt order."""
-    seeds, ids, images, videos, local_index = iter(image_seeds), [], [], [], 0
+    seeds, ids, images, videos = iter(image_seeds), [], [], []
     for segment in segments:
         if segment is IMAGE:
             images.append(next(seeds))
-            ids += minicpm_image_tokens(config, images[-1], local_index)
-            local_index += 1
+            ids += minicpm_image_tokens(config, images[-1], len(images) - 1)
         elif segment is VIDEO:
             videos.append(next(seeds))
-            ids += minicpm_video_tokens(config, videos[-1])
+            ids += minicpm_video_tokens(config, videos[-1], len(videos) - 1)
         else:
             ids += list(segment)
     inputs = {"input_ids": torch.tensor([ids])}
+    if config.model_type in MODALITY_TYPED:
+        inputs["mm_token_type_ids"] = modality_token_types(config, inputs["input_ids"])
     for key, sizes_key, seeds_of_kind, views_of in (
         ("pixel_values", "target_sizes", images, minicpm_views),
         ("pixel_values_videos", "target_sizes_videos", videos, minicpm_frames),
@@ -93,6 +97,11 @@ def build_minicpm_inputs(config, segments: list, image_seeds: list[int]) -> dict
     return inputs
 
 
+def modality_token_types(config, input_ids: torch.Tensor) -> torch.Tensor:
+    """The processor's `create_mm_token_type_ids`: image placeholders 1, video placeholders 2, every other token 0."""
+    return (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
+
+
 def collate_packed_views(prompts: list, pad_token_id: int) -> dict:
     """Left-padded ids and mask; the views of every row packed side by side, as the processor packs a batch."""
     width = max(prompt.length for prompt in prompts)
@@ -100,6 +109,10 @@ def collate_packed_views(prompts: list, pad_token_id: int) -> dict:
         "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
         "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
     }
+    if "mm_token_type_ids" in prompts[0].full_inputs:
+        batch["mm_token_type_ids"] = torch.cat(
+            [left_pad(p.full_inputs["mm_token_type_ids"], width, 0) for p in prompts]
+        )
     for key, sizes_key in (("pixel_values", "target_sizes"), ("pixel_values_videos", "target_sizes_videos")):
         with_views = [prompt.full_inputs for prompt in prompts if key in prompt.full_inputs]
         if with_views:
@@ -108,12 +121,12 @@ def collate_packed_views(prompts: list, pad_token_id: int) -> dict:
     return batch
 
 
-for name in ("minicpmv4_6", "minicpm_ocr"):
+for name in ("minicpmv4_6", "minicpm_ocr", "minicpmv4_7"):
     register(
         FamilyCase(
             name,
             build_minicpm_inputs,
-            per_token_keys=(),
+            per_token_keys=("mm_token_type_ids",) if name in MODALITY_TYPED else (),
             pixel_keys=("pixel_values", "target_sizes", "pixel_values_videos", "target_sizes_videos"),
             collate=collate_packed_views,
         )

@@ -9,10 +9,13 @@ too), so a view's features depend on its own patches alone, and the model's inpu
 belongs to (the processor drops its `num_patches_per_image`): each view is one item, one run of
 `h * w / merged patches` placeholders. An image is thus encoded once, view by view, each view at most once; a prefix
 resumes inside or after any view.
+
+`packed_views_mrope` (MiniCPM-V 4.7): the same views, with multimodal rope laid out on a canvas per image.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -20,8 +23,9 @@ import torch
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
+from .patch_grid import PatchGridLayout
 
-__all__ = ["PACKED_VIEWS_FACTS", "PackedViewsLayout"]
+__all__ = ["PACKED_VIEWS_FACTS", "PackedViewsLayout", "PackedViewsMultimodalRopeLayout"]
 
 # Views of images (`pixel_values`, `target_sizes`) and of video frames (`pixel_values_videos`, `target_sizes_videos`),
 # packed alike; `pooler_output` is a list of per-view tensors.
@@ -143,3 +147,25 @@ class PackedViewsLayout(FamilyHooks):
         widths = (sizes.prod(-1) * self.config.vision_config.patch_size).tolist()
         columns = torch.split(model_kwargs[pixel_key], widths, dim=-1)  # per view: (1, C, patch, h * w * patch)
         return {pixel_key: torch.cat([columns[index] for index in indices], dim=-1), sizes_key: sizes[indices]}
+
+
+class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
+    """The packed-views layout with multimodal rope (MiniCPM-V 4.7): positions lay each image's views out on one
+    canvas (its global view stretched over the slices' grid, each slice at its place, the markers at its corners).
+
+    Upstream computes them once per prompt and keeps `rope_deltas` on the model for later calls, which goes wrong
+    when another request runs in between or when new images follow a cached part; here they are the model's own
+    `get_rope_index` over the whole prompt, as the patch-grid layout computes Qwen2-VL's.
+    """
+
+    layout_name = "packed_views_mrope"
+    layout_description = (
+        "each view of an image (global view, then each slice) is one run and one item, its patches packed side by "
+        "side with a `target_sizes` row; multimodal rope over a canvas of the image's views"
+    )
+    # The processor marks each placeholder's modality in `mm_token_type_ids` (image 1, video 2), which the positions
+    # read: it is sliced with the prompt, and derived from the placeholders when a caller leaves it out.
+    vision_facts = replace(PACKED_VIEWS_FACTS, token_type_key="mm_token_type_ids")
+    # The same computation as the patch-grid layout's: the model's `get_rope_index` over the whole prompt with each
+    # modality's per-item sizes (`target_sizes`, `target_sizes_videos`) and its extras (`downsample_mode`).
+    vision_position_ids = PatchGridLayout.vision_position_ids

@@ -78,7 +78,7 @@ from .patch_grid import (
     tiny_qwen3_vl_config,
     tiny_qwen3_vl_moe_config,
 )
-from .runs import tiny_minicpm_ocr_config, tiny_minicpmv4_6_config
+from .runs import tiny_minicpm_ocr_config, tiny_minicpmv4_6_config, tiny_minicpmv4_7_config
 
 # model_type -> builder, for every drop-in of the registry whose builder exists (`utils/check_exports.py` reports a
 # drop-in without one).
@@ -119,6 +119,7 @@ __all__ = [
     "tiny_qwen2_5_omni_config",
     "tiny_minicpm_ocr_config",
     "tiny_minicpmv4_6_config",
+    "tiny_minicpmv4_7_config",
     "tiny_chameleon_config",
     "tiny_cohere2_vision_config",
     "tiny_config",

@@ -1,5 +1,5 @@
-"""Tiny configs of the families whose image is several placeholder runs: MiniCPM-V 4.6 and MiniCPM-o OCR (a global
-view then one run per slice, NaViT-packed, on Qwen3.5's hybrid decoder).
+"""Tiny configs of the families whose image is several placeholder runs: MiniCPM-V 4.6, MiniCPM-o OCR and MiniCPM-V
+4.7 (a global view then one run per slice, NaViT-packed, on Qwen3.5's hybrid decoder).
 
 Their towers take images of any size in 4 px patches; a view's patch grid is merged 4x4 into placeholders (a 2x2
 window merger inside the tower, then a 2x2 merger), so the views of the cases are 4-8 patches a side.
@@ -14,6 +14,8 @@ import transformers
 from .hybrid import _gated_delta_net_text
 from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_vision_config
 
+# A line break, which MiniCPM's processors put between rows of slices (a text token of the tiny vocabulary).
+MINICPM_LINE_BREAK_ID = 9
 # The side, in patches, of the largest view; the tower's position table has this many positions a side.
 MINICPM_MAX_VIEW_SIDE = 8
 
@@ -49,3 +51,15 @@ def tiny_minicpm_ocr_config() -> transformers.MiniCPMOcrConfig:
         `transformers.MiniCPMOcrConfig`
     """
     return transformers.MiniCPMOcrConfig(**_minicpm_parts())
+
+
+def tiny_minicpmv4_7_config() -> transformers.MiniCPMV4_7Config:
+    """A tiny MiniCPM-V 4.7 config: MiniCPM-V 4.6's tower, mergers and decoder (with interleaved multimodal rope), and
+    the marker ids its canvas positions read (`<image>` 112, `</image>` 113, `<slice>` 114, `</slice>` 115, a line
+    break 9).
+
+    Returns:
+        `transformers.MiniCPMV4_7Config`
+    """
+    markers = {"image_start_id": 112, "image_end_id": 113, "slice_start_id": 114, "slice_end_id": 115}
+    return transformers.MiniCPMV4_7Config(**_minicpm_parts(), **markers, newline_id=MINICPM_LINE_BREAK_ID)
