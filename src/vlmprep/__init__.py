@@ -108,6 +108,7 @@ if TYPE_CHECKING:
     from .models.qwen3_vl import Qwen3VLForConditionalGeneration
     from .models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
+    from .models.step3p7 import Step3p7ForConditionalGeneration
     from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration
     from .models.vipllava import VipLlavaForConditionalGeneration

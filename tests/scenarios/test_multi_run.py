@@ -1,5 +1,6 @@
 """Items made of several placeholder runs (`layouts/multi_run.py`): an image's views (its global view, then each
-slice) as MiniCPM-V 4.6 and MiniCPM-o OCR write them, each view its own run and item.
+slice) as the MiniCPM families write them, each view its own run and item; and an image of crops and a global view
+from two pixel inputs (Step-3.7), one item in several runs.
 
 Every logit is compared with the plain transformers class without a cache; encoder work is counted with hooks
 (`encoder_runs`, items per encoder call: views here) and prefill work with `PrefillCounter`.
@@ -15,8 +16,10 @@ from support.references import (
     Prompt,
     assert_close,
     assert_same_steps,
+    cropped_cache,
     encoder_runs,
     generate_logits,
+    no_placeholder_answers,
     uncached_logits,
 )
 from vlmprep import EncoderCache, PrefixCache
@@ -109,3 +112,65 @@ def test_packed_views_refused_clearly(family):
     short = {**inputs, "pixel_values": inputs["pixel_values"][..., :-1]}
     with pytest.raises(ValueError, match="packed side by side"):
         ours.generate(**short, max_new_tokens=1)
+
+
+# -- A global view and local crops from two pixel inputs, joined per image ----------------------------------------------
+
+GLOBAL_AND_LOCAL_FAMILIES = ["step3p7"]
+
+
+@pytest.mark.parametrize("family", GLOBAL_AND_LOCAL_FAMILIES)
+def test_an_image_of_crops_and_a_global_view_is_encoded_once_whatever_the_chunks(family):
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, SLICED, image_seeds=SLICED_SEEDS)
+    assert prompt.full_inputs["num_local_patches"].tolist() == [2, 2]
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
+    try:
+        for chunk_size in (1, 2, 3, 5, None):  # boundaries inside and between the runs of each image
+            with VisionRunCounter(ours) as runs:
+                sequences, logits = generate_logits(
+                    ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size
+                )
+            assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
+            assert_same_steps(logits, expected_logits)
+            assert runs.batch_sizes == ([2] if chunk_size == 1 else []), (chunk_size, runs.batch_sizes)
+    finally:
+        ours.encoder_cache = saved
+
+
+@pytest.mark.parametrize("family", GLOBAL_AND_LOCAL_FAMILIES)
+def test_a_prefix_cache_resumes_inside_an_image_of_crops(family):
+    upstream, ours = model_pair(family)
+    first = Prompt(ours.config, [[2, 10], IMAGE, [11, 12]], image_seeds=[2])
+    # Another question about the same image resumes after it: nothing is encoded
+    store = PrefixCache(max_bytes=2**26)
+    generate_logits(ours, first.inputs(), max_new_tokens=1, prefix_cache=store, **no_placeholder_answers(ours))
+    second = Prompt(ours.config, [[2, 10], IMAGE, [40, 41]], image_seeds=[2])
+    with encoder_runs(ours) as runs:
+        _, logits = generate_logits(ours, second.inputs(), max_new_tokens=1, prefix_cache=store)
+    assert_close(logits[0], uncached_logits(upstream, second.inputs()))
+    assert runs.batch_sizes == [], "the image is inside the restored prefix"
+    # A cache that ends inside the first crop's run, or inside the global view's run: the image is encoded once
+    image_runs = _placeholder_positions(first, ours.config.image_token_id)
+    for cut in (image_runs[0] + 1, image_runs[-1]):
+        cache = cropped_cache(upstream, first.inputs(), cut)
+        with encoder_runs(ours) as runs:
+            _, logits = generate_logits(ours, first.inputs(), max_new_tokens=1, cache=cache)
+        assert_close(logits[0], uncached_logits(upstream, first.inputs()))
+        assert runs.batch_sizes == [1], (cut, runs.batch_sizes)
+
+
+@pytest.mark.parametrize("family", GLOBAL_AND_LOCAL_FAMILIES)
+def test_global_and_local_views_refused_clearly(family):
+    _, ours = model_pair(family)
+    inputs = Prompt(ours.config, SLICED, image_seeds=SLICED_SEEDS).inputs()
+    wrong_counts = {**inputs, "num_local_patches": torch.tensor([1, 2])}
+    with pytest.raises(ValueError, match="does not match the 2 image"):
+        ours.generate(**wrong_counts, max_new_tokens=1)
+    without_global = {key: value for key, value in inputs.items() if key != "pixel_values"}
+    with pytest.raises(ValueError, match="without `pixel_values`"):
+        ours.count_items(without_global)
+    larger = {**inputs, "pixel_values": torch.nn.functional.pad(inputs["pixel_values"], (0, 32, 0, 32))}
+    with pytest.raises(ValueError, match="does not match the images' token counts"):
+        ours.generate(**larger, max_new_tokens=1)

@@ -71,6 +71,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe",
     "SmolVLMForConditionalGeneration": "smolvlm",
+    "Step3p7ForConditionalGeneration": "step3p7",
     "VideoLlama3ForConditionalGeneration": "video_llama_3",
     "VideoLlavaForConditionalGeneration": "video_llava",
     "VipLlavaForConditionalGeneration": "vipllava",

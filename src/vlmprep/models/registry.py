@@ -269,11 +269,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
-        "step3p7": candidate(
-            "an image is several runs (one per local crop between `<patch_start>`/`<patch_end>`, then the global "
-            f"view) from two pixel inputs (`pixel_values`, `pixel_values_local`): {_PIECES}, and the two inputs' "
-            "features joined per image; not written yet"
-        ),
+        "step3p7": drop_in("step3p7.Step3p7ForConditionalGeneration"),
         "t5gemma2": not_placeholder_based(
             "encoder-decoder: image placeholders are in the encoder's input; the decoder cross-attends"
         ),

@@ -131,3 +131,68 @@ for name in ("minicpmv4_6", "minicpm_ocr", "minicpmv4_7"):
             collate=collate_packed_views,
         )
     )
+
+
+# -- Step-3.7: a global view and local crops from two pixel inputs, one run per view -----------------------------------
+
+# `<im_start>`, `<im_end>`, `<patch_start>`, `<patch_end>`, `<patch_newline>`
+STEP_IM_START, STEP_IM_END, STEP_PATCH_START, STEP_PATCH_END, STEP_PATCH_NEWLINE = 112, 113, 114, 115, 116
+STEP_GLOBAL_SIDE, STEP_CROP_SIDE = 32, 16
+# The scenario doubles the views' size expecting a fixed-resolution tower; this tower interpolates its position
+# embeddings and takes views of any size, with as many more placeholders: the refusal names the counts instead
+# (`test_multi_run.py::test_global_and_local_views_refused_clearly`).
+VIEWS_OF_ANY_SIZE = (
+    "the tower takes views of any size (interpolated position embeddings) and a larger view needs more placeholders, "
+    "so a prompt built for the processor's size is refused as a placeholder-count mismatch that names both counts"
+)  # the image processor's `size` and crop (`patch_size`) sides, in pixels
+
+
+def step_view_tokens(config, side: int) -> int:
+    """The processor's feature size of a view: `(side // (vision patch * downsampler stride 4)) ** 2`, rounded up as
+    the stride-2 convolutions round."""
+    cells = side // config.vision_config.patch_size
+    return (-(-cells // 4)) ** 2
+
+
+def step_image_tokens(config, seed: int) -> list[int]:
+    """`Step3p7Processor.replace_image_token`: per crop its run in `<patch_start>...<patch_end>` (a crop ending a row
+    of the crop grid, but the last, followed by `<patch_newline>`), then the global view's in `<im_start>...<im_end>`.
+    Seeds with `tiles_of(seed) == 3` have a 2x1 grid of crops, the others none."""
+    crops = tiles_of(seed) - 1
+    crop_run = [config.image_token_id] * step_view_tokens(config, STEP_CROP_SIDE)
+    ids = []
+    for row in range(crops):  # one crop per row
+        ids += [STEP_PATCH_START, *crop_run, STEP_PATCH_END, *([STEP_PATCH_NEWLINE] if row < crops - 1 else [])]
+    return [*ids, STEP_IM_START, *[config.image_token_id] * step_view_tokens(config, STEP_GLOBAL_SIDE), STEP_IM_END]
+
+
+def build_step3p7_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+    """Ids with each image's runs; `pixel_values` `(images, 3, 32, 32)`, `pixel_values_local` `(crops, 3, 16, 16)`
+    (when any image has crops) and `num_local_patches` `(images,)`."""
+    runs = iter([step_image_tokens(config, seed) for seed in image_seeds])
+    ids = [token for segment in segments for token in (next(runs) if segment is IMAGE else segment)]
+    inputs = {"input_ids": torch.tensor([ids])}
+    if image_seeds:
+        side, crop = STEP_GLOBAL_SIDE, STEP_CROP_SIDE
+        inputs["pixel_values"] = torch.cat([pixels((1, 3, side, side), seed) for seed in image_seeds])
+        crops = [tiles_of(seed) - 1 for seed in image_seeds]
+        if sum(crops):
+            local = [
+                pixels((count, 3, crop, crop), seed + 1000)
+                for seed, count in zip(image_seeds, crops, strict=True)
+                if count
+            ]
+            inputs["pixel_values_local"] = torch.cat(local)
+        inputs["num_local_patches"] = torch.tensor(crops)
+    return inputs
+
+
+register(
+    FamilyCase(
+        "step3p7",
+        build_step3p7_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "pixel_values_local", "num_local_patches"),
+        skip={"bad_input_wrong_resolution": VIEWS_OF_ANY_SIZE},
+    )
+)

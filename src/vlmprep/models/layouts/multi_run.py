@@ -11,6 +11,12 @@ belongs to (the processor drops its `num_patches_per_image`): each view is one i
 resumes inside or after any view.
 
 `packed_views_mrope` (MiniCPM-V 4.7): the same views, with multimodal rope laid out on a canvas per image.
+
+`global_and_local_views` (Step-3.7, DeepSeek-OCR-2): an image is one item made of a global view (`pixel_values`, one
+row per image) and its crops (`pixel_values_local`, `num_local_patches` per image), whose features the model joins per
+image; its placeholders are one run per view (Step-3.7: each crop between `<patch_start>`/`<patch_end>`, then the
+global view between `<im_start>`/`<im_end>`), so the spans take the image in pieces, or one run of every view and a
+separator (DeepSeek-OCR-2).
 """
 
 from __future__ import annotations
@@ -25,7 +31,13 @@ from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
 from .patch_grid import PatchGridLayout
 
-__all__ = ["PACKED_VIEWS_FACTS", "PackedViewsLayout", "PackedViewsMultimodalRopeLayout"]
+__all__ = [
+    "GLOBAL_AND_LOCAL_VIEWS_FACTS",
+    "PACKED_VIEWS_FACTS",
+    "GlobalAndLocalViewsLayout",
+    "PackedViewsLayout",
+    "PackedViewsMultimodalRopeLayout",
+]
 
 # Views of images (`pixel_values`, `target_sizes`) and of video frames (`pixel_values_videos`, `target_sizes_videos`),
 # packed alike; `pooler_output` is a list of per-view tensors.
@@ -169,3 +181,145 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
     # The same computation as the patch-grid layout's: the model's `get_rope_index` over the whole prompt with each
     # modality's per-item sizes (`target_sizes`, `target_sizes_videos`) and its extras (`downsample_mode`).
     vision_position_ids = PatchGridLayout.vision_position_ids
+
+
+# Images as a global view (`pixel_values`, one row per image) and local crops (`pixel_values_local`, the crops of
+# every image in order, `num_local_patches` of them per image); `pooler_output` is a list of per-image tensors.
+GLOBAL_AND_LOCAL_VIEWS_FACTS = VisionFacts(
+    pixel_keys=("pixel_values", "pixel_values_local"),
+    per_image_keys=("num_local_patches",),
+    pixel_layout=None,
+    fixed_resolution=False,
+    features_as_list=True,
+)
+
+
+class GlobalAndLocalViewsLayout(FamilyHooks):
+    """Family hooks of an image made of a global view and local crops from two pixel inputs, whose features the
+    model joins per image (Step-3.7: one run per crop then one for the global view; DeepSeek-OCR-2: one run of the
+    crops, the global view and a separator).
+
+    A family states how many placeholders one view of a given pixel size fills (`view_token_count`) and, as class
+    facts, the order of the views and whether they share one run.
+    """
+
+    layout_name = "global_and_local_views"
+    layout_description = (
+        "an image is a global view (`pixel_values`) and `num_local_patches` crops (`pixel_values_local`), their "
+        "features joined per image; one run per view, or one run of all views and a separator"
+    )
+    vision_facts = GLOBAL_AND_LOCAL_VIEWS_FACTS
+    # Whether the crops' placeholders come before the global view's, whether all views of an image share one run,
+    # and how many placeholders after its views an image's run holds (a learned separator's rows).
+    local_views_first: bool = True
+    views_in_one_run: bool = False
+    separator_tokens: int = 0
+
+    def view_token_count(self, height: int, width: int) -> int:
+        """Placeholders of one view of `height x width` pixels (the family states its tower's arithmetic)."""
+        raise NotImplementedError(f"{type(self).__name__} must state `view_token_count`.")
+
+    def _crops_per_image(self, model_kwargs: dict[str, Any], num_images: int) -> list[int]:
+        # Crops of each image, checked against the images and the crops passed (the counts and the pixel split
+        # depend on them, so a mismatch is named here rather than as a placeholder-count mismatch).
+        crops, local = model_kwargs.get("num_local_patches"), model_kwargs.get("pixel_values_local")
+        if crops is None:
+            crops = [0] * num_images  # as upstream: no crops
+        crops = [int(count) for count in (crops.tolist() if isinstance(crops, torch.Tensor) else crops)]
+        passed_crops = 0 if local is None else local.shape[0]
+        if len(crops) != num_images or sum(crops) != passed_crops:
+            raise ValueError(
+                f"`num_local_patches` {crops} does not match the {num_images} image(s) of `pixel_values` and the "
+                f"{passed_crops} crop(s) of `pixel_values_local`: pass one count per image, summing to the crops, as "
+                "this model's processor returns them."
+            )
+        return crops
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
+        """Placeholders of each image: per run (a list of its runs' counts) or in its one run.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (the pixel inputs' sizes and `num_local_patches`).
+            modality (`str`, *optional*, defaults to `"image"`): this layout has images only.
+
+        Returns:
+            `list[int | list[int]]` or `None` (no pixels passed)
+        """
+        pixels = model_kwargs.get("pixel_values")
+        if pixels is None:
+            return None
+        global_tokens = self.view_token_count(*pixels.shape[-2:])
+        local = model_kwargs.get("pixel_values_local")
+        local_tokens = self.view_token_count(*local.shape[-2:]) if local is not None else 0
+        counts = []
+        for crops in self._crops_per_image(model_kwargs, pixels.shape[0]):
+            views = [local_tokens] * crops
+            views = [*views, global_tokens] if self.local_views_first else [global_tokens, *views]
+            counts.append(sum(views) + self.separator_tokens if self.views_in_one_run else views)
+        return counts
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Images: rows of `pixel_values`, with the crops checked against `num_local_patches` first.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): this layout has images only.
+
+        Returns:
+            `int` or `None` (no pixels passed)
+        """
+        pixels, local = model_kwargs.get("pixel_values"), model_kwargs.get("pixel_values_local")
+        if pixels is None:
+            if local is not None:
+                raise ValueError("`pixel_values_local` was passed without `pixel_values` (each image's global view).")
+            return None
+        for key, value in (("pixel_values", pixels), ("pixel_values_local", local)):
+            if value is not None and (not isinstance(value, torch.Tensor) or value.ndim != 4):
+                raise ValueError(
+                    f"`{key}` must be a `(views, channels, height, width)` tensor, as the processor returns."
+                )
+        self._crops_per_image(model_kwargs, pixels.shape[0])
+        return pixels.shape[0]
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` when a view's channels are not the tower's (its size may be any: the tower
+        interpolates its position embeddings, and the placeholder counts follow the size).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): this layout has images only.
+        """
+        channels = self._tower_channels()
+        for key in self.vision_facts.pixel_keys:
+            value = model_kwargs.get(key)
+            if isinstance(value, torch.Tensor) and value.ndim == 4 and value.shape[1] != channels:
+                raise ValueError(
+                    f"`{key}` has {value.shape[1]} channel(s) but this model's vision tower takes {channels}: "
+                    f"`(views, {channels}, height, width)`. Preprocess the images with this model's processor."
+                )
+
+    def _tower_channels(self) -> int:
+        # The tower's input channels (the family's vision config may name them otherwise).
+        return self.config.vision_config.num_channels
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The images' global views, their crops (each image owns `num_local_patches` consecutive rows) and counts.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the images.
+            modality (`str`, *optional*, defaults to `"image"`): this layout has images only.
+
+        Returns:
+            `dict[str, Any]`: `pixel_values`, `num_local_patches` and, when they hold any crop, `pixel_values_local`.
+        """
+        pixels = model_kwargs["pixel_values"]
+        crops = self._crops_per_image(model_kwargs, pixels.shape[0])
+        selected = {"pixel_values": pixels[indices], "num_local_patches": torch.tensor([crops[i] for i in indices])}
+        local = model_kwargs.get("pixel_values_local")
+        if local is not None and sum(crops[i] for i in indices) > 0:
+            per_image = torch.split(local, crops)  # per image: (crops, channels, height, width)
+            selected["pixel_values_local"] = torch.cat([per_image[index] for index in indices])
+        return selected

@@ -12,7 +12,7 @@ from typing import Any
 import transformers
 
 from .hybrid import _gated_delta_net_text
-from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_vision_config
+from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config, tiny_vision_config
 
 # A line break, which MiniCPM's processors put between rows of slices (a text token of the tiny vocabulary).
 MINICPM_LINE_BREAK_ID = 9
@@ -63,3 +63,18 @@ def tiny_minicpmv4_7_config() -> transformers.MiniCPMV4_7Config:
     """
     markers = {"image_start_id": 112, "image_end_id": 113, "slice_start_id": 114, "slice_end_id": 115}
     return transformers.MiniCPMV4_7Config(**_minicpm_parts(), **markers, newline_id=MINICPM_LINE_BREAK_ID)
+
+
+def tiny_step3p7_config() -> transformers.Step3p7Config:
+    """A tiny Step-3.7 config: a one-layer tower of 4 px patches whose two stride-2 convolutions merge 4x4 patches
+    into one placeholder (a 32 px global view: 4, a 16 px crop: 1); a decoder of one sliding-window layer (a window of
+    6 tokens, so prompts exceed it) and one full layer, each routing to 2 of 4 experts plus a shared one.
+
+    Returns:
+        `transformers.Step3p7Config`
+    """
+    vision = tiny_vision_config(image_size=32, patch_size=4, mlp_ratio=2.0)
+    text = tiny_text_config(None, head_dim=16, max_position_embeddings=256, pad_token_id=0, bos_token_id=1)
+    text.update(eos_token_id=2, layer_types=["sliding_attention", "full_attention"], sliding_window=6)
+    text.update(moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, share_expert_dim=16)
+    return transformers.Step3p7Config(vision_config=vision, text_config=text, image_token_id=TINY_IMAGE_TOKEN_ID)
