@@ -8,6 +8,8 @@ Every logit is compared with the plain transformers class without a cache; encod
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -97,6 +99,24 @@ def test_video_frames_and_image_views_in_chunks(family):
         assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
         assert_same_steps(logits, expected_logits)
         assert sorted(runs.batch_sizes) == [frames, views], f"chunk size {chunk_size}: {runs.batch_sizes}"
+
+
+@pytest.mark.parametrize("family", ["minicpmv4_6", "minicpmv4_7"])
+def test_the_calls_downsample_mode_sets_the_view_counts(family):
+    # transformers' tester passes `downsample_mode` per call: "4x" skips the window merger, 4x more placeholders
+    upstream, ours = model_pair(family)
+    four_x = copy.deepcopy(ours.config)
+    four_x.downsample_mode = "4x"  # the processor's mode: its prompts count a view's patches over 4
+    prompt = Prompt(four_x, SLICED, image_seeds=SLICED_SEEDS)
+    counts = ours.item_token_counts({**prompt.inputs(), "downsample_mode": "4x"})
+    assert sum(counts) == len(_placeholder_positions(prompt, ours.config.image_token_id)) == 12, counts
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), downsample_mode="4x")
+    for chunk_size in (None, 3):
+        sequences, logits = generate_logits(ours, prompt.inputs(), downsample_mode="4x", prefill_chunk_size=chunk_size)
+        assert torch.equal(sequences, expected_sequences)
+        assert_same_steps(logits, expected_logits)
+    with pytest.raises(ValueError, match="not a multiple of 4 a side"):
+        ours.generate(**prompt.inputs(), max_new_tokens=1)  # the config's "16x": these views are 4x views
 
 
 @pytest.mark.parametrize("family", PACKED_VIEW_FAMILIES)

@@ -92,6 +92,7 @@ class PackedViewsLayout(FamilyHooks):
         sizes = model_kwargs.get(self._view_keys(modality)[1])
         if sizes is None:
             return None
+        self._check_view_sizes(sizes, modality, model_kwargs)
         merged = self._patches_per_placeholder(model_kwargs)
         return [int(height) * int(width) // merged for height, width in sizes.tolist()]
 
@@ -117,20 +118,27 @@ class PackedViewsLayout(FamilyHooks):
             self._check_packed_pixels(pixels, sizes, modality, model_kwargs)
         return sizes.shape[0]
 
+    def _check_view_sizes(self, sizes: Any, modality: str, model_kwargs: dict[str, Any]) -> None:
+        # A view's sides must be whole merged blocks (the mergers reshape by them): checked before its count is used
+        sizes_key = self._view_keys(modality)[1]
+        if not isinstance(sizes, torch.Tensor) or sizes.ndim != 2 or sizes.shape[-1] != 2:
+            raise ValueError(f"`{sizes_key}` must be `(num_views, 2)`: the (height, width) in patches of each view.")
+        side = round(self._patches_per_placeholder(model_kwargs) ** 0.5)  # merged blocks are square
+        if bool((sizes % side).any()):
+            raise ValueError(
+                f"`{sizes_key}` has a view of {sizes.tolist()} patches, not a multiple of {side} a side: this model "
+                f"merges {side}x{side} patches into one placeholder (`downsample_mode` "
+                f"{model_kwargs.get('downsample_mode') or self.config.downsample_mode!r}). Preprocess the "
+                f"{modality}s with its processor, in the same mode."
+            )
+
     def _check_packed_pixels(
         self, pixels: Any, sizes: torch.Tensor, modality: str, model_kwargs: dict[str, Any]
     ) -> None:
         pixel_key, sizes_key = self._view_keys(modality)
         vision_config = self.config.vision_config
         patch = vision_config.patch_size
-        if sizes.ndim != 2 or sizes.shape[-1] != 2:
-            raise ValueError(f"`{sizes_key}` must be `(num_views, 2)`: the (height, width) in patches of each view.")
-        side = round(self._patches_per_placeholder(model_kwargs) ** 0.5)  # merged blocks are square
-        if bool((sizes % side).any()):
-            raise ValueError(
-                f"`{sizes_key}` has a view of {sizes.tolist()} patches, not a multiple of {side} a side: this model "
-                f"merges {side}x{side} patches into one placeholder. Preprocess the {modality}s with its processor."
-            )
+        self._check_view_sizes(sizes, modality, model_kwargs)
         width = int(sizes.prod(-1).sum()) * patch
         expected = (1, vision_config.num_channels, patch, width)
         if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
