@@ -12,7 +12,9 @@ import copy
 
 import pytest
 import torch
+import transformers
 
+import vlmprep
 from conftest import model_pair
 from support.references import (
     Prompt,
@@ -25,7 +27,8 @@ from support.references import (
     uncached_logits,
 )
 from vlmprep import EncoderCache, PrefixCache
-from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter
+from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter, tiny_model
+from vlmprep.testing.configs import tiny_text_config, tiny_vision_config
 
 PACKED_VIEW_FAMILIES = ["minicpmv4_6", "minicpm_ocr", "minicpmv4_7"]
 # Seeds 2 and 9 draw images with a global view and two slices of different sizes (three runs each)
@@ -194,3 +197,39 @@ def test_global_and_local_views_refused_clearly(family):
     larger = {**inputs, "pixel_values": torch.nn.functional.pad(inputs["pixel_values"], (0, 32, 0, 32))}
     with pytest.raises(ValueError, match="does not match the images' token counts"):
         ours.generate(**larger, max_new_tokens=1)
+
+
+def _minicpm_config_as_transformers_tester_builds_it() -> transformers.MiniCPMV4_6Config:
+    # The shapes of transformers' MiniCPM-V 4.6 tester: attention before Gated DeltaNet, tied embeddings, no video
+    # placeholder, 8 px patches on 32 px images (a 4x4 grid, one placeholder per view)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
+    text = tiny_text_config("qwen3_5_text", hidden_size=64, head_dim=32, num_attention_heads=4, num_key_value_heads=2)
+    text.update(vocab_size=256, rope_parameters=rope, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1)
+    text.update(pad_token_id=2, layer_types=["full_attention", "linear_attention"], linear_conv_kernel_dim=2)
+    text.update(linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=4, linear_num_value_heads=8)
+    vision = tiny_vision_config(
+        num_hidden_layers=2, image_size=32, patch_size=8, hidden_size=64, num_attention_heads=4
+    )
+    return transformers.MiniCPMV4_6Config(
+        text_config=text, vision_config=vision, image_token_id=100, insert_layer_id=0
+    )
+
+
+def test_minicpm_as_transformers_tester_builds_it():
+    config = _minicpm_config_as_transformers_tester_builds_it()
+    upstream = tiny_model(transformers.MiniCPMV4_6ForConditionalGeneration, config)
+    ours = vlmprep.MiniCPMV4_6ForConditionalGeneration(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    assert [modality.name for modality in ours.vision_facts.modalities] == ["image"]  # no video placeholder
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 99, (2, 7), generator=generator)
+    ids[:, 3] = config.image_token_id  # one view of one placeholder per row, the views packed side by side
+    pixels = torch.randn(1, 3, 8, 2 * 16 * 8, generator=generator)
+    inputs = {"input_ids": ids, "pixel_values": pixels, "target_sizes": torch.tensor([[4, 4], [4, 4]])}
+    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
+        expected_sequences, expected_logits = generate_logits(
+            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
+        )
+        sequences, logits = generate_logits(ours, inputs, **kwargs)
+        assert torch.equal(sequences, expected_sequences), kwargs
+        assert_same_steps(logits, expected_logits)

@@ -34,6 +34,7 @@ from .patch_grid import PatchGridLayout
 __all__ = [
     "GLOBAL_AND_LOCAL_VIEWS_FACTS",
     "PACKED_VIEWS_FACTS",
+    "PACKED_VIEWS_IMAGE_ONLY_FACTS",
     "GlobalAndLocalViewsLayout",
     "PackedViewsLayout",
     "PackedViewsMultimodalRopeLayout",
@@ -48,6 +49,8 @@ PACKED_VIEWS_FACTS = VisionFacts(
     features_as_list=True,
     other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), ("target_sizes_videos",)),),
 )
+# The same for a config without a video placeholder (transformers' own tester builds one): its model takes no videos.
+PACKED_VIEWS_IMAGE_ONLY_FACTS = replace(PACKED_VIEWS_FACTS, other_modalities=())
 
 
 class PackedViewsLayout(FamilyHooks):
@@ -63,7 +66,14 @@ class PackedViewsLayout(FamilyHooks):
         "each view of an image (global view, then each slice) is one run and one item, its patches packed side by "
         "side with a `target_sizes` row"
     )
-    vision_facts = PACKED_VIEWS_FACTS
+    # The facts without and with videos, by whether the config has a video placeholder (`vision_facts`)
+    facts_by_video_placeholder = (PACKED_VIEWS_IMAGE_ONLY_FACTS, PACKED_VIEWS_FACTS)
+
+    @property
+    def vision_facts(self) -> VisionFacts:
+        """The facts of this model: with videos only where its config has a video placeholder, as upstream reads
+        videos only then."""
+        return self.facts_by_video_placeholder[getattr(self.config, "video_token_id", None) is not None]
 
     def _view_keys(self, modality: str) -> tuple[str, str]:
         facts = self._modality_facts(modality)
@@ -185,7 +195,9 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
     )
     # The processor marks each placeholder's modality in `mm_token_type_ids` (image 1, video 2), which the positions
     # read: it is sliced with the prompt, and derived from the placeholders when a caller leaves it out.
-    vision_facts = replace(PACKED_VIEWS_FACTS, token_type_key="mm_token_type_ids")
+    facts_by_video_placeholder = tuple(
+        replace(facts, token_type_key="mm_token_type_ids") for facts in PackedViewsLayout.facts_by_video_placeholder
+    )
     # The same computation as the patch-grid layout's: the model's `get_rope_index` over the whole prompt with each
     # modality's per-item sizes (`target_sizes`, `target_sizes_videos`) and its extras (`downsample_mode`).
     vision_position_ids = PatchGridLayout.vision_position_ids
