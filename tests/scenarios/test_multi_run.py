@@ -233,3 +233,27 @@ def test_minicpm_as_transformers_tester_builds_it():
         sequences, logits = generate_logits(ours, inputs, **kwargs)
         assert torch.equal(sequences, expected_sequences), kwargs
         assert_same_steps(logits, expected_logits)
+
+
+def test_step3p7_as_transformers_tester_builds_it():
+    # The shapes of transformers' Step-3.7 tester: 16 px images of 4 px patches (one placeholder each), no crops and
+    # no `num_local_patches`, full attention layers only, a batch of two
+    text = tiny_text_config(None, hidden_size=16, intermediate_size=37, head_dim=8, max_position_embeddings=64)
+    text.update(pad_token_id=1, bos_token_id=0, eos_token_id=2, moe_intermediate_size=8, n_routed_experts=4)
+    text.update(num_experts_per_tok=2, share_expert_dim=8, layer_types=["full_attention"] * 2, sliding_window=64)
+    vision = tiny_vision_config(image_size=16, patch_size=4, hidden_size=8, mlp_ratio=1.0)
+    config = transformers.Step3p7Config(text_config=text, vision_config=vision, image_token_id=4)
+    upstream = tiny_model(transformers.Step3p7ForConditionalGeneration, config)
+    ours = vlmprep.Step3p7ForConditionalGeneration(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 99, (2, 7), generator=generator)
+    ids[:, 3] = config.image_token_id
+    inputs = {"input_ids": ids, "pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
+    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
+        expected_sequences, expected_logits = generate_logits(
+            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
+        )
+        sequences, logits = generate_logits(ours, inputs, **kwargs)
+        assert torch.equal(sequences, expected_sequences), kwargs
+        assert_same_steps(logits, expected_logits)
