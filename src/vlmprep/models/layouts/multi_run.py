@@ -34,7 +34,7 @@ from .patch_grid import PatchGridLayout
 __all__ = [
     "GLOBAL_AND_LOCAL_VIEWS_FACTS",
     "PACKED_VIEWS_FACTS",
-    "PACKED_VIEWS_IMAGE_ONLY_FACTS",
+    "FactsByVideoPlaceholder",
     "GlobalAndLocalViewsLayout",
     "PackedViewsLayout",
     "PackedViewsMultimodalRopeLayout",
@@ -49,8 +49,25 @@ PACKED_VIEWS_FACTS = VisionFacts(
     features_as_list=True,
     other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), ("target_sizes_videos",)),),
 )
-# The same for a config without a video placeholder (transformers' own tester builds one): its model takes no videos.
-PACKED_VIEWS_IMAGE_ONLY_FACTS = replace(PACKED_VIEWS_FACTS, other_modalities=())
+
+
+class FactsByVideoPlaceholder:
+    """A family's `vision_facts`, with videos only where the model's config has a video placeholder, as upstream reads
+    videos only then (transformers' own tester builds MiniCPM-V 4.6 configs without one); read on the class, the
+    facts with videos.
+
+    Args:
+        facts (`VisionFacts`): the facts with videos.
+    """
+
+    def __init__(self, facts: VisionFacts):
+        self.with_videos = facts
+        self.without_videos = replace(facts, other_modalities=())
+
+    def __get__(self, instance: Any, owner: type) -> VisionFacts:
+        if instance is None or getattr(instance.config, "video_token_id", None) is not None:
+            return self.with_videos
+        return self.without_videos
 
 
 class PackedViewsLayout(FamilyHooks):
@@ -66,14 +83,7 @@ class PackedViewsLayout(FamilyHooks):
         "each view of an image (global view, then each slice) is one run and one item, its patches packed side by "
         "side with a `target_sizes` row"
     )
-    # The facts without and with videos, by whether the config has a video placeholder (`vision_facts`)
-    facts_by_video_placeholder = (PACKED_VIEWS_IMAGE_ONLY_FACTS, PACKED_VIEWS_FACTS)
-
-    @property
-    def vision_facts(self) -> VisionFacts:
-        """The facts of this model: with videos only where its config has a video placeholder, as upstream reads
-        videos only then."""
-        return self.facts_by_video_placeholder[getattr(self.config, "video_token_id", None) is not None]
+    vision_facts = FactsByVideoPlaceholder(PACKED_VIEWS_FACTS)
 
     def _view_keys(self, modality: str) -> tuple[str, str]:
         facts = self._modality_facts(modality)
@@ -195,9 +205,7 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
     )
     # The processor marks each placeholder's modality in `mm_token_type_ids` (image 1, video 2), which the positions
     # read: it is sliced with the prompt, and derived from the placeholders when a caller leaves it out.
-    facts_by_video_placeholder = tuple(
-        replace(facts, token_type_key="mm_token_type_ids") for facts in PackedViewsLayout.facts_by_video_placeholder
-    )
+    vision_facts = FactsByVideoPlaceholder(replace(PACKED_VIEWS_FACTS, token_type_key="mm_token_type_ids"))
     # The same computation as the patch-grid layout's: the model's `get_rope_index` over the whole prompt with each
     # modality's per-item sizes (`target_sizes`, `target_sizes_videos`) and its extras (`downsample_mode`).
     vision_position_ids = PatchGridLayout.vision_position_ids
