@@ -257,3 +257,25 @@ def test_step3p7_as_transformers_tester_builds_it():
         sequences, logits = generate_logits(ours, inputs, **kwargs)
         assert torch.equal(sequences, expected_sequences), kwargs
         assert_same_steps(logits, expected_logits)
+
+
+def test_a_global_view_on_another_canvas_is_not_resumed():
+    # MiniCPM-V 4.7 stretches a global view's positions over its slices' canvas: the same global view (same pixels,
+    # same ids) with fewer slices has other positions, so the stored KV of the first prompt must not be reused for it
+    upstream, ours = model_pair("minicpmv4_7")
+    stored = Prompt(ours.config, [[2, 10], IMAGE, [11, 12]], image_seeds=[2])
+    inputs, ids = stored.inputs(), stored.input_ids[0].tolist()
+    last_slice = ids.index(11) - max(i for i, token in enumerate(ids) if token == 9)  # its line break, run, markers
+    columns = int(inputs["target_sizes"][-1].prod()) * ours.config.vision_config.patch_size
+    fewer_slices = {
+        "input_ids": torch.tensor([ids[: ids.index(11) - last_slice] + ids[ids.index(11) :]]),
+        "pixel_values": inputs["pixel_values"][..., :-columns],
+        "target_sizes": inputs["target_sizes"][:-1],
+    }
+    fewer_slices["mm_token_type_ids"] = (fewer_slices["input_ids"] == ours.config.image_token_id).long()
+    positions = [ours.vision_position_ids(x["input_ids"], x)[1:, 0, 5:9] for x in (inputs, fewer_slices)]
+    assert not torch.equal(*positions), "the global view's positions follow its canvas"
+    store = PrefixCache(max_bytes=2**26)
+    generate_logits(ours, inputs, max_new_tokens=1, prefix_cache=store)
+    _, logits = generate_logits(ours, fewer_slices, max_new_tokens=1, prefix_cache=store)
+    assert_close(logits[0], uncached_logits(upstream, fewer_slices))
