@@ -99,6 +99,9 @@ if TYPE_CHECKING:
     from .models.llava_next import LlavaNextForConditionalGeneration
     from .models.llava_next_video import LlavaNextVideoForConditionalGeneration
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
+    from .models.minicpm_ocr import MiniCPMOcrForConditionalGeneration
+    from .models.minicpmv4_6 import MiniCPMV4_6ForConditionalGeneration
+    from .models.minicpmv4_7 import MiniCPMV4_7ForConditionalGeneration
     from .models.minimax_m3_vl import MiniMaxM3SparseForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.mistral_large4 import MistralLarge4ForConditionalGeneration
@@ -118,6 +121,7 @@ if TYPE_CHECKING:
     from .models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
     from .models.qwen4_exp import Qwen4ExpForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
+    from .models.step3p7 import Step3p7ForConditionalGeneration
     from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration
     from .models.vipllava import VipLlavaForConditionalGeneration

@@ -20,7 +20,17 @@ from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config
 
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33, 34]], [[35], IMAGE, [36, 37]], [[38, 39]], [[40, 41, 42]]]
-HYBRID_FAMILIES = ["qwen3_5", "qwen3_5_moe", "lfm2_vl", "lfm3_vl", "glm5_next", "inkling2", "qwen4_exp"]
+HYBRID_FAMILIES = [
+    "qwen3_5",
+    "qwen3_5_moe",
+    "lfm2_vl",
+    "lfm3_vl",
+    "glm5_next",
+    "inkling2",
+    "qwen4_exp",
+    "minicpmv4_6",
+    "minicpmv4_7",
+]
 
 
 def _first_convolution_weight(model) -> torch.Tensor:

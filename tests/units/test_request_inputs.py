@@ -41,6 +41,7 @@ CALL_OPTIONS = {
     "vision_feature_select_strategy",
     "vision_aspect_ratio",
     "output_router_logits",
+    "downsample_mode",  # MiniCPM's: whether the tower's window merger runs, for every view of the call
 }
 # Parameters a family's forward takes but never reads once features are supplied (they only reach the encoder's
 # `**kwargs`, or nothing), and inputs of a modality vlmprep does not prepare (refused by name).
@@ -111,7 +112,7 @@ def test_every_position_input_is_a_position_key(model_type):
     # A `get_rope_index` copied from Qwen2-VL may take inputs its model never gets (PaddleOCR-VL's `video_grid_thw`:
     # the model takes no videos): only what a request can pass to `forward` is read.
     read &= {"self", "kwargs", *inspect.signature(drop_in.forward).parameters}
-    handled = {"self", "kwargs", "input_ids", "attention_mask", facts.token_type_key}
+    handled = {"self", "kwargs", "input_ids", "attention_mask", facts.token_type_key, *CALL_OPTIONS}
     for modality in facts.modalities:
         handled.update(modality.per_item_keys)
     position_keys = {key for modality in facts.modalities for key in modality.position_keys}

@@ -109,7 +109,8 @@ def plan_prompt(
     token_types = _prepare_token_types(model, input_ids, model_kwargs, offset)
 
     # 4.3 Spans, and which items the prompt refers to.
-    spans = shift_spans(find_item_spans(model, input_ids, model_kwargs, token_types), offset)
+    main_spans = supplied.prepared.spans if isinstance(supplied, PlannedEncoderOutputs) else None
+    spans = shift_spans(find_item_spans(model, input_ids, model_kwargs, token_types, main_spans), offset)
     encoder = ItemEncoder(model, model_kwargs, spans, salt, item_hints)
     given = encoder.supplied_features(supplied)
     if isinstance(supplied, PlannedEncoderOutputs):
@@ -153,6 +154,15 @@ def _set_multimodal_positions(model, input_ids: torch.Tensor, model_kwargs: dict
     if model.vision_facts.positions_from_cache_length:
         # The decoder ignores them (its positions count padding): keys must not take them for the real ones
         model_kwargs.pop("position_ids", None)
+
+
+def _runs_per_item(spans: list[ItemSpan], modality: str) -> list[list[int]] | None:
+    # Each item's run lengths, in item order, as `item_token_counts` states pieces
+    runs: dict[int, list[int]] = {}
+    for span in sorted(spans, key=lambda span: (span.item_index, span.feature_start)):
+        if span.modality == modality:
+            runs.setdefault(span.item_index, []).append(span.end - span.start)
+    return [runs[index] for index in sorted(runs)] or None
 
 
 def _resume_in_callers_cache(cache, past_length: int, offset: int, intervals) -> int:
@@ -246,16 +256,24 @@ def bidirectional_blocks(model, token_types: torch.Tensor | None, attention_mask
 
 
 def find_item_spans(
-    model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], token_types: torch.Tensor | None
+    model,
+    input_ids: torch.Tensor,
+    model_kwargs: dict[str, Any],
+    token_types: torch.Tensor | None,
+    main_spans: list[ItemSpan] | None = None,
 ) -> list[ItemSpan]:
     """The placeholder spans of every item of every modality in `input_ids` (positions relative to it).
 
-    Items of every modality are numbered together, images first, so features and hashes key on one index.
+    Items of every modality are numbered together, images first, so features and hashes key on one index. An
+    assistant model handed its main model's plan (`main_spans`, the same prompt's) but not the pixel inputs its
+    counts need (transformers pops every encoder argument) takes each item's runs from the main model's spans.
     """
     token_type_key = model.vision_facts.token_type_key
     spans: list[ItemSpan] = []
     for modality in model.vision_facts.modalities:
         counts = model.prompt_item_token_counts(input_ids, model_kwargs, modality=modality.name)
+        if counts is None and main_spans:
+            counts = _runs_per_item(main_spans, modality.name)
         first_index = len({span.item_index for span in spans})
         ids = input_ids
         if modality.token_type is not None and token_types is not None:

@@ -89,6 +89,7 @@ from .patch_grid import (
     tiny_qwen3_vl_moe_config,
 )
 from .qomni import tiny_qwen3_omni_moe_config
+from .runs import tiny_minicpm_ocr_config, tiny_minicpmv4_6_config, tiny_minicpmv4_7_config, tiny_step3p7_config
 
 # model_type -> builder, for every drop-in of the registry whose builder exists (`utils/check_exports.py` reports a
 # drop-in without one).
@@ -132,6 +133,10 @@ __all__ = [
     "tiny_muse_spark_config",
     "tiny_apertus1p5_config",
     "tiny_dots3_note_config",
+    "tiny_minicpm_ocr_config",
+    "tiny_minicpmv4_6_config",
+    "tiny_minicpmv4_7_config",
+    "tiny_step3p7_config",
     "tiny_chameleon_config",
     "tiny_cohere2_vision_config",
     "tiny_config",
