@@ -162,6 +162,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             offset=plan.offset,
             as_list=self.vision_facts.features_as_list_by_modality(),
             deepstack=deepstack,
+            deepstack_targets=self.vision_facts.deepstack_targets_of(self.config),
         )
         # Pixel inputs leave the kwargs (the forward reads the features); the other per-item inputs (grids) travel
         # with the features, for an assistant model that needs them for its positions.

@@ -51,6 +51,9 @@ class PreparedItems:
         deepstack (`dict[int, tuple[torch.Tensor, ...]]`):
             per needed item whose encoder returns per-layer extra features (Qwen3-VL's deepstack), one
             `(tokens, dim)` tensor per layer; fed to the same placeholders as `features`.
+        deepstack_targets (`tuple[int, ...]`, *optional*):
+            the decoder layer of each deepstack entry when the model reads them as `(layer, features)` pairs
+            (`VisionFacts.deepstack_targets`); `None`: one entry per layer, in layer order.
     """
 
     spans: list[ItemSpan]
@@ -60,6 +63,7 @@ class PreparedItems:
     offset: int = 0
     as_list: bool | dict[str, bool] = False
     deepstack: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
+    deepstack_targets: tuple[int, ...] | None = None
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -110,10 +114,11 @@ class PreparedItems:
             items = [span.item_index for span in self.spans if span.modality == modality]
             layers = next((len(self.deepstack[item]) for item in items if item in self.deepstack), None)
             if layers is not None:
-                output.deepstack_features = [
+                per_layer = [
                     self._container(self.rows_between(start, end, modality, layer), modality)
                     for layer in range(layers)
                 ]
+                output.deepstack_features = deepstack_container(per_layer, self.deepstack_targets)
             outputs[modality] = output
         return outputs or None
 
@@ -175,6 +180,27 @@ class PlannedEncoderOutputs(dict):
         if expand_size == 1:
             return self
         return PlannedEncoderOutputs(self.prepared.expand(expand_size), self.end, self.item_extras)
+
+
+def deepstack_container(per_layer: list, targets: tuple[int, ...] | None) -> list:
+    """A forward's deepstack rows in the container the model reads: one entry per layer (Qwen3-VL), or
+    `(decoder layer, rows)` pairs when the family states the entries' layers (Granite 4 Vision).
+
+    Args:
+        per_layer (`list`): each entry's rows, in the order the encoder returned the entries.
+        targets (`tuple[int, ...]`, *optional*): the decoder layer of each entry (`VisionFacts.deepstack_targets`).
+
+    Returns:
+        `list`
+    """
+    if targets is None:
+        return per_layer
+    if len(targets) != len(per_layer):
+        raise ValueError(
+            f"The vision encoder returned {len(per_layer)} deepstack entries but the config targets {len(targets)} "
+            "decoder layers; the features were made by a model with another config."
+        )
+    return list(zip(targets, per_layer, strict=True))
 
 
 def split_per_item(pooler_output: torch.Tensor | Sequence[torch.Tensor], token_counts: Sequence[int]) -> list:

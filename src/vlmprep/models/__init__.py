@@ -39,6 +39,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Glm5NextForConditionalGeneration": "glm5_next",
     "GlmOcrForConditionalGeneration": "glm_ocr",
     "GotOcr2ForConditionalGeneration": "got_ocr2",
+    "Granite4VisionForConditionalGeneration": "granite4_vision",
     "HunYuanVLForConditionalGeneration": "hunyuan_vl",
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
     "Idefics2ForConditionalGeneration": "idefics2",

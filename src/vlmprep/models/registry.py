@@ -45,6 +45,7 @@ from .family_spec import (
 )
 from .text_only_rules import (
     COHERE2_VISION,
+    GRANITE_DECODER,
     INKLING2_DECODER,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
@@ -154,10 +155,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "glm_ocr": drop_in("glm_ocr.GlmOcrForConditionalGeneration"),
         "glmga": alias("glm46v"),
         "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", LANGUAGE_MODEL),
-        "granite4_vision": candidate(
-            "deepstack features come as `(decoder layer, packed features)` pairs summed in at those layers "
-            "(placeholders zeroed), a container the per-chunk rows (Qwen3-VL's per-layer list) do not read yet"
-        ),
+        "granite4_vision": drop_in("granite4_vision.Granite4VisionForConditionalGeneration", GRANITE_DECODER),
         "granite_docling": candidate(
             "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image, as idefics3's "
             f"sub-images; {_PIECES}), with granite4_vision's `(decoder layer, features)` deepstack pairs, which the "
