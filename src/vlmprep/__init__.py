@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from .models.glm_ocr import GlmOcrForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
     from .models.granite4_vision import Granite4VisionForConditionalGeneration
+    from .models.granite_docling import GraniteDoclingForConditionalGeneration
     from .models.hunyuan_vl import HunYuanVLForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
     from .models.idefics2 import Idefics2ForConditionalGeneration

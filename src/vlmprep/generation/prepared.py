@@ -26,6 +26,9 @@ class EncoderRows(BaseModelOutputWithPooling):
     """
 
     deepstack_features: list | None = None
+    # Granite Docling's forward reads its density router's logits off the image outputs; they serve only its training
+    # loss (router labels, with pixels), never generation's logits.
+    router_logits: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.last_hidden_state is None:

@@ -40,6 +40,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "GlmOcrForConditionalGeneration": "glm_ocr",
     "GotOcr2ForConditionalGeneration": "got_ocr2",
     "Granite4VisionForConditionalGeneration": "granite4_vision",
+    "GraniteDoclingForConditionalGeneration": "granite_docling",
     "HunYuanVLForConditionalGeneration": "hunyuan_vl",
     "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
     "Idefics2ForConditionalGeneration": "idefics2",

@@ -46,6 +46,7 @@ from .family_spec import (
 from .text_only_rules import (
     COHERE2_VISION,
     GRANITE_DECODER,
+    GRANITE_TEXT_MODEL,
     INKLING2_DECODER,
     LANGUAGE_MODEL,
     QWEN2_DECODER,
@@ -156,11 +157,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "glmga": alias("glm46v"),
         "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", LANGUAGE_MODEL),
         "granite4_vision": drop_in("granite4_vision.Granite4VisionForConditionalGeneration", GRANITE_DECODER),
-        "granite_docling": candidate(
-            "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image, as idefics3's "
-            f"sub-images; {_PIECES}), with granite4_vision's `(decoder layer, features)` deepstack pairs, which the "
-            "per-chunk rows do not read yet (they read Qwen3-VL's per-layer list); not written yet"
-        ),
+        "granite_docling": drop_in("granite_docling.GraniteDoclingForConditionalGeneration", GRANITE_TEXT_MODEL),
         "hunyuan_vl": drop_in("hunyuan_vl.HunYuanVLForConditionalGeneration"),
         "hy_v4_vl": candidate(f"{_PATCH_GRID}; {_INDEXED}"),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),

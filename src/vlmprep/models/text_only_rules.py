@@ -12,6 +12,7 @@ from typing import Any
 __all__ = [
     "COHERE2_VISION",
     "GRANITE_DECODER",
+    "GRANITE_TEXT_MODEL",
     "INKLING2_DECODER",
     "LANGUAGE_MODEL",
     "QWEN2_DECODER",
@@ -93,6 +94,8 @@ QWEN3_5_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS)
 # Granite 4 Vision's text config (`granite4_vision_text`) is Granite's, with no causal LM of its own; on text (no
 # deepstack pairs) its decoder is Granite's, and both classes divide the logits by `logits_scaling`.
 GRANITE_DECODER = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_model_type="granite")
+# Granite Docling's (`granite_docling_text`) likewise, kept under `model.text_model` as Idefics3's.
+GRANITE_TEXT_MODEL = TextOnlyFamily(key_rules=TEXT_MODEL.key_rules, decoder_model_type="granite")
 
 # Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
 # it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).

@@ -36,7 +36,7 @@ from .crops import (
     tiny_qianfan_ocr_config,
     tiny_smolvlm_config,
 )
-from .deepstack import tiny_granite4_vision_config
+from .deepstack import tiny_granite4_vision_config, tiny_granite_docling_config
 from .fixed_size import (
     tiny_aria_config,
     tiny_deepseek_vl_config,
@@ -138,6 +138,7 @@ __all__ = [
     "tiny_glm4v_moe_config",
     "tiny_got_ocr2_config",
     "tiny_granite4_vision_config",
+    "tiny_granite_docling_config",
     "tiny_hunyuan_vl_config",
     "tiny_hyperclovax_vision_v2_config",
     "tiny_inkling2_config",

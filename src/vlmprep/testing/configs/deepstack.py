@@ -1,5 +1,6 @@
-"""Tiny configs of the families whose vision features are summed in at several decoder layers as `(decoder layer,
-features)` pairs, placeholders zeroed: Granite 4 Vision (any-res crops) and Granite Docling (sub-images)."""
+"""Tiny configs of the Granite families whose vision features are also summed in at several decoder layers
+(deepstack): Granite 4 Vision (any-res crops, `(decoder layer, features)` pairs, placeholders zeroed) and Granite
+Docling (masked tiles, one entry per layer as Qwen3-VL's)."""
 
 from __future__ import annotations
 
@@ -52,4 +53,36 @@ def tiny_granite4_vision_config() -> transformers.Granite4VisionConfig:
         spatial_vision_layer=-1,
         spatial_target_layers=[1, 1, 1, 1],
         projector_dropout=0.0,
+    )
+
+
+def tiny_granite_docling_config() -> transformers.GraniteDoclingConfig:
+    """A tiny Granite Docling config: 16 px tiles of 4 px patches, pixel-shuffled by 2 into 4 tokens each (16 on the
+    fine path), two deepstack taps (added after each of the 2 decoder layers: the second moves only the placeholders'
+    own logits), Granite decoder.
+
+    Returns:
+        `transformers.GraniteDoclingConfig`
+    """
+    vision = tiny_vision_config(num_hidden_layers=2)
+    # Weights drawn 10x wider than upstream's 0.02 in the tower and connector: at 0.02 the deepstack mergers' rows are
+    # ~1% of the hidden states and move the logits by 6e-5 only
+    vision.update(out_hidden_size=32, scale_factor=2, deepstack_visual_indexes=[0, 1], use_fine_route=True)
+    vision["initializer_range"] = 0.2
+    return transformers.GraniteDoclingConfig(
+        # Its text config's special ids default to a 100k vocabulary's, and its multipliers to the checkpoint's: with
+        # them (attention 1/64 for 64-wide heads, embeddings x12, residuals x0.263) two images move a tiny model's
+        # logits by 2e-4 only; the logits stay divided by `logits_scaling` (4)
+        text_config=tiny_text_config(
+            "granite_docling_text",
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            attention_multiplier=0.25,
+            embedding_multiplier=1.0,
+            residual_multiplier=1.0,
+        ),
+        vision_config=vision,
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        pad_token_id=0,
     )
