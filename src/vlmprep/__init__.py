@@ -96,6 +96,7 @@ if TYPE_CHECKING:
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
+    from .models.ovis2 import Ovis2ForConditionalGeneration
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration

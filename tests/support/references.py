@@ -343,6 +343,9 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
             fields["deepstack_features"] = [
                 _first_layer_rows(layer, placeholders) for layer in features.deepstack_features
             ]
+        # Fields that depend on no item are read as they are (Ovis2's indicator embeddings)
+        per_row = ("pooler_output", "deepstack_features", "last_hidden_state", "hidden_states", "attentions")
+        fields.update({key: value for key, value in features.items() if key not in per_row})
         encoder_outputs[name] = type(features)(**fields)
     pixel_keys = {"pixel_values", "pixel_values_videos", "image_grid_thw", "video_grid_thw", "image_sizes"}
     first = {

@@ -54,6 +54,9 @@ class PreparedItems:
         deepstack (`dict[int, tuple[torch.Tensor, ...]]`):
             per needed item whose encoder returns per-layer extra features (Qwen3-VL's deepstack), one
             `(tokens, dim)` tensor per layer; fed to the same placeholders as `features`.
+        item_independent (`dict[str, dict]`, *optional*):
+            per modality of the prompt's items, the encoder-output fields that depend on no item
+            (`FamilyHooks.item_independent_encoder_fields`): every forward over the prompt feeds that modality with them.
         deepstack_targets (`tuple[int, ...]`, *optional*):
             the decoder layer of each deepstack entry when the model reads them as `(layer, features)` pairs
             (`VisionFacts.deepstack_targets`); `None`: one entry per layer, in layer order.
@@ -67,6 +70,7 @@ class PreparedItems:
     as_list: bool | dict[str, bool] = False
     deepstack: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
     deepstack_targets: tuple[int, ...] | None = None
+    item_independent: dict[str, dict] = field(default_factory=dict)
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -111,9 +115,15 @@ class PreparedItems:
         outputs = {}
         for modality in dict.fromkeys(span.modality for span in self.spans):
             rows = self.rows_between(start, end, modality)
-            if rows is None:
+            fields = self.item_independent.get(modality) or {}
+            if rows is None and not fields:
                 continue
+            if rows is None:  # no placeholder in the slice, but the model reads the fields (Ovis2's indicators)
+                width = next(iter(self.features.values())).shape[-1] if self.features else _width(fields)
+                rows = torch.zeros(0, width)
             output = EncoderRows(pooler_output=self._container(rows, modality))
+            for name, value in fields.items():
+                setattr(output, name, value)
             items = [span.item_index for span in self.spans if span.modality == modality]
             layers = next((len(self.deepstack[item]) for item in items if item in self.deepstack), None)
             if layers is not None:
@@ -183,6 +193,33 @@ class PlannedEncoderOutputs(dict):
         if expand_size == 1:
             return self
         return PlannedEncoderOutputs(self.prepared.expand(expand_size), self.end, self.item_extras)
+
+
+def containers_of(model, spans: list[ItemSpan]) -> dict:
+    """The `PreparedItems` arguments that say how a family's model reads its encoder outputs: `as_list`,
+    `deepstack_targets` and `item_independent` (for the modalities of `spans`).
+
+    Args:
+        model: the drop-in model (its `vision_facts`, config and `item_independent_encoder_fields`).
+        spans (`list[ItemSpan]`): the prompt's spans.
+
+    Returns:
+        `dict`
+    """
+    facts = model.vision_facts
+    modalities = dict.fromkeys(span.modality for span in spans)
+    return {
+        "as_list": facts.features_as_list_by_modality(),
+        "deepstack_targets": facts.deepstack_targets_of(model.config),
+        "item_independent": {
+            modality: fields for modality in modalities if (fields := model.item_independent_encoder_fields(modality))
+        },
+    }
+
+
+def _width(fields: dict) -> int:
+    # The feature width, read off an item-independent field (a tensor of rows) when no item was encoded
+    return next(value.shape[-1] for value in fields.values() if isinstance(value, torch.Tensor))
 
 
 def deepstack_container(per_layer: list, targets: tuple[int, ...] | None) -> list:

@@ -59,6 +59,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "LlavaOnevisionForConditionalGeneration": "llava_onevision",
     "Mistral3ForConditionalGeneration": "mistral3",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
+    "Ovis2ForConditionalGeneration": "ovis2",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
     "PaliGemmaForConditionalGeneration": "paligemma",
     "QianfanOCRForConditionalGeneration": "qianfan_ocr",

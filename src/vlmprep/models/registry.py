@@ -236,10 +236,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             f"{_AUDIO_IN_FORWARD}; its Nemotron-H decoder's mamba layers are `linear_attention` cache layers, which "
             "the prefix store snapshots (tried on qwen3_5's and lfm2_vl's decoders, not on mamba yet)"
         ),
-        "ovis2": candidate(
-            "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
-            "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
-        ),
+        "ovis2": drop_in("ovis2.Ovis2ForConditionalGeneration", LANGUAGE_MODEL),
         "paddleocr_vl": drop_in("paddleocr_vl.PaddleOCRVLForConditionalGeneration"),
         "paligemma": drop_in("paligemma.PaliGemmaForConditionalGeneration", LANGUAGE_MODEL),
         "perception_lm": candidate(f"the vision tower is a timm Perception Encoder: {_TIMM}"),

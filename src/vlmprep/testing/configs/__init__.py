@@ -55,6 +55,7 @@ from .hybrid import (
     tiny_qwen3_5_moe_config,
 )
 from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
+from .indicators import tiny_ovis2_config
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
@@ -156,6 +157,7 @@ __all__ = [
     "tiny_llava_onevision_config",
     "tiny_mistral3_config",
     "tiny_muse_glimmer_config",
+    "tiny_ovis2_config",
     "tiny_paligemma_config",
     "tiny_patch_merger_vision_config",
     "tiny_qianfan_ocr_config",
