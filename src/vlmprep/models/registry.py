@@ -227,8 +227,11 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
         ),
         "molmo2": candidate(
-            "features are pooled per placeholder from `image_token_pooling` indices, and an image is a low-res and a"
-            " high-res part with `<im_col>` tokens between rows: a layout of its own"
+            "features are pooled per placeholder from `image_token_pooling`, indices into the patches of every crop of "
+            "the call (an item's inputs need its crops cut out by `image_num_crops` and its indices rebased: a layout "
+            "of its own), and every image and frame token of a prompt attends to every other one (one bidirectional "
+            "block over all images, the text between them causal), which the per-run blocks of the spans do not "
+            "express; not written yet"
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": candidate(_AUDIO_IN_FORWARD),
