@@ -58,6 +58,8 @@ NOT_READ = {
     # Clip lengths when no mask is passed (the drop-in asks for `feature_attention_mask` instead), and the interleaving
     # of a video with its audio, refused when set
     "qwen2_5_omni_thinker": {"audio_feature_lengths", "use_audio_in_video"},
+    # The density router's training targets: a loss term, as `labels` (the router's logits never reach the logits)
+    "granite_docling": {"router_labels"},
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
