@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     from .models.glm46v import Glm46VForConditionalGeneration
     from .models.glm_ocr import GlmOcrForConditionalGeneration
     from .models.got_ocr2 import GotOcr2ForConditionalGeneration
+    from .models.granite4_vision import Granite4VisionForConditionalGeneration
+    from .models.granite_docling import GraniteDoclingForConditionalGeneration
     from .models.hunyuan_vl import HunYuanVLForConditionalGeneration
     from .models.hy_v4_vl import HYV4VLForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
@@ -108,6 +110,7 @@ if TYPE_CHECKING:
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.muse_spark import MuseSparkForConditionalGeneration
     from .models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+    from .models.ovis2 import Ovis2ForConditionalGeneration
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration

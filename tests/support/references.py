@@ -289,6 +289,14 @@ def _first_rows(container, rows: int):
     return flat if container.ndim == 2 else flat.unsqueeze(0)
 
 
+def _first_layer_rows(entry, rows: int):
+    """`_first_rows` of one deepstack entry: a layer's rows (Qwen3-VL), or a `(decoder layer, rows)` pair (Granite 4
+    Vision), kept a pair."""
+    if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], int):
+        return entry[0], _first_rows(entry[1], rows)
+    return _first_rows(entry, rows)
+
+
 def truncated_cache(upstream, prompt: Prompt, cut: int) -> DynamicCache:
     """The cache of upstream's forward over the prompt's first `cut` tokens, cut inside an image, as a caller who
     truncated the prompt mid-image would have it: the image's first rows of features, whole-prompt positions."""
@@ -331,9 +339,16 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
     for name in (name for name in modalities if name in recorded):
         features = recorded[name]
         placeholders = int(_placeholders(upstream.config, inputs, name)[0, :cut].sum())
-        fields = {"pooler_output": _first_rows(features.pooler_output, placeholders)}
+        fields = {}
+        if features.pooler_output is not None:  # Granite 4 Vision has only deepstack features
+            fields["pooler_output"] = _first_rows(features.pooler_output, placeholders)
         if getattr(features, "deepstack_features", None) is not None:  # Qwen3-VL: the same rows of every extra layer
-            fields["deepstack_features"] = [_first_rows(layer, placeholders) for layer in features.deepstack_features]
+            fields["deepstack_features"] = [
+                _first_layer_rows(layer, placeholders) for layer in features.deepstack_features
+            ]
+        # Fields that depend on no item are read as they are (Ovis2's indicator embeddings)
+        per_row = ("pooler_output", "deepstack_features", "last_hidden_state", "hidden_states", "attentions")
+        fields.update({key: value for key, value in features.items() if key not in per_row})
         encoder_outputs[name] = type(features)(**fields)
     pixel_keys = {"pixel_values", "pixel_values_videos", "image_grid_thw", "video_grid_thw", "image_sizes"}
     first = {

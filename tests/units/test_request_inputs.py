@@ -61,6 +61,8 @@ NOT_READ = {
     # of a video with its audio track (`generate` takes it; the engine refuses a request with it)
     "qwen2_5_omni_thinker": {"audio_feature_lengths", "use_audio_in_video"},
     "qwen3_omni_moe_thinker": {"audio_feature_lengths", "use_audio_in_video"},
+    # The density router's training targets: a loss term, as `labels` (the router's logits never reach the logits)
+    "granite_docling": {"router_labels"},
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..generation.prepared import EncoderRows
+from ..generation.prepared import EncoderRows, deepstack_container
 from .prompt import FIRST_PLACEHOLDER_KEY, slot_of_key
 
 
@@ -69,8 +69,10 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
             )
             counted.add(placeholder_id)
             if generated:
+                _check_generated_placeholder_keeps_its_embedding(model, placeholder_id)
                 pieces[name].append((_text_rows(model, placeholder_id, generated), None))
     as_list = model.vision_facts.features_as_list_by_modality()
+    deepstack_targets = model.vision_facts.deepstack_targets_of(model.config)
     outputs = {}
     # A modality fed only generated placeholders in a step still needs deepstack rows, shaped like the step's others
     layer_like = next((layers[0] for rows in pieces.values() for _, layers in rows if layers is not None), None)
@@ -83,10 +85,11 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
         stacked = torch.cat([rows.to(like.device, like.dtype) for rows, _ in modality_pieces], dim=0)
         outputs[name] = EncoderRows(pooler_output=_container(stacked, as_list[name]))
         if num_layers:
-            outputs[name].deepstack_features = [
+            per_layer = [
                 _container(_layer_rows(modality_pieces, layer, layer_like), as_list[name])
                 for layer in range(num_layers)
             ]
+            outputs[name].deepstack_features = deepstack_container(per_layer, deepstack_targets)
     return outputs
 
 
@@ -126,6 +129,19 @@ def restore_placeholders(model, input_ids: torch.Tensor) -> None:
     slots = torch.tensor([slot_of_key(k, len(modalities)) for k in input_ids[keyed].tolist()], dtype=input_ids.dtype)
     placeholder_ids = torch.tensor([m.placeholder_id(model.config) for m in modalities], dtype=input_ids.dtype)
     input_ids[keyed] = placeholder_ids[slots.long()].to(input_ids.device)
+
+
+def _check_generated_placeholder_keeps_its_embedding(model, token_id: int) -> None:
+    # A model whose features are only deepstack pairs (Granite 4 Vision) zeroes every placeholder's embedding in a
+    # forward that feeds images: no row given here brings a generated placeholder's text embedding back, as it would
+    # be in `generate`'s decoding (which feeds no images). Refused rather than answered wrong.
+    if model.vision_facts.features_key is None:
+        raise ValueError(
+            f"A request generated the image placeholder token ({token_id}) in an engine step that also feeds another "
+            f"request's images; {type(model).__name__} zeroes every placeholder's embedding in such a step, so the "
+            "generated token would not be read as text. Pass `suppress_tokens` with the placeholder id in the "
+            "generation config, or use `generate` for this request."
+        )
 
 
 def _text_rows(model, token_id: int, count: int) -> torch.Tensor:

@@ -66,6 +66,12 @@ def check_batching_support(model, with_items: bool = True) -> None:
             "input the engine does not pass to its steps, so its answers would differ from `generate`'s. Use "
             "`generate` for this model."
         )
+    if with_items and model.item_independent_encoder_fields("image"):
+        raise ValueError(
+            f"{name} replaces the text embeddings of its image indicator tokens with vision embeddings in every "
+            "forward that feeds images, so in an engine step packing several requests it would also replace those of "
+            "requests without images; the engine does not feed them apart. Use `generate` for prompts with images."
+        )
     if getattr(model.config.get_text_config(), "kv_lora_rank", None):
         raise ValueError(
             f"{name}'s decoder uses latent attention (it caches one compressed `kv_lora_rank` head per token), which "

@@ -120,8 +120,8 @@ class ItemEncoder:
             if output is None or not items:
                 continue
             counts = [self.lengths[index] for index in items]
-            pooled = _split_checked(getattr(output, features_key), counts, modality.name)
             layers = deepstack_layers(output)
+            pooled = _split_checked(features_of(output, features_key, layers), counts, modality.name)
             per_layer = [_split_checked(layer, counts, modality.name) for layer in layers] if layers else None
             for position, index in enumerate(items):
                 features[index] = pooled[position]
@@ -195,10 +195,9 @@ class ItemEncoder:
             encode = getattr(encoding_module(model), f"get_{modality.name}_features")
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
-            features_key = model.vision_facts.features_key
-            rows = _without_padding_rows(outputs, features_key, modality.output_mask_attr)
-            pooled = split_per_item(rows if kept_rows is None else _kept(rows, kept_rows), counts)
             layers = deepstack_layers(outputs)
+            rows = _without_padding_rows(outputs, model.vision_facts.features_key, modality.output_mask_attr, layers)
+            pooled = split_per_item(rows if kept_rows is None else _kept(rows, kept_rows), counts)
             per_layer = [split_per_item(layer, counts) for layer in layers] if layers is not None else None
             for position, index in enumerate(group):
                 features[index] = entry = pooled[position]
@@ -234,10 +233,10 @@ def check_finite_pixels(inputs: dict[str, Any], pixel_keys: tuple[str, ...]) -> 
                 )
 
 
-def _without_padding_rows(outputs, features_key: str, output_mask_attr: str | None):
+def _without_padding_rows(outputs, features_key: str | None, output_mask_attr: str | None, layers: list | None):
     # An encoder that pads a batch of items to the longest (audio clips) marks its real rows; the model fills the
     # placeholders with those only, so each item's features are its real rows.
-    features = getattr(outputs, features_key)
+    features = features_of(outputs, features_key, layers)
     if output_mask_attr is None:
         return features
     real_rows = getattr(outputs, output_mask_attr)  # (num_items, rows), True where a row is real
@@ -273,14 +272,37 @@ def _split_checked(output, counts: list[int], modality: str) -> list[torch.Tenso
 
 
 def deepstack_layers(outputs) -> list | None:
-    """The per-layer extra features of a vision encoder output (Qwen3-VL's deepstack), or `None` when it has none.
+    """The per-layer extra features of a vision encoder output (deepstack), or `None` when it has none.
 
-    Only the layout upstream generation carries is read: one entry per layer, each a tensor or per-item tensors.
+    Two containers are read: one entry per layer in layer order (Qwen3-VL), or `(decoder layer, features)` pairs
+    (Granite 4 Vision), whose layers are a fact of the family (`VisionFacts.deepstack_targets`); either way each
+    entry's features are a tensor or per-item tensors, returned here in entry order.
     """
     layers = getattr(outputs, "deepstack_features", None)
-    if layers is None or not all(isinstance(layer, torch.Tensor) or _all_tensors(layer) for layer in layers):
+    if layers is None:
         return None
-    return list(layers)
+    layers = [layer[1] if _is_layer_pair(layer) else layer for layer in layers]
+    if not all(isinstance(layer, torch.Tensor) or _all_tensors(layer) for layer in layers):
+        return None
+    return layers
+
+
+def features_of(outputs, features_key: str | None, layers: list | None):
+    """The features an encoder output places at the placeholders: its `features_key` field, or, for an output with
+    only deepstack features (`features_key=None`), the first entry's, which the model counts placeholders against."""
+    if features_key is not None:
+        return getattr(outputs, features_key)
+    if not layers:
+        raise ValueError(
+            "The vision encoder output has neither features nor deepstack features: pass the pixel inputs, or the "
+            "output of the model's own `get_image_features(..., return_dict=True)`."
+        )
+    return layers[0]
+
+
+def _is_layer_pair(entry) -> bool:
+    # `(decoder layer, features)`: Granite 4 Vision's deepstack entry
+    return isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], int)
 
 
 def _all_tensors(value) -> bool:

@@ -114,7 +114,13 @@ class VisionFacts:
             `ModalityFacts.token_type` of the images, when another modality shares their placeholder id.
         features_key (`str`, *optional*, defaults to `"pooler_output"`):
             the field of `get_<modality>_features`' output holding the features the model places at the placeholders
-            (Fuyu's linear patch embedding returns them as `last_hidden_state`).
+            (Fuyu's linear patch embedding returns them as `last_hidden_state`); `None` when the output has only
+            deepstack features (Granite 4 Vision): the first deepstack entry's rows then stand for the features, as
+            the model counts placeholders against them.
+        deepstack_targets (`Callable[[PreTrainedConfig], tuple[int, ...]]`, *optional*):
+            given the config, the decoder layer of each deepstack entry, when the model reads `deepstack_features` as
+            `(decoder layer, features)` pairs (Granite 4 Vision, Granite Docling) rather than one entry per layer in
+            layer order (Qwen3-VL); each forward gets its rows in the same pairs.
         positions_from_cache_length (`bool`, *optional*, defaults to `False`):
             whether `generate` numbers tokens by their place in the cache, left padding included (EXAONE 4.5,
             HyperCLOVAX: their `prepare_inputs_for_generation` drops `position_ids`): a token's KV then depends on its row's padding, which the prefix cache's
@@ -141,7 +147,8 @@ class VisionFacts:
     features_as_list: bool = False
     other_modalities: tuple[ModalityFacts, ...] = ()
     image_token_type: int | None = None
-    features_key: str = "pooler_output"
+    features_key: str | None = "pooler_output"
+    deepstack_targets: Callable[[PreTrainedConfig], tuple[int, ...]] | None = None
     positions_from_cache_length: bool = False
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)
@@ -167,6 +174,12 @@ class VisionFacts:
     def generated_token_type(self) -> int:
         """The `token_type_key` value of generated tokens: causal suffix (1) after PaliGemma's prefix, text (0)."""
         return 1 if self.bidirectional == "prefix" else 0
+
+    def deepstack_targets_of(self, config: PreTrainedConfig) -> tuple[int, ...] | None:
+        """The decoder layer of each deepstack entry, when the model reads them as `(layer, features)` pairs."""
+        return (
+            None if self.deepstack_targets is None else tuple(int(layer) for layer in self.deepstack_targets(config))
+        )
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The image placeholder token id of a model config."""

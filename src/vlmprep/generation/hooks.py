@@ -173,6 +173,23 @@ class FamilyHooks:
             leading = _LEADING_DIMS[facts.pixel_layout]
             check_pixel_dims(pixel_values, vision_config, leading, key, up_to_size=facts.pixel_layout == "up_to_size")
 
+    def item_independent_encoder_fields(self, modality: str = "image") -> dict[str, Any]:
+        """Fields of `mm_encoder_outputs[modality]` that depend on no item, which the model reads in every forward
+        that feeds the modality (Ovis2: the embeddings of its visual indicator tokens, `<IMG_START>`, `<IMG_COL>`, ...,
+        which replace those tokens' text embeddings wherever images are fed).
+
+        When a family states some, every prefill forward of a prompt holding items of the modality feeds it (with no
+        rows where its slice holds no placeholder) and these fields, as one uncached forward of the prompt with its
+        pixels does. The default `{}` feeds a modality only to the forwards holding its placeholders.
+
+        Args:
+            modality (`str`, *optional*, defaults to `"image"`): whose encoder output.
+
+        Returns:
+            `dict[str, Any]`
+        """
+        return {}
+
     def block_layer_types(self) -> tuple[str, ...] | None:
         """The decoder layer types on which a bidirectional block's tokens attend to each other; `None`: every layer.
 

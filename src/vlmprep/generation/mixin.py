@@ -35,7 +35,7 @@ from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
 from .plan import plan_prompt
 from .prefix import PrefixRequest
-from .prepared import PlannedEncoderOutputs, PreparedItems
+from .prepared import PlannedEncoderOutputs, PreparedItems, containers_of
 from .validation import check_no_block_after_cache_in_static_cache, check_prefill_chunk_size
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
@@ -161,8 +161,8 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             intervals=plan.intervals,
             resume_point=plan.resume_point,
             offset=plan.offset,
-            as_list=self.vision_facts.features_as_list_by_modality(),
             deepstack=deepstack,
+            **containers_of(self, plan.spans),
         )
         # Pixel inputs leave the kwargs (the forward reads the features); the other per-item inputs (grids) travel
         # with the features, for an assistant model that needs them for its positions.

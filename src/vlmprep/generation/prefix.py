@@ -25,7 +25,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
-from ..cache.identity import any_module_training, cache_identity, salt_namespace
+from ..cache.identity import any_module_training
 from ..cache.layer_extras import UnsupportedCacheLayer, extended_layer_classes, restore_layer_extras
 from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
 from ..cache.recurrent_state import (
@@ -39,7 +39,15 @@ from ..cache.recurrent_state import (
 from ..utils.logging import get_logger
 from .assisted import is_assisted
 from .prefix_layers import layer_refusal, stored_layer_states
-from .prefix_rows import ABSOLUTE_POSITIONS, PrefixRow, host, leading_padding, per_token_inputs, row_inputs
+from .prefix_rows import (
+    ABSOLUTE_POSITIONS,
+    PrefixRow,
+    call_namespace,
+    host,
+    leading_padding,
+    per_token_inputs,
+    row_inputs,
+)
 from .spans import resolve_resume_point, split_chunks_at
 
 if TYPE_CHECKING:
@@ -151,7 +159,7 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        self._start(model, input_ids, model_kwargs, salt, generation_config)
+        self._start(model, input_ids, model_kwargs, call_namespace(model, salt, plan.spans), generation_config)
         ends = self._match_rows(input_ids, model_kwargs.get("attention_mask"), plan)
         resume = self._resume_point(ends, plan.intervals)
         if resume > 0 and len(self.rows) == 1 and self.rows[0].pad == 0:
@@ -163,11 +171,8 @@ class PrefixRequest:
             self.store.record_use(reused, len(record.keys) - reused)
         return self.cache, resume
 
-    def _start(
-        self, model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], salt: str | None, generation_config
-    ):
+    def _start(self, model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], namespace, generation_config):
         # The per-token inputs and the keys' root, whether the store is looked up, and the call's fresh cache.
-        namespace = (*cache_identity(model, part="model"), salt_namespace(salt))
         self.per_token = per_token_inputs(model_kwargs, input_ids)
         self.prompt_length = input_ids.shape[1]
         self.update_model_kwargs = model._update_model_kwargs_for_generation
@@ -188,8 +193,7 @@ class PrefixRequest:
         """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
         spans, item_hashes, blocks = plan.spans, plan.item_hashes, plan.blocks
         batch_size, width = input_ids.shape
-        # The batch's ids, masks and per-token inputs are read once, as numpy: a lookup costs mostly per-operation
-        # overhead, and a numpy operation costs a fraction of a torch one (docs/benchmarks.md).
+        # The batch's ids, masks and per-token inputs are read once, as numpy (see `prefix_rows`: cheaper per op).
         ids, per_token = host(input_ids), {key: host(value) for key, value in self.per_token.items()}
         masks = host(attention_mask) if attention_mask is not None else None
         ends = []

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..cache.identity import cache_identity, salt_namespace
 from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch
 from .facts import TOKEN_TYPE_KEYS
 
@@ -62,6 +63,15 @@ class PrefixRow:
                 return hit
             hit = min(start for start, _, _ in differing)
         return 0
+
+
+def call_namespace(model, salt: str | None, spans: list) -> tuple[str, ...]:
+    """The namespace of a call's prefix keys: the model's identity, the salt, and the modalities whose
+    item-independent encoder fields every forward gets (Ovis2's indicator embeddings,
+    `FamilyHooks.item_independent_encoder_fields`): those tokens' KV differs with and without items, so calls with
+    them key their prefixes apart from calls without."""
+    fed = sorted({span.modality for span in spans if model.item_independent_encoder_fields(span.modality)})
+    return (*cache_identity(model, part="model"), salt_namespace(salt), *fed)
 
 
 def per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:

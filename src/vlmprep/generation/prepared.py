@@ -26,6 +26,9 @@ class EncoderRows(BaseModelOutputWithPooling):
     """
 
     deepstack_features: list | None = None
+    # Granite Docling's forward reads its density router's logits off the image outputs; they serve only its training
+    # loss (router labels, with pixels), never generation's logits.
+    router_logits: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.last_hidden_state is None:
@@ -51,6 +54,12 @@ class PreparedItems:
         deepstack (`dict[int, tuple[torch.Tensor, ...]]`):
             per needed item whose encoder returns per-layer extra features (Qwen3-VL's deepstack), one
             `(tokens, dim)` tensor per layer; fed to the same placeholders as `features`.
+        item_independent (`dict[str, dict]`, *optional*):
+            per modality of the prompt's items, the encoder-output fields that depend on no item
+            (`FamilyHooks.item_independent_encoder_fields`): every forward over the prompt feeds that modality with them.
+        deepstack_targets (`tuple[int, ...]`, *optional*):
+            the decoder layer of each deepstack entry when the model reads them as `(layer, features)` pairs
+            (`VisionFacts.deepstack_targets`); `None`: one entry per layer, in layer order.
     """
 
     spans: list[ItemSpan]
@@ -60,6 +69,8 @@ class PreparedItems:
     offset: int = 0
     as_list: bool | dict[str, bool] = False
     deepstack: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
+    deepstack_targets: tuple[int, ...] | None = None
+    item_independent: dict[str, dict] = field(default_factory=dict)
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -104,16 +115,23 @@ class PreparedItems:
         outputs = {}
         for modality in dict.fromkeys(span.modality for span in self.spans):
             rows = self.rows_between(start, end, modality)
-            if rows is None:
+            fields = self.item_independent.get(modality) or {}
+            if rows is None and not fields:
                 continue
+            if rows is None:  # no placeholder in the slice, but the model reads the fields (Ovis2's indicators)
+                width = next(iter(self.features.values())).shape[-1] if self.features else _width(fields)
+                rows = torch.zeros(0, width)
             output = EncoderRows(pooler_output=self._container(rows, modality))
+            for name, value in fields.items():
+                setattr(output, name, value)
             items = [span.item_index for span in self.spans if span.modality == modality]
             layers = next((len(self.deepstack[item]) for item in items if item in self.deepstack), None)
             if layers is not None:
-                output.deepstack_features = [
+                per_layer = [
                     self._container(self.rows_between(start, end, modality, layer), modality)
                     for layer in range(layers)
                 ]
+                output.deepstack_features = deepstack_container(per_layer, self.deepstack_targets)
             outputs[modality] = output
         return outputs or None
 
@@ -175,6 +193,54 @@ class PlannedEncoderOutputs(dict):
         if expand_size == 1:
             return self
         return PlannedEncoderOutputs(self.prepared.expand(expand_size), self.end, self.item_extras)
+
+
+def containers_of(model, spans: list[ItemSpan]) -> dict:
+    """The `PreparedItems` arguments that say how a family's model reads its encoder outputs: `as_list`,
+    `deepstack_targets` and `item_independent` (for the modalities of `spans`).
+
+    Args:
+        model: the drop-in model (its `vision_facts`, config and `item_independent_encoder_fields`).
+        spans (`list[ItemSpan]`): the prompt's spans.
+
+    Returns:
+        `dict`
+    """
+    facts = model.vision_facts
+    modalities = dict.fromkeys(span.modality for span in spans)
+    return {
+        "as_list": facts.features_as_list_by_modality(),
+        "deepstack_targets": facts.deepstack_targets_of(model.config),
+        "item_independent": {
+            modality: fields for modality in modalities if (fields := model.item_independent_encoder_fields(modality))
+        },
+    }
+
+
+def _width(fields: dict) -> int:
+    # The feature width, read off an item-independent field (a tensor of rows) when no item was encoded
+    return next(value.shape[-1] for value in fields.values() if isinstance(value, torch.Tensor))
+
+
+def deepstack_container(per_layer: list, targets: tuple[int, ...] | None) -> list:
+    """A forward's deepstack rows in the container the model reads: one entry per layer (Qwen3-VL), or
+    `(decoder layer, rows)` pairs when the family states the entries' layers (Granite 4 Vision).
+
+    Args:
+        per_layer (`list`): each entry's rows, in the order the encoder returned the entries.
+        targets (`tuple[int, ...]`, *optional*): the decoder layer of each entry (`VisionFacts.deepstack_targets`).
+
+    Returns:
+        `list`
+    """
+    if targets is None:
+        return per_layer
+    if len(targets) != len(per_layer):
+        raise ValueError(
+            f"The vision encoder returned {len(per_layer)} deepstack entries but the config targets {len(targets)} "
+            "decoder layers; the features were made by a model with another config."
+        )
+    return list(zip(targets, per_layer, strict=True))
 
 
 def split_per_item(pooler_output: torch.Tensor | Sequence[torch.Tensor], token_counts: Sequence[int]) -> list:

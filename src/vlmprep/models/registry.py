@@ -47,6 +47,8 @@ from .text_only_rules import (
     COHERE2_VISION,
     COSMOS3_OMNI_DECODER,
     DOTS3_NOTE_DECODER,
+    GRANITE_DECODER,
+    GRANITE_TEXT_MODEL,
     INKLING2_DECODER,
     LANGUAGE_MODEL,
     NEMOTRON_H_DECODER,
@@ -154,15 +156,8 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "glm_ocr": drop_in("glm_ocr.GlmOcrForConditionalGeneration"),
         "glmga": alias("glm46v"),
         "got_ocr2": drop_in("got_ocr2.GotOcr2ForConditionalGeneration", LANGUAGE_MODEL),
-        "granite4_vision": candidate(
-            "deepstack features come as `(decoder layer, packed features)` pairs summed in at those layers "
-            "(placeholders zeroed), a container the per-chunk rows (Qwen3-VL's per-layer list) do not read yet"
-        ),
-        "granite_docling": candidate(
-            "an image is several runs (one per tile behind `<row_i_col_j>`, then the global image, as idefics3's "
-            f"sub-images; {_PIECES}), with granite4_vision's `(decoder layer, features)` deepstack pairs, which the "
-            "per-chunk rows do not read yet (they read Qwen3-VL's per-layer list); not written yet"
-        ),
+        "granite4_vision": drop_in("granite4_vision.Granite4VisionForConditionalGeneration", GRANITE_DECODER),
+        "granite_docling": drop_in("granite_docling.GraniteDoclingForConditionalGeneration", GRANITE_TEXT_MODEL),
         "hunyuan_vl": drop_in("hunyuan_vl.HunYuanVLForConditionalGeneration"),
         "hy_v4_vl": drop_in("hy_v4_vl.HYV4VLForConditionalGeneration"),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
@@ -214,16 +209,16 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
         ),
         "molmo2": candidate(
-            "features are pooled per placeholder from `image_token_pooling` indices, and an image is a low-res and a"
-            " high-res part with `<im_col>` tokens between rows: a layout of its own"
+            "features are pooled per placeholder from `image_token_pooling`, indices into the patches of every crop of "
+            "the call (an item's inputs need its crops cut out by `image_num_crops` and its indices rebased: a layout "
+            "of its own), and every image and frame token of a prompt attends to every other one (one bidirectional "
+            "block over all images, the text between them causal), which the per-run blocks of the spans do not "
+            "express; not written yet"
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
         "nemotron_h_omni": drop_in("nemotron_h_omni.NemotronH_Omni_Reasoning_V3", NEMOTRON_H_DECODER),
-        "ovis2": candidate(
-            "the model also reads `visual_indicator_features` from `mm_encoder_outputs` (image indicator tokens get "
-            "vision embeddings), and a tiled image is several runs split by `<IMG_COL>`/`<IMG_ROW>`"
-        ),
+        "ovis2": drop_in("ovis2.Ovis2ForConditionalGeneration", LANGUAGE_MODEL),
         "paddleocr_vl": drop_in("paddleocr_vl.PaddleOCRVLForConditionalGeneration"),
         "paligemma": drop_in("paligemma.PaliGemmaForConditionalGeneration", LANGUAGE_MODEL),
         "perception_lm": candidate(f"the vision tower is a timm Perception Encoder: {_TIMM}"),

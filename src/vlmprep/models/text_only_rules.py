@@ -13,6 +13,8 @@ __all__ = [
     "COHERE2_VISION",
     "COSMOS3_OMNI_DECODER",
     "DOTS3_NOTE_DECODER",
+    "GRANITE_DECODER",
+    "GRANITE_TEXT_MODEL",
     "INKLING2_DECODER",
     "LANGUAGE_MODEL",
     "NEMOTRON_H_DECODER",
@@ -152,6 +154,12 @@ QWEN3_OMNI_MOE_DECODER = TextOnlyFamily(
 # Qwen3.5's text config (`qwen3_5_text`, `qwen3_5_moe_text`) has a causal LM of its own, whose rotary embedding takes the
 # same multimodal rope parameters (1D positions are expanded to three equal rows): the decoder as saved.
 QWEN3_5_DECODER = TextOnlyFamily(key_rules=_QWEN_VL_KEYS)
+
+# Granite 4 Vision's text config (`granite4_vision_text`) is Granite's, with no causal LM of its own; on text (no
+# deepstack pairs) its decoder is Granite's, and both classes divide the logits by `logits_scaling`.
+GRANITE_DECODER = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_model_type="granite")
+# Granite Docling's (`granite_docling_text`) likewise, kept under `model.text_model` as Idefics3's.
+GRANITE_TEXT_MODEL = TextOnlyFamily(key_rules=TEXT_MODEL.key_rules, decoder_model_type="granite")
 
 # Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
 # it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).

@@ -37,6 +37,7 @@ from .crops import (
     tiny_qianfan_ocr_config,
     tiny_smolvlm_config,
 )
+from .deepstack import tiny_granite4_vision_config, tiny_granite_docling_config
 from .fixed_size import (
     tiny_aria_config,
     tiny_deepseek_vl_config,
@@ -61,6 +62,7 @@ from .indexed import (
     tiny_mistral_large4_config,
     tiny_qwen4_exp_config,
 )
+from .indicators import tiny_ovis2_config
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .misc import tiny_blip_2_config, tiny_instructblip_config
@@ -158,6 +160,8 @@ __all__ = [
     "tiny_glm4v_config",
     "tiny_glm4v_moe_config",
     "tiny_got_ocr2_config",
+    "tiny_granite4_vision_config",
+    "tiny_granite_docling_config",
     "tiny_hunyuan_vl_config",
     "tiny_hyperclovax_vision_v2_config",
     "tiny_inkling2_config",
@@ -177,6 +181,7 @@ __all__ = [
     "tiny_mistral3_config",
     "tiny_muse_glimmer_config",
     "tiny_nemotron_h_omni_config",
+    "tiny_ovis2_config",
     "tiny_paligemma_config",
     "tiny_patch_merger_vision_config",
     "tiny_qianfan_ocr_config",
