@@ -1,7 +1,7 @@
 """Indexed-attention families: decoders whose attention layers keep an indexer's keys in the cache.
 
 Qwen4-exp builds its prompts as Qwen3.5's processor does (`support.families.cases_qwen.build_qwen_inputs`: per-frame
-video runs); its Gated DeltaNet layers' recurrent state cannot be rolled back by `DynamicCache.crop`, as Qwen3.5's.
+video runs).
 MiniMax M3 VL's processor returns no token types; its images' grids follow `image_grid` (seed 7 has seed 0's).
 """
 
@@ -11,7 +11,7 @@ import torch
 
 from support.cases import FamilyCase, register
 from support.families.cases_llava_pixtral import build_mistral3_inputs
-from support.families.cases_qwen import HYBRID_SKIPS, build_qwen_inputs
+from support.families.cases_qwen import build_qwen_inputs
 from support.families.cases_text_positions import image_grid
 from support.patch_grid_inputs import grid_prompt, merged_tokens
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
@@ -23,7 +23,6 @@ register(
         build_qwen_inputs,
         per_token_keys=("mm_token_type_ids",),
         pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
-        skip=HYBRID_SKIPS,
     )
 )
 

@@ -123,19 +123,6 @@ def upstream_beam_skips(model_type: str) -> dict[str, str]:
     }
 
 
-# transformers' `DynamicCache.crop` cuts a Gated DeltaNet layer's convolution inputs but leaves its recurrent state at
-# the end of the prompt (the layer's `is_croppable` is False, and `crop` does not check it).
-_CROPPED_CACHE = (
-    "the scenario builds its caches with `DynamicCache.crop`, which cannot roll back a Gated DeltaNet layer's "
-    "recurrent state, so its caches are wrong; resuming at every kind of point is checked through prefix-store "
-    "snapshots (tests/scenarios/test_prefix_cache_hybrid.py) and uncropped caches (the other cache scenarios)"
-)
-HYBRID_SKIPS = {
-    "cached_prefix_of_every_length_with_chunks": _CROPPED_CACHE,
-    "cache_cropped_inside_image": _CROPPED_CACHE,
-}
-
-
 for name in (
     "qwen2_vl",
     "qwen2_5_vl",
@@ -159,11 +146,7 @@ for name in (
                 "video_grid_thw",
                 "second_per_grid_ts",
             ),
-            skip=upstream_beam_skips(name)
-            if name in GLM_TYPES
-            else HYBRID_SKIPS
-            if name.startswith("qwen3_5")
-            else {},
+            skip=upstream_beam_skips(name) if name in GLM_TYPES else {},
         )
     )
 register(
