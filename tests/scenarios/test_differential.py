@@ -6,7 +6,9 @@ transformers over a prefix, continuations of the answers (with or without the re
 attentions returned, assisted decoding (prompt lookup, the drop-in or transformers as assistant), and weight changes
 between calls. Each `generate` of the drop-in is compared with the transformers class holding the same weights:
 the first step with one uncached forward of the whole prompt, every step with transformers' own greedy `generate`
-(no cache passed, no chunking). vlmprep's own output is never a reference.
+(no cache passed, no chunking), or, for a family whose upstream `generate` numbers decoded tokens unlike its own
+forward (`FamilyCase.upstream_decode_positions_differ`), with one uncached forward of the prompt and the answer so
+far. vlmprep's own output is never a reference.
 
 The models are private copies of the session pair (weight changes never leak into other tests); each family's
 `PrefixCache` is kept across examples, so later examples meet entries stored by earlier ones (and under earlier
@@ -33,7 +35,7 @@ from transformers import DynamicCache
 import vlmprep
 from conftest import model_pair
 from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
-from support.references import ATOL, Prompt, assert_close, collate, cropped_cache, eager_attention
+from support.references import ATOL, Prompt, assert_close, collate, continued, cropped_cache, eager_attention
 from support.registry import FAMILY_CASES, scenario
 from vlmprep.testing import AUDIO, IMAGE
 
@@ -175,15 +177,20 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
         expected = greedy(upstream, inputs, options.max_new_tokens, **outputs)
     if options.train_part is not None:  # dropout would make stored or served KV depend on one call's draw
         assert state.store.stats.lookups == lookups
-    assert torch.equal(actual.sequences, expected.sequences), (actual.sequences, expected.sequences)
-    for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
-        assert_close(step_actual, step_expected)
+    decode_positions_differ = FAMILY_CASES[ours.config.model_type].upstream_decode_positions_differ
+    if decode_positions_differ:
+        check_steps_against_forwards(upstream, prompts, actual)
+    else:
+        assert torch.equal(actual.sequences, expected.sequences), (actual.sequences, expected.sequences)
+        for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
+            assert_close(step_actual, step_expected)
     # Hidden states and attentions of a call that prefills the whole prompt in one forward and decodes one token a
     # step are transformers' own (a caller's cache, chunks and drafts change which tokens a forward covers upstream too)
     if "cache" not in kwargs and options.chunk_size is None and options.assistant is None:
         for name in ("hidden_states", "attentions"):
+            steps = 1 if decode_positions_differ else None  # later steps follow other positions upstream
             for step_actual, step_expected in zip(
-                getattr(actual, name) or (), getattr(expected, name) or (), strict=True
+                (getattr(actual, name) or ())[:steps], (getattr(expected, name) or ())[:steps], strict=True
             ):
                 for layer_actual, layer_expected in zip(step_actual, step_expected, strict=True):
                     assert layer_actual.shape == layer_expected.shape, name
@@ -196,6 +203,18 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
                 solo = upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
                 assert_close(actual.logits[0][row : row + 1], solo, atol=PADDED_ROW_ATOL)
     return actual
+
+
+def check_steps_against_forwards(upstream, prompts: list[Prompt], actual) -> None:
+    """Every step of each row against one uncached forward of that row's prompt (alone) and its answer so far."""
+    width = actual.sequences.shape[1] - len(actual.logits)
+    atol = PADDED_ROW_ATOL if len(prompts) > 1 else ATOL
+    for row, prompt in enumerate(prompts):
+        answer = actual.sequences[row, width:-1].tolist()  # the last token is fed to no step
+        with torch.no_grad():
+            expected = upstream(**continued(prompt, answer), use_cache=False).logits[0, prompt.length - 1 :]
+        for step, step_logits in enumerate(actual.logits):
+            assert_close(step_logits[row], expected[step], atol=atol)
 
 
 def run_conversation(family: str, conversation: Conversation) -> None:

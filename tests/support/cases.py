@@ -41,6 +41,10 @@ class FamilyCase:
         upstream_needs_items: whether transformers' class runs only calls with items (BLIP-2: its `generate` and
             forward need `pixel_values`): the differential test then draws calls with items, and no transformers
             assistant (whose forwards get none).
+        upstream_decode_positions_differ: whether transformers' `generate` numbers decoded tokens unlike its own
+            forward of the whole sequence after some prompts (MiniCPM-V 4.7 after `</image>`, docs/migration.md), where
+            the drop-in follows the forward: the differential test then checks every step against one uncached
+            forward of the prompt and the answer so far, not against upstream's `generate`.
     """
 
     name: str
@@ -53,6 +57,7 @@ class FamilyCase:
     refused_train_parts: tuple[str, ...] = ()
     one_row_with_items: bool = False
     upstream_needs_items: bool = False
+    upstream_decode_positions_differ: bool = False
 
     @property
     def builds_audio(self) -> bool:

@@ -5,11 +5,10 @@ An image is its global view then its slices, each view one run of placeholders a
 canvas (`get_rope_index`, from the prompt, `mm_token_type_ids` and the views' `target_sizes`), computed here from the
 whole prompt rather than from `rope_deltas` kept on the model.
 
-Known gap: transformers' `generate` gives the tokens after a prompt that ends inside an image's canvas (on `</image>`)
-the last position + 1 on each rope row, while its forward gives text after a canvas its maximum + 1 on every row; the
-drop-in decodes as upstream's `generate`, so a cache holding such tokens, continued, is not exact
-(`tests/scenarios/test_multi_run.py::test_continuing_after_a_prompt_that_ends_on_an_image_is_exact`, expected to
-fail). Prompts ending in text (a chat template's assistant header) are not affected.
+Decoded tokens are numbered as `get_rope_index` numbers text over the whole sequence (the layout's
+`_update_model_kwargs_for_generation`, `generation/decode_positions.py`): after a prompt that ends on `</image>`, a
+canvas corner, that is the canvas's largest position + 1 on every row, where transformers' `generate` gives the last
+position + 1 on each row (docs/migration.md). Prompts ending in text are numbered alike.
 """
 
 import transformers

@@ -129,6 +129,8 @@ for name in ("minicpmv4_6", "minicpm_ocr", "minicpmv4_7"):
             per_token_keys=("mm_token_type_ids",) if name in MODALITY_TYPED else (),
             pixel_keys=("pixel_values", "target_sizes", "pixel_values_videos", "target_sizes_videos"),
             collate=collate_packed_views,
+            # Canvas M-RoPE: upstream's `generate` numbers an answer after `</image>` unlike its forward
+            upstream_decode_positions_differ=name == "minicpmv4_7",
         )
     )
 

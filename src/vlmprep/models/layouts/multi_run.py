@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ...generation import VisionFacts
+from ...generation.decode_positions import text_after_items
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
 from .patch_grid import PatchGridLayout
@@ -195,7 +196,9 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
 
     Upstream computes them once per prompt and keeps `rope_deltas` on the model for later calls, which goes wrong
     when another request runs in between or when new images follow a cached part; here they are the model's own
-    `get_rope_index` over the whole prompt, as the patch-grid layout computes Qwen2-VL's.
+    `get_rope_index` over the whole prompt, as the patch-grid layout computes Qwen2-VL's. Decoded tokens are numbered
+    as `get_rope_index` numbers text after a canvas (its largest position + 1 on every row), not as upstream's
+    `generate` does after a prompt ending on `</image>` (the last position + 1 on each row).
     """
 
     layout_name = "packed_views_mrope"
@@ -209,6 +212,20 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
     # The same computation as the patch-grid layout's: the model's `get_rope_index` over the whole prompt with each
     # modality's per-item sizes (`target_sizes`, `target_sizes_videos`) and its extras (`downsample_mode`).
     vision_position_ids = PatchGridLayout.vision_position_ids
+
+    def _update_model_kwargs_for_generation(
+        self, outputs: Any, model_kwargs: dict[str, Any], is_encoder_decoder: bool = False, num_new_tokens: int = 1
+    ) -> dict[str, Any]:
+        # Extends upstream's `GenerationMixin._update_model_kwargs_for_generation`, which numbers a decoded token as
+        # the last position + 1 on each rope row: after a prompt ending on `</image>` (a canvas corner) that is not
+        # where `get_rope_index` puts text over the whole sequence (the canvas's largest position + 1, every row).
+        previous = model_kwargs.get("position_ids")
+        model_kwargs = super()._update_model_kwargs_for_generation(
+            outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
+        )
+        if previous is not None and previous.ndim == 3:
+            model_kwargs["position_ids"] = text_after_items(previous, model_kwargs["position_ids"], num_new_tokens)
+        return model_kwargs
 
 
 # Images as a global view (`pixel_values`, one row per image) and local crops (`pixel_values_local`, the crops of
