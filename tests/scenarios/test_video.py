@@ -114,11 +114,6 @@ def test_new_image_after_cached_video_turn(family):
 
 @pytest.mark.parametrize("family", [*IMAGE_AND_VIDEO_FAMILIES, *GLM_FAMILIES])
 def test_cache_ending_anywhere_in_a_video(family):
-    if "linear_attention" in (getattr(model_pair(family)[1].config.get_text_config(), "layer_types", None) or ()):
-        pytest.skip(
-            "the caches are built with `DynamicCache.crop`, which cannot roll back a Gated DeltaNet layer's recurrent "
-            "state (tests/scenarios/test_prefix_cache_hybrid.py resumes it from snapshots instead)"
-        )
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[0])
     _, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
