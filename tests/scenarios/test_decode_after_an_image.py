@@ -21,7 +21,8 @@ from support.references import (
     generate_logits,
     uncached_logits,
 )
-from vlmprep.testing import IMAGE, VIDEO
+from vlmprep import PrefixCache
+from vlmprep.testing import IMAGE, VIDEO, PrefillCounter
 
 # The registered families with multimodal rope (their positions from `get_rope_index` over the whole prompt)
 MULTIMODAL_ROPE_FAMILIES = [
@@ -86,3 +87,17 @@ def test_upstream_generate_numbers_the_answer_after_a_canvas_differently():
     sequences, logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2, **NO_SPECIAL_TOKENS)
     with pytest.raises(AssertionError, match="step 1"):
         assert_steps_match_upstream(upstream, prompt, sequences[0, prompt.length :], logits)
+
+
+def test_an_answer_after_an_image_is_resumed_from_the_prefix_cache_exactly():
+    # The store keys the answer's tokens with the positions decoding gave them, the next turn's prompt with those of
+    # `get_rope_index`: equal, so the next turn resumes after the stored answer, not after the image
+    upstream, ours = model_pair("minicpmv4_7")
+    prompt = Prompt(ours.config, [[2, 10], IMAGE], image_seeds=[2])
+    store = PrefixCache(max_bytes=2**26)
+    sequences, _ = generate_logits(ours, prompt.inputs(), max_new_tokens=3, prefix_cache=store, **NO_SPECIAL_TOKENS)
+    conversation = continued(prompt, [*sequences[0, prompt.length :].tolist(), 3])
+    with PrefillCounter(ours) as prefill:
+        _, logits = generate_logits(ours, conversation, max_new_tokens=1, prefix_cache=store)
+    assert prefill.prefilled(new_tokens=1) == 2, prefill.lengths  # the answer's last token and the new text
+    assert_close(logits[0], uncached_logits(upstream, conversation))
