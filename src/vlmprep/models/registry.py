@@ -209,11 +209,13 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
         ),
         "molmo2": candidate(
-            "features are pooled per placeholder from `image_token_pooling`, indices into the patches of every crop of "
-            "the call (an item's inputs need its crops cut out by `image_num_crops` and its indices rebased: a layout "
-            "of its own), and every image and frame token of a prompt attends to every other one (one bidirectional "
-            "block over all images, the text between them causal), which the per-run blocks of the spans do not "
-            "express; not written yet"
+            "an image's pooled features depend on its own crops only (checked: alone vs after another image with "
+            "`image_token_pooling` rebased, 1e-13 apart in float64), so items can be per image (crops cut by "
+            "`image_num_crops`, indices rebased: a layout of its own); but every image and frame token of a prompt "
+            "attends to every other one (checked: the logits of a first image's tokens and of the text after it move "
+            "by 1.1 when a later image changes), so a cache may only resume before the first image token or after the "
+            "last, as one block from the first to the last `mm_token_type_ids == 1` token (text inside it causal, the "
+            "mask left to upstream); not written yet"
         ),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
