@@ -208,15 +208,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "mllama": not_placeholder_based(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
         ),
-        "molmo2": candidate(
-            "an image's pooled features depend on its own crops only (checked: alone vs after another image with "
-            "`image_token_pooling` rebased, 1e-13 apart in float64), so items can be per image (crops cut by "
-            "`image_num_crops`, indices rebased: a layout of its own); but every image and frame token of a prompt "
-            "attends to every other one (checked: the logits of a first image's tokens and of the text after it move "
-            "by 1.1 when a later image changes), so a cache may only resume before the first image token or after the "
-            "last, as one block from the first to the last `mm_token_type_ids == 1` token (text inside it causal, the "
-            "mask left to upstream); not written yet"
-        ),
+        "molmo2": drop_in("molmo2.Molmo2ForConditionalGeneration"),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
         "nemotron_h_omni": drop_in("nemotron_h_omni.NemotronH_Omni_Reasoning_V3", NEMOTRON_H_DECODER),
