@@ -31,14 +31,15 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
     absolute entry is below 1e-6 is drawn from a normal distribution with standard deviation 0.02, with a generator
     seeded by `seed` (the global random state is not touched), so the result is deterministic. Additive tensors
     (biases, position tables, class tokens) are left as they are: at zero they block nothing. A zero codebook buffer
-    (`*codebook.embed`) is drawn the same way, so that its codes follow the input.
+    (`*codebook.embed`) is drawn the same way, so that its codes follow the input. Molmo2's adapter, a chain of
+    products of small projections, has its weight matrices scaled up (`_PRODUCT_CHAIN_SCALES`).
 
     Args:
         model (`torch.nn.Module`): a transformers image-text-to-text model, freshly initialised.
         seed (`int`, *optional*, defaults to 0): seed of the re-drawn values.
 
     Returns:
-        `list[str]`: names of the re-drawn parameters.
+        `list[str]`: names of the re-drawn (or scaled) parameters.
 
     Example:
 
