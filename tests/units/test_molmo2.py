@@ -21,6 +21,7 @@ from support.references import (
 )
 from vlmprep import EncoderCache, PrefixCache
 from vlmprep.batching.support import check_batching_support
+from vlmprep.models.layouts.pooled_crops import group_runs
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter
 
 TWO_IMAGES = [SYSTEM, IMAGE, [30, 31], IMAGE, USER]
@@ -110,3 +111,14 @@ def test_videos_and_continuous_batching_with_images_are_refused():
         ours.generate(**inputs, **videos, max_new_tokens=1)
     with pytest.raises(ValueError, match="across all images"):
         check_batching_support(ours, with_items=True)
+
+
+def test_runs_are_grouped_into_images_by_their_grids():
+    # One run per image (no column tokens, as transformers' own tester writes them) or one per row
+    assert group_runs([32, 32], [32, 32]) == [[32], [32]]
+    assert group_runs([2, 2, 4, 4], [4, 8]) == [[2, 2], [4, 4]]
+    assert group_runs([4], [4, 8]) == [[4]]  # an image with no run left: the image count check names both counts
+    with pytest.raises(ValueError, match="does not match the images' token counts"):
+        group_runs([3, 2], [4])
+    with pytest.raises(ValueError, match="more image placeholder tokens than the 1 images"):
+        group_runs([4, 4], [4])
