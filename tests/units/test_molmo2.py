@@ -122,3 +122,16 @@ def test_runs_are_grouped_into_images_by_their_grids():
         group_runs([3, 2], [4])
     with pytest.raises(ValueError, match="more image placeholder tokens than the 1 images"):
         group_runs([4, 4], [4])
+
+
+def test_stored_prompt_with_two_images_serves_no_kv_of_its_first_image():
+    """Its first image's KV saw the second image: a prompt with the first image only must not resume inside it."""
+    upstream, ours = model_pair("molmo2")
+    store = PrefixCache(max_bytes=2**24)
+    stored = Prompt(ours.config, TWO_IMAGES, image_seeds=[2, 0])
+    shorter = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31, 32]], image_seeds=[2])
+    generate_logits(ours, stored.inputs(), max_new_tokens=1, prefix_cache=store)
+    with PrefillCounter(ours) as prefill:
+        _, logits = generate_logits(ours, shorter.inputs(), max_new_tokens=1, prefix_cache=store)
+    assert_close(logits[0], reference_next_logits(upstream, shorter))
+    assert prefill.prefilled(new_tokens=1) == shorter.length - _block(shorter)[0]
