@@ -375,10 +375,13 @@ def _required_pixels(model) -> dict:
 
 def _placeholders(config, inputs: dict, modality: str) -> torch.Tensor:
     """Where a modality's placeholders are: by `mm_token_type_ids` (1 image, 2 video) where the processor gives
-    them (GLM's frames reuse the image placeholder), else by the modality's placeholder id."""
+    them (GLM's frames reuse the image placeholder), else by the modality's placeholder id. Molmo2 types its image
+    start, column and end tokens 1 too: only its `image_patch_id` tokens are placeholders."""
     token_types = inputs.get("mm_token_type_ids")
     if token_types is not None:
-        return token_types == {"image": 1, "video": 2}[modality]
+        typed = token_types == {"image": 1, "video": 2}[modality]
+        patch_id = getattr(config, "image_patch_id", None)
+        return typed & (inputs["input_ids"] == patch_id) if patch_id is not None else typed
     return inputs["input_ids"] == getattr(config, f"{modality}_token_id")
 
 

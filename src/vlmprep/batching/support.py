@@ -87,6 +87,13 @@ def check_batching_support(model, with_items: bool = True) -> None:
             "which would give wrong answers. Use `generate` (with `prefill_chunk_size` for long prompts) for this "
             "model."
         )
+    if with_items and facts.bidirectional == "items":
+        raise ValueError(
+            f"{name}'s image tokens attend to each other across all images of a prompt (the text between them "
+            "causal), but the engine's paged attention masks every packed request causally and may cut a prompt "
+            "between two images, which would give wrong answers. Use `generate` (with `prefill_chunk_size` for long "
+            "prompts) for prompts with images."
+        )
     if with_items and facts.bidirectional == "image" and model.config._attn_implementation not in _MASKED_ATTENTION:
         raise ValueError(
             f"{name}'s image placeholders attend to each other bidirectionally, which needs the engine's attention "

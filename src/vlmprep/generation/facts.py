@@ -80,7 +80,10 @@ class VisionFacts:
             (a patch grid pixel-shuffled or pooled by the projector); used when `tokens_per_image_attr` is `None`.
         bidirectional (`str`, *optional*):
             `"image"` when each image's placeholder run attends to itself bidirectionally (Gemma3), `"prefix"` when
-            the whole `token_type_ids == 0` prefix does (PaliGemma), `None` for causal-only families.
+            the whole `token_type_ids == 0` prefix does (PaliGemma), `"items"` when every token of a
+            `block_token_types` type attends to every other one across the prompt, the text between them causal
+            (Molmo2): one block per row from the first such token to the last, whose mask upstream builds itself;
+            `None` for causal-only families.
         token_type_key (`str`, *optional*, defaults to `"token_type_ids"`):
             the input marking the bidirectional positions; derived from the placeholders when the caller omits it.
         pixel_keys (`tuple[str, ...]`, *optional*, defaults to `("pixel_values",)`):
@@ -129,14 +132,15 @@ class VisionFacts:
             with `bidirectional="image"`, the `token_type_key` value the processor writes at each modality's
             placeholders (Gemma 4: image 1, video 2, audio 3), used to derive the token types a caller left out.
         block_token_types (`tuple[int, ...]`, *optional*, defaults to `(1,)`):
-            with `bidirectional="image"`, the token type values whose runs attend to themselves bidirectionally
+            with `bidirectional="image"` (or `"items"`), the token type values whose runs attend to themselves
+            (to each other) bidirectionally
             (Gemma 4: images and video frames, 1 and 2; its audio, 3, is causal).
     """
 
     placeholder_attr: str = "image_token_id"
     tokens_per_image_attr: str | None = None
     tokens_per_image: Callable[[PreTrainedConfig], int] | None = None
-    bidirectional: Literal["image", "prefix"] | None = None
+    bidirectional: Literal["image", "prefix", "items"] | None = None
     token_type_key: str = "token_type_ids"
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     per_image_keys: tuple[str, ...] = ("image_sizes",)

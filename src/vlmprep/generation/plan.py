@@ -242,13 +242,16 @@ def _prepare_token_types(
 
 
 def bidirectional_blocks(model, token_types: torch.Tensor | None, attention_mask: torch.Tensor | None) -> list[Block]:
-    """The bidirectional blocks of every row: image runs (Gemma3) or the unpadded prefix (PaliGemma)."""
+    """The bidirectional blocks of every row: image runs (Gemma3), the unpadded prefix (PaliGemma), or one block from
+    the first item token to the last (Molmo2)."""
     bidirectional = model.vision_facts.bidirectional
     if bidirectional is None or token_types is None:
         return []
-    if bidirectional == "image":
+    if bidirectional in ("image", "items"):
         block_types = torch.tensor(model.vision_facts.block_token_types, device=token_types.device)
-        return blocks_from_runs(torch.isin(token_types, block_types))
+        in_block = torch.isin(token_types, block_types)
+        # Molmo2: a cut between two images would leave the first one's KV without the second, so one block spans both
+        return blocks_from_runs(in_block) if bidirectional == "image" else blocks_from_prefix(in_block)
     prefix = token_types == 0
     if attention_mask is not None and attention_mask.shape == prefix.shape:
         prefix = prefix & attention_mask.bool()  # padding is masked out, it belongs to no block

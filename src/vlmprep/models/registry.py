@@ -208,13 +208,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "mllama": not_placeholder_based(
             "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
         ),
-        "molmo2": candidate(
-            "features are pooled per placeholder from `image_token_pooling`, indices into the patches of every crop of "
-            "the call (an item's inputs need its crops cut out by `image_num_crops` and its indices rebased: a layout "
-            "of its own), and every image and frame token of a prompt attends to every other one (one bidirectional "
-            "block over all images, the text between them causal), which the per-run blocks of the spans do not "
-            "express; not written yet"
-        ),
+        "molmo2": drop_in("molmo2.Molmo2ForConditionalGeneration"),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
         "nemotron_h_omni": drop_in("nemotron_h_omni.NemotronH_Omni_Reasoning_V3", NEMOTRON_H_DECODER),

@@ -15,6 +15,13 @@ IMAGE_PATH_INIT_STD = 0.02
 _VANISHING = 1e-6  # a tensor whose largest entry is below this carries (next to) nothing
 _CODEBOOK_BUFFER = "codebook.embed"  # a codebook's vectors, a buffer, compared with the encoder's outputs
 _ADDITIVE = ("bias", "pos_embed", "position_embedding", "rel_pos", "cls_token")  # parts of additive tensors' names
+# Molmo2's adapter is a chain of products of small projections (attention pooling, then a gated MLP) whose output is
+# added onto the placeholders' embeddings: at upstream's 0.02 its features are ~1e-9 and images move the logits by
+# ~1e-7. Its weight matrices are scaled up (to ~0.3) so that images show in the logits.
+_PRODUCT_CHAIN_SCALES = (
+    ("multi_modal_projector.image_pooling_2d.", 15.0),
+    ("multi_modal_projector.image_projector.", 15.0),
+)
 
 
 def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
@@ -24,14 +31,15 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
     absolute entry is below 1e-6 is drawn from a normal distribution with standard deviation 0.02, with a generator
     seeded by `seed` (the global random state is not touched), so the result is deterministic. Additive tensors
     (biases, position tables, class tokens) are left as they are: at zero they block nothing. A zero codebook buffer
-    (`*codebook.embed`) is drawn the same way, so that its codes follow the input.
+    (`*codebook.embed`) is drawn the same way, so that its codes follow the input. Molmo2's adapter, a chain of
+    products of small projections, has its weight matrices scaled up (`_PRODUCT_CHAIN_SCALES`).
 
     Args:
         model (`torch.nn.Module`): a transformers image-text-to-text model, freshly initialised.
         seed (`int`, *optional*, defaults to 0): seed of the re-drawn values.
 
     Returns:
-        `list[str]`: names of the re-drawn parameters.
+        `list[str]`: names of the re-drawn (or scaled) parameters.
 
     Example:
 
@@ -59,6 +67,9 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
             if parameter.abs().max().item() < _VANISHING:
                 values = torch.randn(parameter.shape, generator=generator) * IMAGE_PATH_INIT_STD
                 parameter.copy_(values.to(parameter.dtype))
+                redrawn.append(name)
+            elif parameter.ndim == 2 and any(part in name for part, _ in _PRODUCT_CHAIN_SCALES):
+                parameter.mul_(next(scale for part, scale in _PRODUCT_CHAIN_SCALES if part in name))
                 redrawn.append(name)
         # A vector-quantizer codebook kept as a buffer (WavTokenizer's, in Apertus 1.5) is all zeros: every input
         # then gets code 0. Drawn at the scale of the encoder's outputs, the nearest code follows the input.

@@ -66,6 +66,7 @@ from .indicators import tiny_ovis2_config
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .misc import tiny_blip_2_config, tiny_instructblip_config
+from .molmo2 import tiny_molmo2_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
 from .omnib import tiny_apertus1p5_config, tiny_dots3_note_config, tiny_muse_spark_config
 from .omnic import tiny_cosmos3_omni_config, tiny_inkling_mm_model_config, tiny_nemotron_h_omni_config
@@ -138,6 +139,7 @@ __all__ = [
     "tiny_minicpm_ocr_config",
     "tiny_minicpmv4_6_config",
     "tiny_minicpmv4_7_config",
+    "tiny_molmo2_config",
     "tiny_step3p7_config",
     "tiny_chameleon_config",
     "tiny_cohere2_vision_config",
