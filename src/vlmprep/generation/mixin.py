@@ -196,10 +196,11 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
 
     # -- Every forward: `GenerationMixin.prepare_inputs_for_generation` -------------------------------------------
 
-    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, **kwargs):
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, inputs_embeds=None, **kwargs):
         # Assisted decoding's first forward: the tokens after the cache only, drafts typed as generated tokens.
+        # `inputs_embeds` is named: upstream's `generate` takes it only where this signature does.
         kwargs = type_draft_tokens_as_generated(self.vision_facts, first_forward_after_cache(input_ids, kwargs))
-        return super().prepare_inputs_for_generation(input_ids, *args, **kwargs)
+        return super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
 
