@@ -38,9 +38,17 @@ def layer_refusal(model, cache_implementation: str | None) -> str | None:
     Returns:
         `str` or `None`: the reason, phrased to follow "not used with".
     """
+    cache = DynamicCache(config=model.config)
+    pinned = sorted({type(layer).__name__ for layer in cache.layers if hasattr(layer, "set_prefill_length")})
+    if pinned:
+        # A layer that pins its first prompt and slides a window over what follows (Unlimited-OCR's R-SWA): a prefix
+        # restored into it would be pinned as the new prompt's, or hold decoded tokens its window already dropped.
+        return (
+            f"this model's {pinned} cache layers (they pin the prompt they were prefilled with and keep only a window "
+            "of what follows, so a stored prefix cannot be resumed exactly)"
+        )
     if cache_implementation in _DYNAMIC_KINDS:
         return None
-    cache = DynamicCache(config=model.config)
     held = {type(layer).__name__ for layer in cache.layers if isinstance(layer, LinearAttentionCacheLayerMixin)}
     held = sorted(held | set(extended_layer_classes(cache)))
     if held:
