@@ -133,6 +133,17 @@ class UnlimitedOcrForConditionalGeneration(
         selected["patches_grid"] = [list(grids[index]) for index in indices]
         return selected
 
+    def continuous_batching_refusal(self) -> str:
+        """Why transformers' continuous-batching engine does not run this family (`vlmprep.batching.support`).
+
+        Returns:
+            `str`
+        """
+        return (
+            "its decoder's reference sliding-window layers pin each prompt and keep a window of its answer, which "
+            "transformers' paged cache (full and sliding-window attention layers only) does not hold."
+        )
+
     def _maybe_prepare_encoder_kwargs_for_generation(
         self,
         inputs_tensor: torch.Tensor,
