@@ -54,7 +54,7 @@ def uocr_image_tokens(config, seed: int) -> list[int]:
 
 
 def build_unlimited_ocr_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-    """Ids with each image's run; `pixel_values` `(images, 3, 32, 32)`, `pixel_values_local` `(crops, 3, 16, 16)`
+    """Ids with each image's run; `pixel_values` `(images, 3, 16, 16)`, `pixel_values_local` `(crops, 3, 16, 16)`
     (when any image has crops), `num_local_patches` and `patches_grid` lists."""
     runs = iter([uocr_image_tokens(config, seed) for seed in image_seeds])
     ids = [token for segment in segments for token in (next(runs) if segment is IMAGE else segment)]

@@ -12,8 +12,9 @@ import transformers
 
 from .parts import TINY_IMAGE_TOKEN_ID, tiny_text_config
 
-# The global view's side and a crop's side, in pixels (4 and 2 placeholders a side).
-UNLIMITED_OCR_GLOBAL_SIDE = 32
+# The global view's side and a crop's side, in pixels (2 queries a side each: short prompts keep the scenarios
+# that try every cache length cheap).
+UNLIMITED_OCR_GLOBAL_SIDE = 16
 UNLIMITED_OCR_CROP_SIDE = 16
 
 
