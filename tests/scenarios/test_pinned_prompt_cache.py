@@ -32,12 +32,19 @@ def uncached_last_logits(upstream, inputs: dict) -> torch.Tensor:
         return upstream(**inputs, use_cache=False).logits[:, -1]
 
 
-@pytest.mark.parametrize("chunk", [3, 16])
-def test_chunked_prefill_pins_the_whole_prompt(chunk):
+@pytest.mark.parametrize(("chunk", "cache_kind"), [(3, "dynamic"), (16, "dynamic"), (3, "static")])
+def test_chunked_prefill_pins_the_whole_prompt(chunk, cache_kind):
     upstream, ours = model_pair(FAMILY)
     inputs = prompt_inputs(ours.config)
     length = inputs["input_ids"].shape[1]
-    options = {**LONG_ANSWER, "output_logits": True, "return_dict_in_generate": True}
+    options = {
+        **LONG_ANSWER,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+        "cache_implementation": cache_kind,
+    }
+    if cache_kind == "static":
+        options["max_cache_len"] = 64
     expected = upstream.generate(**inputs, **options)
     actual = ours.generate(**inputs, **options, prefill_chunk_size=chunk)
     assert actual.sequences.tolist() == expected.sequences.tolist()
@@ -60,6 +67,16 @@ def test_callers_cache_continues_as_the_whole_conversation(slid):
     out = ours.generate(**whole, cache=cache, max_new_tokens=1, output_logits=True, return_dict_in_generate=True)
     assert torch.allclose(out.logits[0], uncached_last_logits(upstream, whole), atol=ATOL)
     assert [layer.prefill_length for layer in out.past_key_values.layers] == [conversation.shape[1]] * 2
+
+
+def test_callers_static_cache_is_refused():
+    upstream, ours = model_pair(FAMILY)
+    inputs = prompt_inputs(ours.config)
+    static = {"cache_implementation": "static", "max_cache_len": 64, "return_dict_in_generate": True}
+    first = ours.generate(**inputs, **LONG_ANSWER, **static)
+    conversation = torch.cat([first.sequences, torch.tensor([[40]])], dim=1)
+    with pytest.raises(ValueError, match="cannot be continued: its prompt part has a fixed size"):
+        ours.generate(input_ids=conversation, cache=first.past_key_values, max_new_tokens=1)
 
 
 def test_callers_cache_whose_window_slid_needs_the_whole_conversation():

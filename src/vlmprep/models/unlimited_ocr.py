@@ -9,7 +9,11 @@ learned newline), then the global view (each row ended by a newline), then a lea
 The decoder's cache layers pin the prompt: what the first forward (or a length declared before it) caches is kept
 whole, and tokens after it attend the prompt plus a sliding window. Upstream's `_prefill` declares the prompt's length
 before the first forward; vlmprep runs upstream's `_prefill` once per prefill chunk, so this family declares the whole
-prompt's length before the first chunk (`_prefill` below). A stored prefix cannot be resumed exactly (the pinned part
+prompt's length before the first chunk (`_prefill` below). A caller's cache continues as one uncached forward of the
+whole conversation computes it (vlmprep's bar): the tokens after its pinned prompt join the pinned part (or are
+recomputed when the window already slid), where upstream `generate` would decode the new prompt's tokens in the window
+(so upstream's `test_generate_*_sliding_window_too_small` see a longer pinned part; a non-empty static cache of these
+layers is refused). A stored prefix cannot be resumed exactly (the pinned part
 is whichever prompt came first, and decoded tokens past the window are gone): the prefix store refuses these layers
 (`vlmprep.generation.prefix_layers.layer_refusal`).
 """
