@@ -19,6 +19,7 @@ from transformers.cache_utils import (
 )
 
 from ..cache.layer_extras import LayerExtras, describe_layer_extras, extended_layer_classes, extra_states
+from ..cache.pinned_prompt import pinning_layers
 
 __all__ = ["layer_refusal", "kv_less_layer_indices", "stored_layer_states"]
 
@@ -39,7 +40,7 @@ def layer_refusal(model, cache_implementation: str | None) -> str | None:
         `str` or `None`: the reason, phrased to follow "not used with".
     """
     cache = DynamicCache(config=model.config)
-    pinned = sorted({type(layer).__name__ for layer in cache.layers if hasattr(layer, "set_prefill_length")})
+    pinned = sorted({type(layer).__name__ for layer in pinning_layers(cache)})
     if pinned:
         # A layer that pins its first prompt and slides a window over what follows (Unlimited-OCR's R-SWA): a prefix
         # restored into it would be pinned as the new prompt's, or hold decoded tokens its window already dropped.

@@ -27,13 +27,12 @@ from typing import Any
 import torch
 import transformers
 
+from ..cache.pinned_prompt import declare_pinned_prompt_length, reopen_pinned_prompt
 from .base import VisionPrepMixin
 from .layouts.multi_run import GLOBAL_AND_LOCAL_VIEWS_FACTS, GlobalAndLocalViewsLayout
 
 # The `(columns, rows)` of each image's crops change where its features go: hashed with its pixels.
 UNLIMITED_OCR_FACTS = replace(GLOBAL_AND_LOCAL_VIEWS_FACTS, per_image_keys=("num_local_patches", "patches_grid"))
-# The layer type of the cache layers that pin the prompt (upstream's `_layer_type`).
-PINNED_PROMPT_LAYER_TYPE = "reference_sliding_attention"
 
 
 class UnlimitedOcrForConditionalGeneration(
@@ -179,52 +178,5 @@ class UnlimitedOcrForConditionalGeneration(
             prompt_length = getattr(planned, "end", None) or (
                 mask.shape[-1] if mask is not None else self._get_prefill_length(input_ids, model_kwargs)
             )
-            for layer in pinning_layers(cache):
-                layer.set_prefill_length(prompt_length)
+            declare_pinned_prompt_length(cache, prompt_length)
         return super()._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=is_first_iteration)
-
-
-def pinning_layers(cache) -> list:
-    """The cache layers that pin the prompt (upstream's reference sliding-window layers)."""
-    return [layer for layer in cache.layers if getattr(layer, "_layer_type", None) == PINNED_PROMPT_LAYER_TYPE]
-
-
-def reopen_pinned_prompt(cache, prompt_length: int) -> None:
-    """Make a caller's cache continue as one forward of the whole prompt: what the pinning layers hold after their
-    pinned prompt (an answer, decoded in the window) joins the pinned part, and the next prompt's length is declared
-    anew. Upstream would decode the new prompt's tokens in the window instead (one more decoded token each).
-
-    Tokens held after the pinned part attended everything before them as long as the window never slid; once it has,
-    their states are not a whole-prompt forward's and they are dropped (the caller's ids recompute them).
-
-    Args:
-        cache (`Cache`): the caller's cache, holding tokens.
-        prompt_length (`int`): the ids passed with it (the whole conversation, or only the tokens after the cache).
-
-    Raises:
-        `ValueError`: a static cache of these layers, or a window that slid while the ids passed start after it.
-    """
-    held = cache.get_seq_length()
-    for layer in pinning_layers(cache):
-        if not layer.is_initialized or layer.prefill_cumulative_length == 0:
-            continue
-        if not isinstance(layer, transformers.cache_utils.DynamicSlidingWindowLayer):
-            raise ValueError(
-                f"A non-empty {type(layer).__name__} cache cannot be continued: its prompt part has a fixed size. "
-                "Continue with the default (dynamic) cache, or pass the whole conversation without a cache."
-            )
-        kept = layer.keys.shape[-2] if layer.keys.ndim == 4 else 0  # (batch, heads, tokens, head_dim), or empty
-        if kept != layer.cumulative_length and prompt_length < held:
-            raise ValueError(
-                f"The cache's window dropped {layer.cumulative_length - kept} of the tokens after its prompt, which "
-                "the rest of this prompt attends: pass the whole conversation's ids (and attention mask) with the "
-                "cache, so that they are computed again, or no cache."
-            )
-        if kept:
-            if kept == layer.cumulative_length:  # the window never slid: every held token saw all before it
-                layer.prefill_keys = torch.cat([layer.prefill_keys, layer.keys], dim=-2)
-                layer.prefill_values = torch.cat([layer.prefill_values, layer.values], dim=-2)
-                layer.prefill_cumulative_length += kept
-            layer.keys, layer.values = layer.keys[..., :0, :], layer.values[..., :0, :]
-        layer.cumulative_length = 0
-        layer.prefill_length = None
