@@ -14,8 +14,8 @@ import torch
 from conftest import model_pair
 from support.families.cases_uocr import build_unlimited_ocr_inputs
 from support.references import ATOL
-from vlmprep import PrefixCache
-from vlmprep.testing import IMAGE
+from vlmprep import EncoderCache, PrefixCache
+from vlmprep.testing import IMAGE, VisionRunCounter
 
 FAMILY = "unlimited_ocr"
 # Greedy steps past the window of 4, so the window slides during the answer.
@@ -97,3 +97,29 @@ def test_prefix_store_refuses_pinning_layers():
         sequences = ours.generate(**inputs, **LONG_ANSWER, prefix_cache=store)
         assert sequences.tolist() == upstream.generate(**inputs, **LONG_ANSWER).tolist()
     assert (store.stats.lookups, store.stats.entries) == (0, 0)
+
+
+def test_an_image_of_crops_is_encoded_once_whatever_the_chunks():
+    upstream, ours = model_pair(FAMILY)
+    inputs = build_unlimited_ocr_inputs(ours.config, [[5, 6], IMAGE, [30], IMAGE, [31, 32]], [2, 9])
+    assert inputs["num_local_patches"] == [2, 2]
+    expected = upstream.generate(**inputs, **LONG_ANSWER)
+    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
+    try:
+        for chunk_size in (1, 4, 13, None):  # boundaries inside each image's run and between the runs
+            with VisionRunCounter(ours) as runs:
+                assert (
+                    ours.generate(**inputs, **LONG_ANSWER, prefill_chunk_size=chunk_size).tolist() == expected.tolist()
+                )
+            assert runs.batch_sizes == ([2] if chunk_size == 1 else []), (chunk_size, runs.batch_sizes)
+    finally:
+        ours.encoder_cache = saved
+
+
+def test_crop_grids_that_do_not_match_are_refused_clearly():
+    _, ours = model_pair(FAMILY)
+    inputs = prompt_inputs(ours.config)
+    with pytest.raises(ValueError, match="`patches_grid` .* does not match `num_local_patches`"):
+        ours.generate(**{**inputs, "patches_grid": [[3, 1]]}, max_new_tokens=1)
+    with pytest.raises(ValueError, match="without `patches_grid`"):
+        ours.generate(**{key: value for key, value in inputs.items() if key != "patches_grid"}, max_new_tokens=1)
