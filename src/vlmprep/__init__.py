@@ -126,6 +126,7 @@ if TYPE_CHECKING:
     from .models.qwen4_exp import Qwen4ExpForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
     from .models.step3p7 import Step3p7ForConditionalGeneration
+    from .models.unlimited_ocr import UnlimitedOcrForConditionalGeneration
     from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration
     from .models.vipllava import VipLlavaForConditionalGeneration

@@ -303,6 +303,11 @@ def truncated_cache(upstream, prompt: Prompt, cut: int) -> DynamicCache:
     return first_tokens_cache(upstream, prompt.inputs(), cut)
 
 
+def _runs_along_sequence(value, input_ids: torch.Tensor) -> bool:
+    # A per-token input; per-image lists (as a processor returns Unlimited-OCR's counts) never are.
+    return isinstance(value, torch.Tensor) and value.shape[-1] == input_ids.shape[-1]
+
+
 def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
     """The cache of upstream's forward over the first `cut` tokens of a one-row prompt (cut anywhere, also inside an
     image or a video).
@@ -352,7 +357,7 @@ def first_tokens_cache(upstream, inputs: dict, cut: int) -> DynamicCache:
         encoder_outputs[name] = type(features)(**fields)
     pixel_keys = {"pixel_values", "pixel_values_videos", "image_grid_thw", "video_grid_thw", "image_sizes"}
     first = {
-        key: value[..., :cut] if key != "input_ids" and value.shape[-1] == inputs["input_ids"].shape[-1] else value
+        key: value[..., :cut] if key != "input_ids" and _runs_along_sequence(value, inputs["input_ids"]) else value
         for key, value in inputs.items()
         if key not in pixel_keys
     }

@@ -19,6 +19,7 @@ from transformers.cache_utils import (
 )
 
 from ..cache.layer_extras import LayerExtras, describe_layer_extras, extended_layer_classes, extra_states
+from ..cache.pinned_prompt import pinning_layers
 
 __all__ = ["layer_refusal", "kv_less_layer_indices", "stored_layer_states"]
 
@@ -38,9 +39,17 @@ def layer_refusal(model, cache_implementation: str | None) -> str | None:
     Returns:
         `str` or `None`: the reason, phrased to follow "not used with".
     """
+    cache = DynamicCache(config=model.config)
+    pinned = sorted({type(layer).__name__ for layer in pinning_layers(cache)})
+    if pinned:
+        # A layer that pins its first prompt and slides a window over what follows (Unlimited-OCR's R-SWA): a prefix
+        # restored into it would be pinned as the new prompt's, or hold decoded tokens its window already dropped.
+        return (
+            f"this model's {pinned} cache layers (they pin the prompt they were prefilled with and keep only a window "
+            "of what follows, so a stored prefix cannot be resumed exactly)"
+        )
     if cache_implementation in _DYNAMIC_KINDS:
         return None
-    cache = DynamicCache(config=model.config)
     held = {type(layer).__name__ for layer in cache.layers if isinstance(layer, LinearAttentionCacheLayerMixin)}
     held = sorted(held | set(extended_layer_classes(cache)))
     if held:

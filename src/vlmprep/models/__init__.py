@@ -89,6 +89,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Qwen4ExpForConditionalGeneration": "qwen4_exp",
     "SmolVLMForConditionalGeneration": "smolvlm",
     "Step3p7ForConditionalGeneration": "step3p7",
+    "UnlimitedOcrForConditionalGeneration": "unlimited_ocr",
     "VideoLlama3ForConditionalGeneration": "video_llama_3",
     "VideoLlavaForConditionalGeneration": "video_llava",
     "VipLlavaForConditionalGeneration": "vipllava",

@@ -249,13 +249,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "udop": not_placeholder_based(
             "encoder-decoder (T5) over text, layout boxes and image patches; the decoder cross-attends"
         ),
-        "unlimited_ocr": candidate(
-            "its reference sliding-window cache layers pin the prompt (its own `_prefill` declares the prompt's length "
-            "before the first forward) and evict decoded tokens past the window: chunked prefill must declare the "
-            "whole prompt's length (upstream's hook, reached per chunk, sees the first chunk only), and the prefix "
-            "store must snapshot those layers (their pinned part kept apart) and never resume a stored answer whose "
-            "tokens were evicted; not written yet"
-        ),
+        "unlimited_ocr": drop_in("unlimited_ocr.UnlimitedOcrForConditionalGeneration"),
         "video_llama_3": drop_in("video_llama_3.VideoLlama3ForConditionalGeneration", LANGUAGE_MODEL),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", LANGUAGE_MODEL),

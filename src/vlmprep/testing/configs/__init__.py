@@ -93,6 +93,7 @@ from .patch_grid import (
 )
 from .qomni import tiny_qwen3_omni_moe_config
 from .runs import tiny_minicpm_ocr_config, tiny_minicpmv4_6_config, tiny_minicpmv4_7_config, tiny_step3p7_config
+from .uocr import tiny_unlimited_ocr_config
 
 # model_type -> builder, for every drop-in of the registry whose builder exists (`utils/check_exports.py` reports a
 # drop-in without one).
@@ -141,6 +142,7 @@ __all__ = [
     "tiny_minicpmv4_7_config",
     "tiny_molmo2_config",
     "tiny_step3p7_config",
+    "tiny_unlimited_ocr_config",
     "tiny_chameleon_config",
     "tiny_cohere2_vision_config",
     "tiny_config",
