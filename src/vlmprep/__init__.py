@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from .models.inkling2_loop import Inkling2LoopForConditionalGeneration
     from .models.inkling_mm_model import InklingForConditionalGeneration
     from .models.instructblip import InstructBlipForConditionalGeneration
+    from .models.instructblipvideo import InstructBlipVideoForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
     from .models.janus import JanusForConditionalGeneration
     from .models.kimi_k25 import Kimi_K25ForConditionalGeneration

@@ -35,6 +35,7 @@ REFUSED = {
     "ernie4_5_vl_moe": "moe_mm_token_type_ids",
     "blip-2": "not adapted to the continuous-batching engine",
     "instructblip": "not adapted to the continuous-batching engine",
+    "instructblipvideo": "not adapted to the continuous-batching engine",
 }
 # Families whose requests with images the engine refuses one by one (each fails alone, with this error); their text
 # requests run.

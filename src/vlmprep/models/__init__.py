@@ -54,6 +54,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Inkling2LoopForConditionalGeneration": "inkling2_loop",
     "InklingForConditionalGeneration": "inkling_mm_model",
     "InstructBlipForConditionalGeneration": "instructblip",
+    "InstructBlipVideoForConditionalGeneration": "instructblipvideo",
     "InternVLForConditionalGeneration": "internvl",
     "JanusForConditionalGeneration": "janus",
     "Kimi_K25ForConditionalGeneration": "kimi_k25",

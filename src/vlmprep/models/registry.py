@@ -170,12 +170,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "inkling2_loop": drop_in("inkling2_loop.Inkling2LoopForConditionalGeneration", INKLING2_DECODER),
         "inkling_mm_model": drop_in("inkling_mm_model.InklingForConditionalGeneration"),
         "instructblip": drop_in("instructblip.InstructBlipForConditionalGeneration", LANGUAGE_MODEL),
-        "instructblipvideo": candidate(
-            "video only: `pixel_values` is `(videos, frames, C, H, W)`, a video one run of `num_query_tokens * frames` "
-            "video placeholders with its instruction (the qformer_queries layout and instructblip's per-item "
-            "instruction fit), but the facts always have an image modality first and this config has no image "
-            "placeholder: the spans must allow a family without images first; not written yet"
-        ),
+        "instructblipvideo": drop_in("instructblipvideo.InstructBlipVideoForConditionalGeneration", LANGUAGE_MODEL),
         "internvl": drop_in("internvl.InternVLForConditionalGeneration", LANGUAGE_MODEL),
         "janus": drop_in("janus.JanusForConditionalGeneration", LANGUAGE_MODEL),
         "kimi_k25": drop_in("kimi_k25.Kimi_K25ForConditionalGeneration"),
