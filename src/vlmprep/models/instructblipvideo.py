@@ -52,16 +52,29 @@ class InstructBlipVideoForConditionalGeneration(
 
     vision_facts = VisionFacts(has_images=False, per_image_keys=(), other_modalities=(VIDEO,))
 
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "video") -> int | None:
+        """How many videos `pixel_values` holds, once its shape is checked: `(videos, frames, C, H, W)` at the tower's
+        size (a video without its video dimension would otherwise count its frames as videos).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"video"`): whose items to count.
+
+        Returns:
+            `int` or `None`
+        """
+        pixel_values = model_kwargs.get("pixel_values")
+        if isinstance(pixel_values, torch.Tensor):
+            check_pixel_dims(pixel_values, self.config.vision_config, ("num_videos", "frames"))
+        return super().count_items(model_kwargs, modality=modality)
+
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "video") -> None:
-        """Every video `(frames, C, H, W)` at the tower's size, and one instruction row per video.
+        """One instruction row per video (the pixels' shape is checked as they are counted).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
             modality (`str`, *optional*, defaults to `"video"`): whose inputs to check.
         """
-        pixel_values = model_kwargs.get("pixel_values")
-        if isinstance(pixel_values, torch.Tensor):
-            check_pixel_dims(pixel_values, self.config.vision_config, ("num_videos", "frames"))
         check_instructions(model_kwargs, self.count_items(model_kwargs, modality=modality), modality)
 
     def generate(
