@@ -41,6 +41,8 @@ class FamilyCase:
         upstream_needs_items: whether transformers' class runs only calls with items (BLIP-2: its `generate` and
             forward need `pixel_values`): the differential test then draws calls with items, and no transformers
             assistant (whose forwards get none).
+        slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
+            placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
     """
 
     name: str
@@ -53,6 +55,7 @@ class FamilyCase:
     refused_train_parts: tuple[str, ...] = ()
     one_row_with_items: bool = False
     upstream_needs_items: bool = False
+    slow: dict[str, str] = field(default_factory=dict)
 
     @property
     def builds_audio(self) -> bool:

@@ -28,6 +28,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "CohereCompassForConditionalGeneration": "cohere_compass",
     "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",
     "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",
+    "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2",
     "DeepseekVLForConditionalGeneration": "deepseek_vl",
     "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
     "Dots3NoteForConditionalGeneration": "dots3_note",
