@@ -115,6 +115,8 @@ def build_table(
     for name, case in sorted(cases.items()):
         for key in sorted(set(case.skip) - known_scenarios):
             warnings.append(f"FamilyCase {name!r} skips {key!r}, which is no conformance scenario")
+        for key in sorted(set(getattr(case, "slow", {})) - known_scenarios):
+            warnings.append(f"FamilyCase {name!r} marks {key!r} slow, which is no conformance scenario")
 
     def applies(scenario, family: str) -> bool:
         return scenario.families is None or family in scenario.families
@@ -198,6 +200,11 @@ def build_table(
         else:
             lines.append("Skipped: none.")
         lines.append("")
+        slow = [(name, getattr(case, "slow", {})[name]) for name in ran if name in getattr(case, "slow", {})]
+        if slow:  # run, but by `make test-slow` only
+            lines += [f"Run by `make test-slow` only ({len(slow)}):", ""]
+            lines += [f"- `{name}`: {_escape(reason)}" for name, reason in slow]
+            lines.append("")
 
     used = sorted(set(layouts.values()))
     layouts_by_name = all_layouts()

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from .models.cohere_compass import CohereCompassForConditionalGeneration
     from .models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
     from .models.cosmos3_omni import Cosmos3OmniForConditionalGeneration
+    from .models.deepseek_ocr2 import DeepseekOcr2ForConditionalGeneration
     from .models.deepseek_vl import DeepseekVLForConditionalGeneration
     from .models.deepseek_vl_hybrid import DeepseekVLHybridForConditionalGeneration
     from .models.dots3_note import Dots3NoteForConditionalGeneration
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
     from .models.inkling2_loop import Inkling2LoopForConditionalGeneration
     from .models.inkling_mm_model import InklingForConditionalGeneration
     from .models.instructblip import InstructBlipForConditionalGeneration
+    from .models.instructblipvideo import InstructBlipVideoForConditionalGeneration
     from .models.internvl import InternVLForConditionalGeneration
     from .models.janus import JanusForConditionalGeneration
     from .models.kimi_k25 import Kimi_K25ForConditionalGeneration

@@ -42,10 +42,12 @@ def greedy(max_new_tokens: int) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=-1)
 
 
-def engine_config(max_batch_tokens: int = 12, page_size: int = 4, **kwargs) -> ContinuousBatchingConfig:
+def engine_config(
+    max_batch_tokens: int = 12, page_size: int = 4, num_blocks: int = 128, **kwargs
+) -> ContinuousBatchingConfig:
     """A small engine: a budget shorter than the prompts (so they are split across steps), small pages."""
     return ContinuousBatchingConfig(
-        max_batch_tokens=max_batch_tokens, num_blocks=128, page_size=page_size, return_logprobs=True, **kwargs
+        max_batch_tokens=max_batch_tokens, num_blocks=num_blocks, page_size=page_size, return_logprobs=True, **kwargs
     )
 
 

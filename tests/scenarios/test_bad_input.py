@@ -60,6 +60,11 @@ def _pixel_inputs(prompt: Prompt) -> dict:
     return {key: value for key, value in prompt.inputs().items() if key in prompt.case.pixel_keys}
 
 
+def _item_modality(model):
+    # The modality of the suite's items: images, or the videos of a family without images (InstructBLIP-Video)
+    return model.vision_facts.modalities[0]
+
+
 def _patch_count_message(model, inputs: dict) -> str | None:
     # Fuyu's and Inkling's items are patches, one per placeholder: their message counts patches and placeholders.
     if model.config.model_type not in ("fuyu", "inkling_mm_model"):
@@ -73,28 +78,32 @@ def _case_too_many_images(model, prompt):
     # The ids of a one-image prompt with the pixel inputs of a two-image one, in the family's own layout
     two = Prompt(model.config, [SHORT_SYSTEM, IMAGE, [30], IMAGE, [31]])
     inputs = {**prompt.inputs(), **_pixel_inputs(two)}
+    name = _item_modality(model).name
     return inputs, _patch_count_message(
         model, inputs
-    ) or "2 image(s) were passed but the prompt has 1 image placeholder run"
+    ) or f"2 {name}(s) were passed but the prompt has 1 {name} placeholder run"
 
 
 def _case_too_few_images(model, prompt):
     two = Prompt(model.config, [SHORT_SYSTEM, IMAGE, [30], IMAGE, [31]])
     inputs = {**two.inputs(), **_pixel_inputs(prompt)}
     # Families whose token counts depend on the images notice it while splitting the runs
-    messages = ("1 image(s) were passed but the prompt has 2", "more image placeholder tokens than the 1 images")
+    name = _item_modality(model).name
+    messages = (f"1 {name}(s) were passed but the prompt has 2", f"more {name} placeholder tokens than the 1 {name}s")
     return inputs, _patch_count_message(model, inputs) or messages
 
 
 def _case_wrong_run_length(model, prompt):
     inputs = prompt.inputs()
     ids = inputs["input_ids"].clone()
-    first = int((ids[0] == model.config.image_token_id).nonzero()[0])
+    first = int((ids[0] == _item_modality(model).placeholder_id(model.config)).nonzero()[0])
     ids[0, first] = 33  # one placeholder fewer
     inputs["input_ids"] = ids
     if "token_type_ids" in inputs and model.config.model_type == "gemma3":
         inputs["token_type_ids"] = (ids == model.config.image_token_id).long()
-    return inputs, _patch_count_message(model, inputs) or "does not match the images' token counts"
+    return inputs, _patch_count_message(
+        model, inputs
+    ) or f"does not match the {_item_modality(model).name}s' token counts"
 
 
 def _case_placeholders_without_pixels(model, prompt):

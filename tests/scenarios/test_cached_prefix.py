@@ -100,7 +100,9 @@ def test_new_image_next_to_cached_image_encodes_only_the_new_one(family):
 # -- Cache ending inside an image's placeholder run ------------------------------------------------------------------
 
 
-def _mid_image(prompt: Prompt, placeholder_id: int) -> int:
+def _mid_image(prompt: Prompt, model) -> int:
+    # The suite's items are the first modality's: images, or the videos of a family without images
+    placeholder_id = model.vision_facts.modalities[0].placeholder_id(model.config)
     positions = (prompt.input_ids[0] == placeholder_id).nonzero().flatten()
     return int(positions[len(positions) // 2])
 
@@ -109,7 +111,7 @@ def _mid_image(prompt: Prompt, placeholder_id: int) -> int:
 def test_cache_cropped_inside_image(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
-    cut = _mid_image(prompt, ours.config.image_token_id)
+    cut = _mid_image(prompt, ours)
     cache = cropped_cache(upstream, prompt.inputs(), cut)
     with VisionRunCounter(ours) as runs:
         _, logits = generate_logits(ours, prompt.inputs(), cache=cache)
@@ -123,7 +125,7 @@ def test_cache_from_prompt_truncated_inside_image(family):
     """A cache computed over a prompt cut mid-image never saw the rest of the image: only a roll-back is exact."""
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
-    cache = truncated_cache(upstream, prompt, _mid_image(prompt, ours.config.image_token_id))
+    cache = truncated_cache(upstream, prompt, _mid_image(prompt, ours))
     _, logits = generate_logits(ours, prompt.inputs(), cache=cache)
     _, expected_logits = generate_logits(upstream, prompt.inputs())
     assert_same_steps(logits, expected_logits)

@@ -25,7 +25,7 @@ from support.references import (
     generate_batch_matching_upstream,
     generate_logits,
 )
-from support.registry import GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, scenario
+from support.registry import FAMILY_CASES, GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, scenario
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, tiny_gemma3_config
 
 TWO_IMAGE_SEGMENTS = [[2, 10, 11, 12], IMAGE, [13, 14, 15], IMAGE, [16, 17]]
@@ -44,20 +44,49 @@ def _assert_same(actual, expected) -> None:
         assert_close(step_actual, step_expected)
 
 
-@scenario
-def test_every_chunk_size_is_exact(family):
+def _sampled_lengths(model, prompt: Prompt, stop: int) -> list[int]:
+    """Lengths in `1..stop` to check when checking every one is too slow: for each placeholder run, one just inside
+    its start, one in its middle and its end (a chunk or cache ending inside each item and just after it)."""
+    placeholder = model.vision_facts.modalities[0].placeholder_id(model.config)
+    positions = (prompt.input_ids[0] == placeholder).nonzero().flatten().tolist()
+    starts = [position for position in positions if position - 1 not in positions]
+    ends = [position + 1 for position in positions if position + 1 not in positions]
+    lengths = {
+        length for start, end in zip(starts, ends, strict=True) for length in (start + 1, (start + end) // 2, end)
+    }
+    return sorted(length for length in lengths if 1 <= length <= stop)
+
+
+# Families whose case runs the every-length sweeps under `make test-slow` only (`FamilyCase.slow`): `make test` checks
+# them at the sampled lengths: chunk sizes of at least, and cached lengths with chunks of, `SAMPLED_CHUNK_SIZE`.
+SAMPLED_SWEEP_FAMILIES = sorted(
+    family
+    for family, case in FAMILY_CASES.items()
+    if {"every_chunk_size_is_exact", "cached_prefix_of_every_length_with_chunks"} & set(case.slow)
+)
+SAMPLED_CHUNK_SIZE = 16
+
+
+def _check_chunk_sizes(family: str, sampled: bool) -> None:
     upstream, ours = model_pair(family)
     saved_cache, ours.encoder_cache = ours.encoder_cache, None  # count real encoder runs
     try:
         prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
         expected = _reference(upstream, prompt)
-        for chunk_size in range(1, prompt.length + 1):
+        every = range(1, prompt.length + 1)
+        sizes = [size for size in _sampled_lengths(ours, prompt, prompt.length) if size >= SAMPLED_CHUNK_SIZE]
+        for chunk_size in sizes if sampled else every:
             with VisionRunCounter(ours) as runs:
                 actual = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
             _assert_same(actual, expected)
             assert runs.calls == 1, f"chunk size {chunk_size}: {runs.calls} vision runs"
     finally:
         ours.encoder_cache = saved_cache
+
+
+@scenario
+def test_every_chunk_size_is_exact(family):
+    _check_chunk_sizes(family, sampled=False)
 
 
 def test_gemma3_sliding_window_is_shorter_than_an_image():
@@ -75,18 +104,31 @@ def test_upstream_chunking_inside_a_bidirectional_block_is_wrong(family):
     assert not torch.allclose(upstream_logits[0], expected_logits[0], atol=1e-5)
 
 
-@scenario
-def test_cached_prefix_of_every_length_with_chunks(family):
+def _check_cached_prefixes(family: str, sampled: bool) -> None:
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
     expected = _reference(upstream, prompt)
-    for cached in range(1, prompt.length):
-        for chunk_size in (1, 3, 7):
+    every = range(1, prompt.length)
+    for cached in _sampled_lengths(ours, prompt, prompt.length - 1) if sampled else every:
+        for chunk_size in (SAMPLED_CHUNK_SIZE,) if sampled else (1, 3, 7):
             cache = cropped_cache(upstream, prompt.inputs(), cached)
             actual = generate_logits(
                 ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
             )
             _assert_same(actual, expected)
+
+
+@scenario
+def test_cached_prefix_of_every_length_with_chunks(family):
+    _check_cached_prefixes(family, sampled=False)
+
+
+@pytest.mark.parametrize("family", SAMPLED_SWEEP_FAMILIES)
+def test_sampled_chunk_sizes_and_cached_lengths(family):
+    """`make test`'s share of the sweeps a family runs only under `make test-slow` (its prompts are long): chunk
+    sizes and cache lengths next to every item's ends, and a few more."""
+    _check_chunk_sizes(family, sampled=True)
+    _check_cached_prefixes(family, sampled=True)
 
 
 @scenario

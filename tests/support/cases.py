@@ -45,6 +45,8 @@ class FamilyCase:
             forward of the whole sequence after some prompts (MiniCPM-V 4.7 after `</image>`, docs/migration.md), where
             the drop-in follows the forward: the differential test then checks every step against one uncached
             forward of the prompt and the answer so far, not against upstream's `generate`.
+        slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
+            placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
     """
 
     name: str
@@ -58,6 +60,7 @@ class FamilyCase:
     one_row_with_items: bool = False
     upstream_needs_items: bool = False
     upstream_decode_positions_differ: bool = False
+    slow: dict[str, str] = field(default_factory=dict)
 
     @property
     def builds_audio(self) -> bool:

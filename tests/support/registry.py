@@ -124,9 +124,13 @@ def load_scenarios() -> dict[str, Scenario]:
 
 
 def skip_marks(family: str, name: str) -> list:
-    """`[pytest.mark.skip(reason)]` when the family's case skips the declared scenario `name`, else `[]`."""
-    reason = FAMILY_CASES[family].skip.get(SCENARIOS[name].name)
-    return [pytest.mark.skip(reason=reason)] if reason else []
+    """`[pytest.mark.skip(reason)]` when the family's case skips the declared scenario `name`, `[pytest.mark.slow]`
+    when its case runs it only under `make test-slow`, else `[]`."""
+    case = FAMILY_CASES[family]
+    reason = case.skip.get(SCENARIOS[name].name)
+    if reason:
+        return [pytest.mark.skip(reason=reason)]
+    return [pytest.mark.slow] if SCENARIOS[name].name in case.slow else []
 
 
 def _families_for(name: str) -> list:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from vlmprep.models.registry import FAMILY_SPECS
-from vlmprep.testing import TINY_CONFIG_BUILDERS, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE, tiny_config
+from vlmprep.testing import (
+    TINY_CONFIG_BUILDERS,
+    TINY_IMAGE_TOKEN_ID,
+    TINY_VIDEO_TOKEN_ID,
+    TINY_VOCAB_SIZE,
+    tiny_config,
+)
 
 DROP_INS = sorted(model_type for model_type, spec in FAMILY_SPECS.items() if spec.drop_in is not None)
 
@@ -22,7 +28,10 @@ def test_tiny_config_is_tiny_and_of_its_model_type(model_type):
     assert config.model_type == model_type
     text = config.get_text_config(decoder=True)
     assert (text.num_hidden_layers, text.hidden_size, text.vocab_size) == (2, 32, TINY_VOCAB_SIZE)
-    assert config.image_token_id == TINY_IMAGE_TOKEN_ID
+    if hasattr(config, "image_token_id"):
+        assert config.image_token_id == TINY_IMAGE_TOKEN_ID
+    else:  # a family without images (InstructBLIP-Video)
+        assert config.video_token_id == TINY_VIDEO_TOKEN_ID
     assert tiny_config(model_type) is not config  # a fresh config per call: tests may change theirs
 
 

@@ -135,6 +135,10 @@ class VisionFacts:
             with `bidirectional="image"` (or `"items"`), the token type values whose runs attend to themselves
             (to each other) bidirectionally
             (Gemma 4: images and video frames, 1 and 2; its audio, 3, is causal).
+        has_images (`bool`, *optional*, defaults to `True`):
+            whether the family has an image modality; `False` for a family of other modalities only
+            (InstructBLIP-Video, whose config has no image placeholder): its modalities are `other_modalities` alone,
+            and the image facts above are unused.
     """
 
     placeholder_attr: str = "image_token_id"
@@ -156,10 +160,13 @@ class VisionFacts:
     positions_from_cache_length: bool = False
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)
+    has_images: bool = True
 
     @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:
         """Every modality of the family, images first (in that order the mixin numbers their items)."""
+        if not self.has_images:
+            return self.other_modalities
         image = ModalityFacts(
             "image", self.placeholder_attr, self.pixel_keys, self.per_image_keys, self.image_token_type
         )

@@ -113,15 +113,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "cohere_compass": drop_in("cohere_compass.CohereCompassForConditionalGeneration", LANGUAGE_MODEL),
         "cosmos3_edge": drop_in("cosmos3_edge.Cosmos3EdgeForConditionalGeneration"),
         "cosmos3_omni": drop_in("cosmos3_omni.Cosmos3OmniForConditionalGeneration", COSMOS3_OMNI_DECODER),
-        "deepseek_ocr2": candidate(
-            "its images fit the `global_and_local_views` layout (one run per image of its `num_local_patches` crops "
-            "(`pixel_values_local`), its global view and a separator; a prototype with it was exact against "
-            "transformers under chunked prefill), but every view fills 144 or 256 placeholders whatever the config "
-            "(learned queries of fixed counts in `DeepseekOcr2VisionModel`), so the conformance matrix's two-image "
-            "prompts hold ~300 placeholders and its every-cache-length scenarios cost minutes on the CI machine; "
-            "still needed: a cheaper route for those scenarios (marked slow), a tiny model whose pixels reach the "
-            "logits (with upstream's init, other pixels left them unchanged), its family file and case"
-        ),
+        "deepseek_ocr2": drop_in("deepseek_ocr2.DeepseekOcr2ForConditionalGeneration"),
         "deepseek_vl": drop_in("deepseek_vl.DeepseekVLForConditionalGeneration", LANGUAGE_MODEL),
         "deepseek_vl_hybrid": drop_in("deepseek_vl_hybrid.DeepseekVLHybridForConditionalGeneration"),
         "diffusion_gemma": not_placeholder_based(
@@ -170,12 +162,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "inkling2_loop": drop_in("inkling2_loop.Inkling2LoopForConditionalGeneration", INKLING2_DECODER),
         "inkling_mm_model": drop_in("inkling_mm_model.InklingForConditionalGeneration"),
         "instructblip": drop_in("instructblip.InstructBlipForConditionalGeneration", LANGUAGE_MODEL),
-        "instructblipvideo": candidate(
-            "video only: `pixel_values` is `(videos, frames, C, H, W)`, a video one run of `num_query_tokens * frames` "
-            "video placeholders with its instruction (the qformer_queries layout and instructblip's per-item "
-            "instruction fit), but the facts always have an image modality first and this config has no image "
-            "placeholder: the spans must allow a family without images first; not written yet"
-        ),
+        "instructblipvideo": drop_in("instructblipvideo.InstructBlipVideoForConditionalGeneration", LANGUAGE_MODEL),
         "internvl": drop_in("internvl.InternVLForConditionalGeneration", LANGUAGE_MODEL),
         "janus": drop_in("janus.JanusForConditionalGeneration", LANGUAGE_MODEL),
         "kimi_k25": drop_in("kimi_k25.Kimi_K25ForConditionalGeneration"),

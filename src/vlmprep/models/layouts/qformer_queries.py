@@ -69,6 +69,25 @@ class QFormerQueriesLayout(FamilyHooks):
             f"`transformers.{upstream}`."
         )
 
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Placeholders per item: `num_query_tokens` per image, and per frame of a video (`pixel_values` of shape
+        `(videos, frames, C, H, W)`: each frame's queries, in frame order, fill one run).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count tokens of.
+
+        Returns:
+            `int` or `None` (a video without its pixels: every run one video).
+        """
+        queries = int(self.config.num_query_tokens)
+        if modality == "image":
+            return queries
+        pixel_values = model_kwargs.get("pixel_values")
+        if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 5:
+            return None
+        return queries * pixel_values.shape[1]
+
     def continuous_batching_refusal(self) -> str:
         """Why transformers' continuous-batching engine does not run these families (`vlmprep.batching.support`).
 
@@ -99,9 +118,9 @@ class QFormerQueriesLayout(FamilyHooks):
                 "vision tower's `image_size` (the processor does), or use transformers' class."
             )
         if input_ids is None and kwargs.get("inputs_embeds") is None and pixel_values is not None:
-            prompt = [self.config.image_token_id] * self.config.num_query_tokens + [
-                self.config.text_config.bos_token_id
-            ]
+            modality = self.vision_facts.modalities[0]
+            count = self.item_token_counts({"pixel_values": pixel_values}, modality=modality.name)
+            prompt = [modality.placeholder_id(self.config)] * count + [self.config.text_config.bos_token_id]
             input_ids = torch.tensor([prompt], device=pixel_values.device).repeat(pixel_values.shape[0], 1)
         if pixel_values is not None:
             kwargs["pixel_values"] = pixel_values
@@ -128,8 +147,9 @@ class QFormerQueriesLayout(FamilyHooks):
             `dict`: keyword arguments for upstream's forward.
         """
         encoded = dict(inputs.get("mm_encoder_outputs") or {})
+        modality = self.vision_facts.modalities[0].name  # a Q-Former family has one modality: images or videos
         if all(inputs.get(key) is None for key in pixel_keys):
-            rows = encoded.get("image")
+            rows = encoded.get(modality)
             if rows is None:
                 ids = inputs.get("input_ids")
                 if inputs.get("inputs_embeds") is None:
@@ -139,7 +159,7 @@ class QFormerQueriesLayout(FamilyHooks):
                 inputs["input_ids"] = torch.full(embeds.shape[:2], -1, device=embeds.device)
             if not hasattr(rows, "qformer_outputs"):  # vlmprep's prepared rows
                 rows = QueryRows(pooler_output=rows.pooler_output, last_hidden_state=rows.pooler_output)
-            encoded["image"] = rows
+            encoded[modality] = rows
             inputs["mm_encoder_outputs"] = encoded
         if inputs.get("attention_mask") is None:
             tokens = inputs["input_ids"] if inputs.get("inputs_embeds") is None else inputs["inputs_embeds"]

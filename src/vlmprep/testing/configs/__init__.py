@@ -63,6 +63,7 @@ from .indexed import (
     tiny_qwen4_exp_config,
 )
 from .indicators import tiny_ovis2_config
+from .ivideo import tiny_deepseek_ocr2_config, tiny_instructblipvideo_config
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .misc import tiny_blip_2_config, tiny_instructblip_config
@@ -132,6 +133,8 @@ __all__ = [
     "tiny_aya_vision_config",
     "tiny_blip_2_config",
     "tiny_instructblip_config",
+    "tiny_instructblipvideo_config",
+    "tiny_deepseek_ocr2_config",
     "tiny_gemma4_config",
     "tiny_qwen2_5_omni_config",
     "tiny_muse_spark_config",

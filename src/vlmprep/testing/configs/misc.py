@@ -46,8 +46,12 @@ def _opt() -> dict[str, Any]:
     return {**config, "dropout": 0.0, "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2}
 
 
-def _qformer_init() -> dict[str, Any]:
-    """The keyword arguments every Q-Former config shares: a tower drawn as wide as the Q-Former."""
+def qformer_parts() -> dict[str, Any]:
+    """The keyword arguments every Q-Former config shares: a tower drawn as wide as the Q-Former.
+
+    Returns:
+        `dict[str, Any]`: `vision_config` and `qformer_config`.
+    """
     return {"vision_config": tiny_vision_config(initializer_range=QFORMER_INIT_RANGE), "qformer_config": _qformer()}
 
 
@@ -58,7 +62,7 @@ def tiny_blip_2_config() -> transformers.Blip2Config:
         `transformers.Blip2Config`
     """
     return transformers.Blip2Config(
-        **_qformer_init(),
+        **qformer_parts(),
         text_config=_opt(),
         num_query_tokens=TINY_QUERY_TOKENS,
         image_token_index=TINY_IMAGE_TOKEN_ID,
@@ -74,7 +78,7 @@ def tiny_instructblip_config() -> transformers.InstructBlipConfig:
         `transformers.InstructBlipConfig`
     """
     return transformers.InstructBlipConfig(
-        **_qformer_init(),
+        **qformer_parts(),
         text_config=tiny_text_config(),
         num_query_tokens=TINY_QUERY_TOKENS,
         image_token_index=TINY_IMAGE_TOKEN_ID,
