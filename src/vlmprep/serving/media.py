@@ -68,8 +68,11 @@ def load_request_image(url: object, policy: ServingPolicy):
 def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=None, salt: str | None = None):
     """Reads one image URL of a request under `policy`; with a media cache, bytes seen before are not decoded again.
 
-    The bytes are always read (under every limit) and the cache keyed by their hash: a cached image is one whose
-    bytes, not whose URL, were seen, so a changed file or page is decoded afresh.
+    A fetched or local image's bytes are always read (under every limit) and the cache keyed by their hash: a cached
+    image is one whose bytes, not whose URL, were seen, so a changed file or page is decoded afresh. A data URL's
+    base64 text (its length checked first) is hashed as it came, not decoded: the text determines the bytes, so a hit
+    is the very image those bytes decode to, and a re-sent photo costs one hash instead of a base64 decode and a hash
+    (the same image sent once as a data URL and once by URL is two entries).
 
     Args:
         url (`object`): the `image_url` of a request (anything a client sent).
@@ -84,11 +87,17 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
     Raises:
         `MediaRefused`: the policy refuses it, or it cannot be read or decoded.
     """
-    data = request_media_bytes(url, policy)
     if media_cache is None:
-        return _decode(data, policy), None
+        return _decode(request_media_bytes(url, policy), policy), None
     from .media_cache import media_key
 
+    if isinstance(url, str) and url.startswith("data:"):
+        payload = _data_url_payload(url)
+        _check_base64_length(payload, policy)
+        if payload.isascii():  # anything else is no base64: refused by the decode below
+            key = media_key(payload.encode("ascii"), salt, encoding="base64")
+            return media_cache.decoded(key, lambda: _decode(base64_media_bytes(payload, policy), policy)), key
+    data = request_media_bytes(url, policy)
     key = media_key(data, salt)
     return media_cache.decoded(key, lambda: _decode(data, policy)), key
 
@@ -119,11 +128,23 @@ def request_media_bytes(url: object, policy: ServingPolicy, what: str = "image")
 
 
 def _data_url_bytes(url: str, policy: ServingPolicy, what: str = "image") -> bytes:
+    return base64_media_bytes(_data_url_payload(url, what), policy, what)
+
+
+def _data_url_payload(url: str, what: str = "image") -> str:
+    """The base64 text of a `data:` URL (not checked yet)."""
     header, comma, payload = url.partition(",")
     if not comma or not header.endswith(";base64"):
         example = "data:audio/wav;base64,..." if what == "audio clip" else "data:image/png;base64,..."
         raise MediaRefused(f"a data URL must be base64: `{example}`")
-    return base64_media_bytes(payload, policy, what)
+    return payload
+
+
+def _check_base64_length(payload: object, policy: ServingPolicy, what: str = "image") -> None:
+    if not isinstance(payload, str) or not payload:
+        raise MediaRefused("the media data must be a non-empty base64 string")
+    if len(payload) > (policy.max_media_bytes + 2) // 3 * 4 + 4:  # base64 grows 3 bytes to 4 characters
+        raise MediaRefused(f"the {what} is over --max-media-bytes ({policy.max_media_bytes} bytes)")
 
 
 def base64_media_bytes(payload: object, policy: ServingPolicy, what: str = "image") -> bytes:
@@ -140,10 +161,7 @@ def base64_media_bytes(payload: object, policy: ServingPolicy, what: str = "imag
     Raises:
         `MediaRefused`: not a string, too long, or not base64.
     """
-    if not isinstance(payload, str) or not payload:
-        raise MediaRefused("the media data must be a non-empty base64 string")
-    if len(payload) > (policy.max_media_bytes + 2) // 3 * 4 + 4:  # base64 grows 3 bytes to 4 characters
-        raise MediaRefused(f"the {what} is over --max-media-bytes ({policy.max_media_bytes} bytes)")
+    _check_base64_length(payload, policy, what)
     try:
         return base64.b64decode(payload)
     except ValueError:
