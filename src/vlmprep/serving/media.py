@@ -33,6 +33,8 @@ __all__ = [
     "IMAGE_FORMATS",
     "MediaRefused",
     "base64_media_bytes",
+    "base64_media_key",
+    "data_url_payload",
     "load_request_image",
     "load_request_image_cached",
     "request_media_bytes",
@@ -92,10 +94,9 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
     from .media_cache import media_key
 
     if isinstance(url, str) and url.startswith("data:"):
-        payload = _data_url_payload(url)
-        _check_base64_length(payload, policy)
-        if payload.isascii():  # anything else is no base64: refused by the decode below
-            key = media_key(payload.encode("ascii"), salt, encoding="base64")
+        payload = data_url_payload(url)
+        key = base64_media_key(payload, policy, salt)
+        if key is not None:
             return media_cache.decoded(key, lambda: _decode(base64_media_bytes(payload, policy), policy)), key
     data = request_media_bytes(url, policy)
     key = media_key(data, salt)
@@ -128,11 +129,22 @@ def request_media_bytes(url: object, policy: ServingPolicy, what: str = "image")
 
 
 def _data_url_bytes(url: str, policy: ServingPolicy, what: str = "image") -> bytes:
-    return base64_media_bytes(_data_url_payload(url, what), policy, what)
+    return base64_media_bytes(data_url_payload(url, what), policy, what)
 
 
-def _data_url_payload(url: str, what: str = "image") -> str:
-    """The base64 text of a `data:` URL (not checked yet)."""
+def data_url_payload(url: str, what: str = "image") -> str:
+    """The base64 text of a `data:` URL (not checked yet).
+
+    Args:
+        url (`str`): a `data:` URL.
+        what (`str`, *optional*, defaults to `"image"`): the kind of media, for the messages.
+
+    Returns:
+        `str`
+
+    Raises:
+        `MediaRefused`: not a base64 data URL.
+    """
     header, comma, payload = url.partition(",")
     if not comma or not header.endswith(";base64"):
         example = "data:audio/wav;base64,..." if what == "audio clip" else "data:image/png;base64,..."
@@ -166,6 +178,35 @@ def base64_media_bytes(payload: object, policy: ServingPolicy, what: str = "imag
         return base64.b64decode(payload)
     except ValueError:
         raise MediaRefused("the media data is not valid base64") from None
+
+
+def base64_media_key(
+    payload: object, policy: ServingPolicy, salt: str | None = None, kind: str = "image", what: str = "image"
+) -> str | None:
+    """The media cache's key of a base64 payload's text, hashed as it came (not decoded), its length checked first.
+
+    The text determines the bytes it decodes to, so an entry under this key is exactly what those bytes decode to; a
+    key of text is never a key of raw bytes.
+
+    Args:
+        payload (`object`): the base64 text (anything a client sent).
+        policy (`ServingPolicy`): the server's limits (`max_media_bytes`).
+        salt (`str`, *optional*): the request's tenant salt.
+        kind (`str`, *optional*, defaults to `"image"`): what the bytes are decoded as (`media_key`'s `kind`).
+        what (`str`, *optional*, defaults to `"image"`): the kind of media, for the messages.
+
+    Returns:
+        `str | None`: the key, or `None` for text that is not ASCII (no base64: its decoding refuses it).
+
+    Raises:
+        `MediaRefused`: not a string, or too long.
+    """
+    from .media_cache import media_key
+
+    _check_base64_length(payload, policy, what)
+    if not payload.isascii():
+        return None
+    return media_key(payload.encode("ascii"), salt, kind=kind, encoding="base64")
 
 
 def _read_local(url: str, policy: ServingPolicy) -> bytes:
