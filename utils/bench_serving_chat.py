@@ -3,10 +3,11 @@
 The chat app's way: every turn re-sends the whole conversation, earlier images as base64 PNG data URLs of photo size
 (1280x960), earlier answers as the server gave them. The checkpoint is `bench_serving.py`'s `small` LLaVA (decoder
 hidden size 512, 4 layers, the tiny vision tower). The servers (vlmprep sequential, vlmprep with continuous batching
-and its default 16-token pages, the same with 256-token pages, transformers serve) run one after the other on a loopback port; each
-is warmed up with one chat of other images, then runs the chat `--repeat` times (new images each time, the same for
-every server). Reported: the median time to first token (first streamed content chunk) per turn, the answers'
-agreement, and the vlmprep servers' cache counters (`VLMPREP_SERVE_STATS`).
+and its default 16-token pages, the same with 256-token pages, transformers serve) are all up at once, each on its own
+loopback port and warmed up with one chat of other images; then the chat runs `--repeat` times (new images each time,
+the same for every server), the servers taking turns chat by chat, so that a change of load on a shared machine falls
+on all of them alike. Reported: the median time to first token (first streamed content chunk) per turn, the answers'
+agreement, the load average before and after, and the vlmprep servers' cache counters (`VLMPREP_SERVE_STATS`).
 
 Usage:
 
@@ -22,6 +23,7 @@ import argparse
 import base64
 import io
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -83,26 +85,52 @@ def run_chat(port: int, images: list[str], max_tokens: int) -> tuple[list[str], 
     return answers, ttfts
 
 
-def bench_one(name: str, checkpoint: Path, chats: list[list[str]], max_tokens: int, work: Path, size) -> dict:
-    kind, modes = SERVERS[name]
-    slug = "".join(character if character.isalnum() else "-" for character in name)
-    port, stats_path = _free_port(), work / f"stats-{slug}.json"
-    env = {"VLMPREP_SERVE_STATS": str(stats_path)} if kind == "vlmprep" else {}
-    log = work / f"{slug}.log"
-    server = _start_server(kind, checkpoint, port, log, SRC, modes, env)
+def start_servers(checkpoint: Path, work: Path, size) -> dict:
+    """Every server of `SERVERS` started on its own loopback port and warmed up with one chat of other images."""
+    servers = {}
     try:
-        run_chat(
-            port, [photo_data_url(10**6, size), photo_data_url(10**6 + 1, size)], max_tokens
-        )  # warm-up, not measured
-        runs = [run_chat(port, images, max_tokens) for images in chats]
-    finally:
-        server.send_signal(signal.SIGTERM)
+        for name, (kind, modes) in SERVERS.items():
+            slug = "".join(character if character.isalnum() else "-" for character in name)
+            port, stats_path = _free_port(), work / f"stats-{slug}.json"
+            env = {"VLMPREP_SERVE_STATS": str(stats_path)} if kind == "vlmprep" else {}
+            process = _start_server(kind, checkpoint, port, work / f"{slug}.log", SRC, modes, env)
+            servers[name] = {"process": process, "port": port, "stats_path": stats_path}
+            run_chat(port, [photo_data_url(10**6, size), photo_data_url(10**6 + 1, size)], 8)  # warm-up
+    except BaseException:
+        stop_servers(servers)
+        raise
+    return servers
+
+
+def stop_servers(servers: dict) -> None:
+    """Stops the servers (each writes its stats on the way out)."""
+    for server in servers.values():
+        server["process"].send_signal(signal.SIGTERM)
+    for server in servers.values():
         try:
-            server.wait(timeout=60)
+            server["process"].wait(timeout=60)
         except subprocess.TimeoutExpired:
-            server.kill()
-    stats = next(iter(json.loads(stats_path.read_text()).values())) if stats_path.exists() else None
-    return {"answers": [answers for answers, _ in runs], "ttfts_s": [ttfts for _, ttfts in runs], "stats": stats}
+            server["process"].kill()
+
+
+def bench_interleaved(checkpoint: Path, chats: list[list[str]], max_tokens: int, work: Path, size) -> dict:
+    """Every server runs every chat, the servers taking turns chat by chat (all of them up at once, idle but one):
+    a change of the machine's load during the run falls on every server alike, not on whichever ran then."""
+    servers = start_servers(checkpoint, work, size)
+    runs = {name: [] for name in servers}
+    try:
+        for images in chats:
+            for name, server in servers.items():
+                runs[name].append(run_chat(server["port"], images, max_tokens))
+    finally:
+        stop_servers(servers)
+    results = {}
+    for name, server in servers.items():
+        stats_path = server["stats_path"]
+        stats = next(iter(json.loads(stats_path.read_text()).values())) if stats_path.exists() else None
+        answers, ttfts = [answers for answers, _ in runs[name]], [ttfts for _, ttfts in runs[name]]
+        results[name] = {"answers": answers, "ttfts_s": ttfts, "stats": stats}
+    return results
 
 
 def format_table(results: dict) -> str:
@@ -147,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-serving-chat-") as work:
         work = Path(work)
         checkpoint = build_checkpoint(work / "checkpoints", "small")
-        results = {name: bench_one(name, checkpoint, chats, args.max_tokens, work, size) for name in SERVERS}
+        load_before = os.getloadavg()
+        results = bench_interleaved(checkpoint, chats, args.max_tokens, work, size)
+        load_after = os.getloadavg()
     print(f"5-turn, 2-image chat ({size[0]}x{size[1]} PNG data URLs), small LLaVA, median of {args.repeat}:")
+    print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} ({os.cpu_count()} CPUs)")
     print(format_table(results))
     for name, result in results.items():
         if result["stats"]:

@@ -285,3 +285,25 @@ def test_audio_for_a_model_without_audio_is_a_400(modality, feature_extractor):
     with pytest.raises(HTTPException) as refusal:
         VisionPrepChatCompletionHandler._request_audio(handler, messages, processor, Modality[modality], None)
     assert refusal.value.status_code == 400 and "the model takes no audio" in refusal.value.detail
+
+
+def test_a_resent_clip_is_hashed_as_base64_text_not_decoded_again(monkeypatch):
+    import vlmprep.serving.media as media
+
+    decodes = []
+    real_b64decode = media.base64.b64decode
+    monkeypatch.setattr(media.base64, "b64decode", lambda payload: decodes.append(1) or real_b64decode(payload))
+    cache, data = MediaCache(2**20), _wav(_tone("chirp"))
+    data_url = {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64," + base64.b64encode(data).decode()}}
+    for part in (_part(data), _part(data), data_url, data_url):
+        load_request_audio_cached(part, ServingPolicy(), RATE, cache, "alice")
+    # the same text (an input_audio part's data, a data URL's payload) is one entry, decoded once
+    assert len(decodes) == 1 and (cache.stats.decodes, cache.stats.decode_hits) == (1, 3)
+    with pytest.raises(MediaRefused, match="not decoded by this server"):  # the format is checked on a hit too
+        load_request_audio_cached(
+            {"type": "input_audio", "input_audio": {"data": _part(data)["input_audio"]["data"], "format": "mp3"}},
+            ServingPolicy(),
+            RATE,
+            cache,
+            "alice",
+        )

@@ -157,3 +157,40 @@ def test_the_prefix_cache_reaches_only_a_drop_ins_sequential_generations():
     assert on._with_caches({}, drop_in, None, use_cb=True) == {}  # the engine shares pages instead
     assert off._with_caches({}, drop_in, None, use_cb=False) == {}
     assert on._with_caches({}, plain, "t", use_cb=False) == {}  # transformers' class takes neither
+
+
+def test_a_re_sent_data_url_is_hashed_as_text_not_decoded_again(monkeypatch):
+    import vlmprep.serving.media as media
+
+    decodes = []
+    real_b64decode = media.base64.b64decode
+    monkeypatch.setattr(media.base64, "b64decode", lambda payload: decodes.append(1) or real_b64decode(payload))
+    policy, cache = ServingPolicy(), MediaCache(2**24)
+    image = _image(12, 8, 3)
+    url = _data_url(image)
+    first, key = load_request_image_cached(url, policy, cache)
+    again, same_key = load_request_image_cached(url, policy, cache)
+    assert again is first and same_key == key and len(decodes) == 1
+    # The image a hit returns is the one the bytes decode to
+    assert np.array_equal(np.asarray(first), np.asarray(image))
+    # A key of base64 text is never a key of raw bytes (the same bytes fetched by URL are another entry)
+    from vlmprep.serving.media_cache import media_key
+
+    payload = url.partition(",")[2].encode()
+    assert media_key(payload, encoding="base64") != media_key(payload)
+    assert media_key(base64.b64decode(payload)) != key
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [("!!!!", "not a PNG"), ("a", "not valid base64"), ("é" * 8, "not valid base64"), ("A" * 200, "over")],
+)
+def test_a_bad_data_url_is_refused_with_the_cache_as_without_it_and_never_cached(payload, message):
+    from vlmprep.serving.media import MediaRefused
+
+    policy, cache = ServingPolicy(max_media_bytes=100), MediaCache(2**24)
+    url = "data:image/png;base64," + payload
+    for media_cache in (None, cache, cache):  # refused again: nothing was stored
+        with pytest.raises(MediaRefused, match=message):
+            load_request_image_cached(url, policy, media_cache)
+    assert (cache.stats.entries, cache.stats.decode_hits) == (0, 0)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import shorten
-from .media import MediaRefused, base64_media_bytes, request_media_bytes
+from .media import MediaRefused, base64_media_bytes, base64_media_key, data_url_payload, request_media_bytes
 from .policy import ServingPolicy
 
 __all__ = ["AUDIO_FORMATS", "DecodedAudio", "decode_wav", "load_request_audio_cached", "request_audio_bytes"]
@@ -52,13 +52,27 @@ def request_audio_bytes(part: dict, policy: ServingPolicy) -> bytes:
     """
     if part["type"] == "audio_url":
         return request_media_bytes(part["audio_url"]["url"], policy, "audio clip")
-    audio = part["input_audio"]
-    fmt = audio.get("format")
+    _check_audio_format(part)
+    return base64_media_bytes(part["input_audio"]["data"], policy, "audio clip")
+
+
+def _check_audio_format(part: dict) -> None:
+    """Refuses an `input_audio` part of a format this server does not decode."""
+    fmt = part["input_audio"].get("format")
     if fmt is not None and str(fmt).lower() not in AUDIO_FORMATS:
         raise MediaRefused(
             f'audio format {shorten(fmt, 20)!r} is not decoded by this server: send PCM WAV (`"format": "wav"`)'
         )
-    return base64_media_bytes(audio["data"], policy, "audio clip")
+
+
+def _base64_payload(part: dict) -> str | None:
+    """The base64 text of an audio part sent inline (an `input_audio` part of a decoded format, or a data URL), or
+    `None`."""
+    if part["type"] == "audio_url":
+        url = part["audio_url"]["url"]
+        return data_url_payload(url, "audio clip") if isinstance(url, str) and url.startswith("data:") else None
+    _check_audio_format(part)
+    return part["input_audio"]["data"]
 
 
 def decode_wav(data: bytes, policy: ServingPolicy) -> DecodedAudio:
@@ -130,15 +144,23 @@ def load_request_audio_cached(
     Raises:
         `MediaRefused`: the policy refuses it, or it cannot be decoded exactly.
     """
-    data = request_audio_bytes(part, policy)
     key = None
     if media_cache is None:
-        clip = decode_wav(data, policy)
+        clip = decode_wav(request_audio_bytes(part, policy), policy)
     else:
         from .media_cache import media_key
 
-        key = media_key(data, salt, kind="audio")
-        clip = media_cache.decoded(key, lambda: decode_wav(data, policy))
+        payload = _base64_payload(part)
+        if payload is not None:
+            key = base64_media_key(payload, policy, salt, kind="audio", what="audio clip")
+        if key is not None:  # the base64 text hashed as it came: a re-sent clip is not base64-decoded again
+            clip = media_cache.decoded(
+                key, lambda: decode_wav(base64_media_bytes(payload, policy, "audio clip"), policy)
+            )
+        else:
+            data = request_audio_bytes(part, policy)
+            key = media_key(data, salt, kind="audio")
+            clip = media_cache.decoded(key, lambda: decode_wav(data, policy))
     if clip.sampling_rate != sampling_rate:
         raise MediaRefused(
             f"the audio clip is sampled at {clip.sampling_rate} Hz and the model takes {sampling_rate} Hz: resample "

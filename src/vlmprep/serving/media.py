@@ -33,6 +33,8 @@ __all__ = [
     "IMAGE_FORMATS",
     "MediaRefused",
     "base64_media_bytes",
+    "base64_media_key",
+    "data_url_payload",
     "load_request_image",
     "load_request_image_cached",
     "request_media_bytes",
@@ -68,8 +70,11 @@ def load_request_image(url: object, policy: ServingPolicy):
 def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=None, salt: str | None = None):
     """Reads one image URL of a request under `policy`; with a media cache, bytes seen before are not decoded again.
 
-    The bytes are always read (under every limit) and the cache keyed by their hash: a cached image is one whose
-    bytes, not whose URL, were seen, so a changed file or page is decoded afresh.
+    A fetched or local image's bytes are always read (under every limit) and the cache keyed by their hash: a cached
+    image is one whose bytes, not whose URL, were seen, so a changed file or page is decoded afresh. A data URL's
+    base64 text (its length checked first) is hashed as it came, not decoded: the text determines the bytes, so a hit
+    is the very image those bytes decode to, and a re-sent photo costs one hash instead of a base64 decode and a hash
+    (the same image sent once as a data URL and once by URL is two entries).
 
     Args:
         url (`object`): the `image_url` of a request (anything a client sent).
@@ -84,11 +89,16 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
     Raises:
         `MediaRefused`: the policy refuses it, or it cannot be read or decoded.
     """
-    data = request_media_bytes(url, policy)
     if media_cache is None:
-        return _decode(data, policy), None
+        return _decode(request_media_bytes(url, policy), policy), None
     from .media_cache import media_key
 
+    if isinstance(url, str) and url.startswith("data:"):
+        payload = data_url_payload(url)
+        key = base64_media_key(payload, policy, salt)
+        if key is not None:
+            return media_cache.decoded(key, lambda: _decode(base64_media_bytes(payload, policy), policy)), key
+    data = request_media_bytes(url, policy)
     key = media_key(data, salt)
     return media_cache.decoded(key, lambda: _decode(data, policy)), key
 
@@ -119,11 +129,34 @@ def request_media_bytes(url: object, policy: ServingPolicy, what: str = "image")
 
 
 def _data_url_bytes(url: str, policy: ServingPolicy, what: str = "image") -> bytes:
+    return base64_media_bytes(data_url_payload(url, what), policy, what)
+
+
+def data_url_payload(url: str, what: str = "image") -> str:
+    """The base64 text of a `data:` URL (not checked yet).
+
+    Args:
+        url (`str`): a `data:` URL.
+        what (`str`, *optional*, defaults to `"image"`): the kind of media, for the messages.
+
+    Returns:
+        `str`
+
+    Raises:
+        `MediaRefused`: not a base64 data URL.
+    """
     header, comma, payload = url.partition(",")
     if not comma or not header.endswith(";base64"):
         example = "data:audio/wav;base64,..." if what == "audio clip" else "data:image/png;base64,..."
         raise MediaRefused(f"a data URL must be base64: `{example}`")
-    return base64_media_bytes(payload, policy, what)
+    return payload
+
+
+def _check_base64_length(payload: object, policy: ServingPolicy, what: str = "image") -> None:
+    if not isinstance(payload, str) or not payload:
+        raise MediaRefused("the media data must be a non-empty base64 string")
+    if len(payload) > (policy.max_media_bytes + 2) // 3 * 4 + 4:  # base64 grows 3 bytes to 4 characters
+        raise MediaRefused(f"the {what} is over --max-media-bytes ({policy.max_media_bytes} bytes)")
 
 
 def base64_media_bytes(payload: object, policy: ServingPolicy, what: str = "image") -> bytes:
@@ -140,14 +173,40 @@ def base64_media_bytes(payload: object, policy: ServingPolicy, what: str = "imag
     Raises:
         `MediaRefused`: not a string, too long, or not base64.
     """
-    if not isinstance(payload, str) or not payload:
-        raise MediaRefused("the media data must be a non-empty base64 string")
-    if len(payload) > (policy.max_media_bytes + 2) // 3 * 4 + 4:  # base64 grows 3 bytes to 4 characters
-        raise MediaRefused(f"the {what} is over --max-media-bytes ({policy.max_media_bytes} bytes)")
+    _check_base64_length(payload, policy, what)
     try:
         return base64.b64decode(payload)
     except ValueError:
         raise MediaRefused("the media data is not valid base64") from None
+
+
+def base64_media_key(
+    payload: object, policy: ServingPolicy, salt: str | None = None, kind: str = "image", what: str = "image"
+) -> str | None:
+    """The media cache's key of a base64 payload's text, hashed as it came (not decoded), its length checked first.
+
+    The text determines the bytes it decodes to, so an entry under this key is exactly what those bytes decode to; a
+    key of text is never a key of raw bytes.
+
+    Args:
+        payload (`object`): the base64 text (anything a client sent).
+        policy (`ServingPolicy`): the server's limits (`max_media_bytes`).
+        salt (`str`, *optional*): the request's tenant salt.
+        kind (`str`, *optional*, defaults to `"image"`): what the bytes are decoded as (`media_key`'s `kind`).
+        what (`str`, *optional*, defaults to `"image"`): the kind of media, for the messages.
+
+    Returns:
+        `str | None`: the key, or `None` for text that is not ASCII (no base64: its decoding refuses it).
+
+    Raises:
+        `MediaRefused`: not a string, or too long.
+    """
+    from .media_cache import media_key
+
+    _check_base64_length(payload, policy, what)
+    if not payload.isascii():
+        return None
+    return media_key(payload.encode("ascii"), salt, kind=kind, encoding="base64")
 
 
 def _read_local(url: str, policy: ServingPolicy) -> bytes:

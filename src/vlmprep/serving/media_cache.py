@@ -2,10 +2,10 @@
 again.
 
 A chat app re-sends the whole conversation every turn, every earlier image with it (base64 data URLs, or the same
-fetched URL). `MediaCache` keys each image by a fast hash of its raw bytes and the tenant's salt (BLAKE2b-128): a hit returns the decoded
-image (the very `PIL.Image` object decoded the first time) and, per processor and image-processor arguments, the image
-processor's output for that image alone. It is bounded in bytes (decoded pixels and processed arrays) and evicts the
-least recently used images.
+fetched URL). `MediaCache` keys each image by a fast hash (`media_key`) of its raw bytes, or of a data URL's base64
+text, and the tenant's salt: a hit returns the decoded image (the very `PIL.Image` object decoded the first time) and,
+per processor and image-processor arguments, the image processor's output for that image alone. It is bounded in
+bytes (decoded pixels and processed arrays) and evicts the least recently used images.
 
 `CachingImageProcessor` stands in for a processor's image processor during one request (the request's own shallow copy
 of the processor: the served processor is never changed). It processes each image of the request alone (or takes it
@@ -34,30 +34,31 @@ __all__ = ["CachingImageProcessor", "MediaCache", "MediaCacheStats", "media_key"
 logger = get_logger(__name__)
 
 
-def media_key(data: bytes, salt: str | None = None, kind: str = "image") -> str:
-    """The media cache's key of an image's (or audio clip's) raw bytes: a 128-bit BLAKE2b digest (fast, and
-    collisions are not a practical concern), under the tenant's salt (one tenant cannot learn, by timing, which images
-    another sent).
+def media_key(data: bytes, salt: str | None = None, kind: str = "image", encoding: str | None = None) -> str:
+    """The media cache's key of an image's (or audio clip's) raw bytes, or of their base64 text: 128 bits of a
+    SHA-256 digest (the fastest strong hash here, with the CPU's SHA instructions; collisions are not a practical
+    concern), under the tenant's salt (one tenant cannot learn, by timing, which images another sent).
 
     Args:
-        data (`bytes`): the encoded image or clip, as the request sent it.
+        data (`bytes`): the encoded image or clip, as the request sent it (or its base64 text, with `encoding`).
         salt (`str`, *optional*): the request's tenant salt.
         kind (`str`, *optional*, defaults to `"image"`): what the bytes are decoded as; the same bytes sent as an
             image and as an audio clip are two entries.
+        encoding (`str`, *optional*): `"base64"` when `data` is the base64 text of the bytes (a data URL's payload,
+            hashed without decoding it): a key apart from every key of raw bytes.
 
     Returns:
         `str`: hex digest.
     """
-    hasher = hashlib.blake2b(digest_size=16, person=b"vlmprep-media")
-    if kind != "image":  # images keep the keys they always had
-        hasher.update(kind.encode() + b"\0")
+    hasher = hashlib.sha256(b"vlmprep-media\0")
+    hasher.update(f"{kind}\0{encoding or 'raw'}\0".encode())
     if salt is not None:
         salted = salt.encode()
         hasher.update(len(salted).to_bytes(8, "little") + salted)
     else:
         hasher.update(b"-")
     hasher.update(data)
-    return hasher.hexdigest()
+    return hasher.hexdigest()[:32]
 
 
 @dataclass
