@@ -135,3 +135,41 @@ def test_stored_prompt_with_two_images_serves_no_kv_of_its_first_image():
         _, logits = generate_logits(ours, shorter.inputs(), max_new_tokens=1, prefix_cache=store)
     assert_close(logits[0], reference_next_logits(upstream, shorter))
     assert prefill.prefilled(new_tokens=1) == shorter.length - _block(shorter)[0]
+
+
+def _new_tokens_only(prompt: Prompt, prompt_config, past_length: int, whole_ids: bool) -> dict:
+    # The second turn with `mm_token_type_ids` of the tokens after the cache only (a caller's slip)
+    inputs = prompt.inputs()
+    inputs["mm_token_type_ids"] = inputs["mm_token_type_ids"][:, past_length:]
+    if not whole_ids:  # transformers' idiom: only the new ids, the mask covering cache and new tokens
+        inputs["input_ids"] = inputs["input_ids"][:, past_length:]
+        inputs["attention_mask"] = torch.ones(1, prompt.length, dtype=torch.long)
+        inputs.update(image_inputs(prompt_config, [0]))  # the pixel inputs of the new image only
+    return inputs
+
+
+@pytest.mark.parametrize("whole_ids", [False, True], ids=["new_ids", "whole_ids"])
+def test_token_types_of_the_new_tokens_only_after_a_cache_with_an_image_are_refused(whole_ids):
+    """The cached image belongs to the block: types that leave it out must not turn it into text silently."""
+    upstream, ours = model_pair("molmo2")
+    turn_1 = _first_image_turn(ours.config)
+    turn_2 = Prompt(ours.config, TWO_IMAGES, image_seeds=[2, 0])
+    cache = cache_of(upstream, turn_1.inputs())
+    inputs = _new_tokens_only(turn_2, ours.config, turn_1.length, whole_ids)
+    with pytest.raises(ValueError, match="whole sequence's `mm_token_type_ids`"):
+        ours.generate(**inputs, cache=cache, max_new_tokens=1)
+
+
+def test_token_types_of_new_text_tokens_only_after_a_cache_with_an_image_stay_exact():
+    """New tokens without an image token join no block: the cached part padded as text changes nothing."""
+    upstream, ours = model_pair("molmo2")
+    turn_1 = _first_image_turn(ours.config)
+    turn_2 = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31], USER], image_seeds=[2])
+    cache = cache_of(upstream, turn_1.inputs())
+    inputs = {
+        "input_ids": turn_2.input_ids[:, turn_1.length :],
+        "attention_mask": torch.ones(1, turn_2.length, dtype=torch.long),
+        "mm_token_type_ids": turn_2.full_inputs["mm_token_type_ids"][:, turn_1.length :],
+    }
+    _, logits = generate_logits(ours, inputs, max_new_tokens=1, cache=cache)
+    assert_close(logits[0], reference_next_logits(upstream, turn_2))

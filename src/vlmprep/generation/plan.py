@@ -27,7 +27,7 @@ from .spans import (
     resolve_resume_point,
     shift_spans,
 )
-from .validation import check_cache_matches_model, check_sequence_input
+from .validation import check_cache_matches_model, check_sequence_input, check_token_types_place_items
 
 logger = get_logger(__name__)
 
@@ -225,7 +225,8 @@ def _prepare_token_types(
     facts = model.vision_facts
     batch_size, prompt_length = input_ids.shape
     token_types = model_kwargs.get(facts.token_type_key)
-    if token_types is not None and token_types.ndim == 2 and token_types.shape[-1] < prompt_length:
+    given = token_types.shape[-1] if token_types is not None and token_types.ndim == 2 else None
+    if given is not None and given < prompt_length:
         # `input_ids` grew past the types (generated tokens appended to ids and mask only, as transformers' own
         # continuation idiom does): the tokens past them are what generation appends, text or suffix.
         fill = 1 if facts.bidirectional == "prefix" else 0
@@ -235,6 +236,7 @@ def _prepare_token_types(
     if facts.bidirectional is None or token_types is None:
         # Left out, they leave upstream's forward causal everywhere (no bidirectional block): so here too.
         return token_types
+    check_token_types_place_items(facts, model.config, input_ids, token_types, offset, given)
     if token_types.shape[-1] < offset + prompt_length:
         token_types = torch.nn.functional.pad(token_types, (offset, 0))  # cached part: text
     model_kwargs[facts.token_type_key] = token_types

@@ -242,3 +242,51 @@ def check_prefill_chunk_size(chunk_size, cache) -> int | None:
     if chunk_size is not None and cache is None:
         raise ValueError("Chunked prefill needs a cache: pass `use_cache=True` or `prefill_chunk_size=None`.")
     return chunk_size
+
+
+def check_token_types_place_items(
+    facts, config: PreTrainedConfig, input_ids: torch.Tensor, token_types: torch.Tensor, offset: int, given: int
+) -> None:
+    """Raise when a caller's token types, shorter than the sequence, may leave an item out of its bidirectional block.
+
+    Types padded over the cached tokens (as text) or over tokens appended to `input_ids` (as generated text) are
+    right only when no item token falls there: a cached image padded as text would silently fall out of the block
+    the new tokens' images belong to (Molmo2), or keep KV computed without the rest of its run (Gemma3); types of the
+    new tokens only, put at the start of the whole `input_ids`, mark its images wrong (PaliGemma: as suffix).
+
+    Args:
+        facts (`VisionFacts`): the family's facts (`bidirectional` set).
+        config (`PreTrainedConfig`): the model config (for the image placeholder id).
+        input_ids (`torch.Tensor` of shape `(batch_size, prompt_length)`): the prompt.
+        token_types (`torch.Tensor`): the types, already padded after the given ones to `prompt_length`.
+        offset (`int`): cached tokens before `input_ids` (only the new tokens were passed), else 0.
+        given (`int`): the length of the types the caller passed.
+    """
+    key, prompt_length = facts.token_type_key, input_ids.shape[-1]
+    fix = (
+        f"Pass the whole sequence's `{key}` (the cached tokens' and the new ones', as the processor returns them "
+        "for the whole conversation) together with the cache."
+    )
+    if facts.bidirectional == "prefix":
+        in_block = token_types == 0  # PaliGemma: images belong to the prefix
+    else:
+        in_block = torch.isin(token_types, torch.tensor(facts.block_token_types, device=token_types.device))
+    if offset and given == prompt_length and facts.bidirectional != "prefix":
+        # (A prefix padded over the cache reaches into it: the resume point check refuses that when it matters.)
+        # Each image run is its own block (Gemma3): only one starting right at the cache may have begun inside it
+        reaches_cache = in_block[:, 0].any() if facts.bidirectional == "image" else in_block.any()
+        if reaches_cache:
+            raise ValueError(
+                f"`{key}` covers only the {prompt_length} tokens after the {offset} cached ones, and their image "
+                "tokens form a bidirectional block that may hold image tokens of the cached part, which the cache "
+                f"cannot tell. {fix}"
+            )
+    if given < prompt_length:
+        misplaced = (input_ids == facts.placeholder_id(config)) & ~in_block
+        if misplaced.any():
+            row, position = (int(index) for index in misplaced.nonzero()[0])
+            raise ValueError(
+                f"`{key}` has {given} tokens but `input_ids` has {prompt_length}, and the types do not mark the image "
+                f"placeholder at row {row}, position {position}: they are not the types of the start of "
+                f"`input_ids` (types of the tokens after a cache only?). {fix}"
+            )
