@@ -35,6 +35,7 @@ REFUSED = {
     "ernie4_5_vl_moe": "moe_mm_token_type_ids",
     "blip-2": "not adapted to the continuous-batching engine",
     "instructblip": "not adapted to the continuous-batching engine",
+    "molmo2": "forward reads `cache.is_initialized`",
     "unlimited_ocr": "reference sliding-window layers pin each prompt",
     "instructblipvideo": "not adapted to the continuous-batching engine",
 }

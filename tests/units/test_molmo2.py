@@ -99,7 +99,7 @@ def test_stored_turn_is_reused_up_to_the_first_image_only_when_an_image_follows(
     assert prefill.prefilled(new_tokens=1) == turn_2.length - _block(turn_2)[0]
 
 
-def test_videos_and_continuous_batching_with_images_are_refused():
+def test_videos_and_continuous_batching_are_refused():
     _, ours = model_pair("molmo2")
     prompt = _first_image_turn(ours.config)
     inputs = prompt.inputs()
@@ -109,8 +109,9 @@ def test_videos_and_continuous_batching_with_images_are_refused():
     }
     with pytest.raises(ValueError, match="does not take videos"):
         ours.generate(**inputs, **videos, max_new_tokens=1)
-    with pytest.raises(ValueError, match="across all images"):
-        check_batching_support(ours, with_items=True)
+    for with_items in (True, False):  # upstream's forward fails on the engine's paged cache, text requests too
+        with pytest.raises(ValueError, match="cache.is_initialized"):
+            check_batching_support(ours, with_items=with_items)
 
 
 def test_runs_are_grouped_into_images_by_their_grids():

@@ -266,9 +266,13 @@ class PrefixRequest:
                 if row_keys.shape[0] == 0:
                     break  # the layer held no K/V (it reads another layer's)
                 if keys is None:
-                    shape = (batch_size, row_keys.shape[0], resume, row_keys.shape[-1])
-                    keys = row_keys.new_zeros(shape, device=device)  # padding slots are masked out: any value
-                    values = row_values.new_zeros(shape, device=device)
+                    # Padding slots are masked out: any value. Values may have another head dim than keys (MLA).
+                    keys = row_keys.new_zeros(
+                        (batch_size, row_keys.shape[0], resume, row_keys.shape[-1]), device=device
+                    )
+                    values = row_values.new_zeros(
+                        (batch_size, *row_values.shape[:1], resume, row_values.shape[-1]), device=device
+                    )
                 keys[record.row, :, record.pad : resume] = row_keys.to(device)
                 values[record.row, :, record.pad : resume] = row_values.to(device)
             if keys is not None:

@@ -33,3 +33,16 @@ class Molmo2ForConditionalGeneration(PooledCropsLayout, VisionPrepMixin, transfo
         fixed_resolution=False,
         features_as_list=True,
     )
+
+    def continuous_batching_refusal(self) -> str:
+        """Why transformers' continuous-batching engine does not run Molmo2 (`vlmprep.batching.support`).
+
+        Returns:
+            `str`
+        """
+        # Upstream's forward reads `cache.is_initialized` in every call, which the engine's `PagedAttentionCache`
+        # lacks: every step would fail, text-only requests included.
+        return (
+            "transformers' Molmo2 forward reads `cache.is_initialized`, which the engine's paged cache does not have, "
+            "so every engine step fails (text requests too)."
+        )
