@@ -20,7 +20,7 @@ from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
 from ..generation.validation import check_pixel_dims
 from .base import VisionPrepMixin
-from .layouts.qformer_queries import QFormerQueriesLayout, check_instructions, with_language_model_cache
+from .layouts.qformer_queries import InstructedQueriesLayout, check_instructions
 
 INSTRUCTION_KEYS = ("qformer_input_ids", "qformer_attention_mask")
 
@@ -35,7 +35,7 @@ class InstructBlipVideoWithGenerationLoop(transformers.InstructBlipVideoForCondi
 
 
 class InstructBlipVideoForConditionalGeneration(
-    QFormerQueriesLayout, VisionPrepMixin, InstructBlipVideoWithGenerationLoop
+    InstructedQueriesLayout, VisionPrepMixin, InstructBlipVideoWithGenerationLoop
 ):
     """Drop-in `transformers.InstructBlipVideoForConditionalGeneration` whose vision tower and Q-Former run once per
     video and instruction, in input preparation.
@@ -76,75 +76,3 @@ class InstructBlipVideoForConditionalGeneration(
             modality (`str`, *optional*, defaults to `"video"`): whose inputs to check.
         """
         check_instructions(model_kwargs, self.count_items(model_kwargs, modality=modality), modality)
-
-    def generate(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        qformer_input_ids: torch.LongTensor | None = None,
-        qformer_attention_mask: torch.LongTensor | None = None,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        **kwargs,
-    ):
-        """Upstream's `generate` signature (`pixel_values` first), run by vlmprep's `generate`.
-
-        Args:
-            pixel_values (`torch.Tensor`, *optional*): `(num_videos, frames, C, H, W)`.
-            qformer_input_ids (`torch.LongTensor`, *optional*): `(num_videos, length)`, each video's instruction.
-            qformer_attention_mask (`torch.LongTensor`, *optional*): their mask.
-            input_ids (`torch.LongTensor`, *optional*):
-                the prompt, each video a run of `num_query_tokens * frames` placeholders; without it, as upstream,
-                each video is captioned from its placeholders followed by the decoder's BOS token.
-            attention_mask (`torch.LongTensor`, *optional*): the prompt's mask.
-            kwargs: what vlmprep's `generate` takes; `interpolate_pos_encoding` only `False`.
-
-        Returns:
-            What transformers' `generate` returns: the prompt's ids followed by the generated ones.
-        """
-        instructions = {"qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask}
-        kwargs.update({key: value for key, value in instructions.items() if value is not None})
-        inputs = self.caption_prompt(pixel_values, input_ids, {"attention_mask": attention_mask, **kwargs})
-        return super().generate(inputs.pop("input_ids"), **inputs)
-
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        qformer_input_ids: torch.LongTensor | None = None,
-        qformer_attention_mask: torch.LongTensor | None = None,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        cache=None,
-        position_ids: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        inputs_embeds: torch.Tensor | None = None,
-        mm_encoder_outputs: dict | None = None,
-        **kwargs,
-    ):
-        """Upstream's forward, which also takes calls without a video (decoding steps, text-only prefill chunks).
-
-        Args:
-            pixel_values, qformer_input_ids, qformer_attention_mask, input_ids, attention_mask, cache, position_ids,
-            use_cache, logits_to_keep, inputs_embeds, mm_encoder_outputs, kwargs:
-                what `transformers.InstructBlipVideoForConditionalGeneration.forward` takes; `pixel_values` and
-                `qformer_input_ids` may be `None` (the language model's inputs are named so `generate` sees them).
-
-        Returns:
-            `InstructBlipVideoForConditionalGenerationModelOutput`, with the language model's `cache` at the top.
-        """
-        inputs = self.prepare_query_forward(
-            {
-                "pixel_values": pixel_values,
-                "qformer_input_ids": qformer_input_ids,
-                "qformer_attention_mask": qformer_attention_mask,
-                "input_ids": input_ids,
-                "attention_mask": attention_mask,
-                "cache": cache,
-                "position_ids": position_ids,
-                "use_cache": use_cache,
-                "inputs_embeds": inputs_embeds,
-                "mm_encoder_outputs": mm_encoder_outputs,
-            }
-        )
-        inputs.setdefault("qformer_input_ids", None)  # upstream's forward requires the argument
-        return with_language_model_cache(super().forward(**inputs, logits_to_keep=logits_to_keep, **kwargs))

@@ -214,3 +214,81 @@ def with_language_model_cache(output):
         if value is not None:
             output[name] = value
     return output
+
+
+class InstructedQueriesLayout(QFormerQueriesLayout):
+    """The Q-Former layout of the families whose Q-Former also reads each item's instruction (InstructBLIP and
+    InstructBLIP-Video): upstream's `generate` and forward signatures, the instruction passed with the item."""
+
+    def generate(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        qformer_input_ids: torch.LongTensor | None = None,
+        qformer_attention_mask: torch.LongTensor | None = None,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        **kwargs,
+    ):
+        """Upstream's `generate` signature (`pixel_values` first), run by vlmprep's `generate`.
+
+        Args:
+            pixel_values (`torch.Tensor`, *optional*): `(num_images, C, H, W)` or `(num_videos, frames, C, H, W)`.
+            qformer_input_ids (`torch.LongTensor`, *optional*): `(num_items, length)`, each item's instruction.
+            qformer_attention_mask (`torch.LongTensor`, *optional*): their mask.
+            input_ids (`torch.LongTensor`, *optional*):
+                the prompt, each image a run of `num_query_tokens` placeholders (a video: `num_query_tokens * frames`);
+                without it, as upstream, each item is captioned from its placeholders followed by the decoder's BOS
+                token.
+            attention_mask (`torch.LongTensor`, *optional*): the prompt's mask.
+            kwargs: what vlmprep's `generate` takes; `interpolate_pos_encoding` only `False`.
+
+        Returns:
+            What transformers' `generate` returns: the prompt's ids followed by the generated ones.
+        """
+        instructions = {"qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask}
+        kwargs.update({key: value for key, value in instructions.items() if value is not None})
+        inputs = self.caption_prompt(pixel_values, input_ids, {"attention_mask": attention_mask, **kwargs})
+        return super().generate(inputs.pop("input_ids"), **inputs)
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        qformer_input_ids: torch.LongTensor | None = None,
+        qformer_attention_mask: torch.LongTensor | None = None,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        cache=None,
+        position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        inputs_embeds: torch.Tensor | None = None,
+        mm_encoder_outputs: dict | None = None,
+        **kwargs,
+    ):
+        """Upstream's forward, which also takes calls without an item (decoding steps, text-only prefill chunks).
+
+        Args:
+            pixel_values, qformer_input_ids, qformer_attention_mask, input_ids, attention_mask, cache, position_ids,
+            use_cache, logits_to_keep, inputs_embeds, mm_encoder_outputs, kwargs:
+                what upstream's forward (`InstructBlip[Video]ForConditionalGeneration`) takes; `pixel_values` and
+                `qformer_input_ids` may be `None` (the language model's inputs are named so `generate` sees them).
+
+        Returns:
+            upstream's output, with the language model's `cache` at the top.
+        """
+        inputs = self.prepare_query_forward(
+            {
+                "pixel_values": pixel_values,
+                "qformer_input_ids": qformer_input_ids,
+                "qformer_attention_mask": qformer_attention_mask,
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "cache": cache,
+                "position_ids": position_ids,
+                "use_cache": use_cache,
+                "inputs_embeds": inputs_embeds,
+                "mm_encoder_outputs": mm_encoder_outputs,
+            }
+        )
+        inputs.setdefault("qformer_input_ids", None)  # upstream's forward requires the argument
+        return with_language_model_cache(super().forward(**inputs, logits_to_keep=logits_to_keep, **kwargs))
