@@ -45,6 +45,10 @@ class FamilyCase:
             forward of the whole sequence after some prompts (MiniCPM-V 4.7 after `</image>`, docs/migration.md), where
             the drop-in follows the forward: the differential test then checks every step against one uncached
             forward of the prompt and the answer so far, not against upstream's `generate`.
+        padding_moves_upstream: whether transformers' own logits of a left-padded row differ from that row alone
+            (Inkling scales queries by each token's place in the cache, padding included; MiniMax M3's indexer anchors
+            key blocks to cache slots): the differential test then checks padded rows against upstream's uncached
+            forward of the same padded batch instead of each row alone.
         slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
             placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
     """
@@ -60,6 +64,7 @@ class FamilyCase:
     one_row_with_items: bool = False
     upstream_needs_items: bool = False
     upstream_decode_positions_differ: bool = False
+    padding_moves_upstream: bool = False
     slow: dict[str, str] = field(default_factory=dict)
 
     @property

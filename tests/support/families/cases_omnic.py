@@ -143,6 +143,7 @@ register(
             "left_padded_batch_matches_solo_runs": _PADDING_MOVES_UPSTREAM,
             "chunked_batch_matches_unchunked_batch": _PADDING_MOVES_UPSTREAM,
         },
+        padding_moves_upstream=True,
     )
 )
 
