@@ -181,6 +181,33 @@ def test_a_re_sent_data_url_is_hashed_as_text_not_decoded_again(monkeypatch):
     assert media_key(base64.b64decode(payload)) != key
 
 
+def test_a_re_sent_data_url_is_recognized_without_hashing_it_again(monkeypatch):
+    import vlmprep.serving.media_cache as media_cache
+    from vlmprep.serving.text_keys import TextKeyMemo
+
+    hashed = []
+    real_media_key = media_cache.media_key
+    monkeypatch.setattr(media_cache, "media_key", lambda *a, **k: hashed.append(1) or real_media_key(*a, **k))
+    policy, cache = ServingPolicy(), MediaCache(2**24)
+    url, other = _data_url(_image(12, 8, 3)), _data_url(_image(12, 8, 4))
+    first_key = load_request_image_cached(url, policy, cache)[1]
+    # An equal text (another str object, as each request's JSON gives) gets the same key, unhashed; another image,
+    # another tenant or another kind of media is hashed
+    assert load_request_image_cached("".join(url), policy, cache)[1] == first_key and len(hashed) == 1
+    assert load_request_image_cached(other, policy, cache)[1] != first_key and len(hashed) == 2
+    assert load_request_image_cached(url, policy, cache, "alice")[1] != first_key and len(hashed) == 3
+    assert cache.stats.texts_recognized == 1
+    # Texts with one probe (same length and windows) are told apart by the whole comparison
+    memo = TextKeyMemo(max_bytes=1000)
+    left, right = "A" * 80 + "B" + "A" * 119, "A" * 80 + "C" + "A" * 119  # windows: [0, 64), [100, 164), [136, 200)
+    assert memo.key(left, "n", lambda: "left") == "left" and memo.key(right, "n", lambda: "right") == "right"
+    assert memo.key(left, "n", lambda: "?") == "left" and memo.key(right, "n", lambda: "?") == "right"
+    # Bounded: the least recently used texts go; a text over the budget is never held
+    for index in range(20):
+        memo.key(f"{index:0100d}", "n", str)
+    assert memo.bytes <= 1000 and memo.key("x" * 2000, "n", lambda: "big") == "big" and memo.bytes <= 1000
+
+
 @pytest.mark.parametrize(
     ("payload", "message"),
     [("!!!!", "not a PNG"), ("a", "not valid base64"), ("é" * 8, "not valid base64"), ("A" * 200, "over")],

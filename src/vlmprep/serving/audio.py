@@ -152,7 +152,7 @@ def load_request_audio_cached(
 
         payload = _base64_payload(part)
         if payload is not None:
-            key = base64_media_key(payload, policy, salt, kind="audio", what="audio clip")
+            key = base64_media_key(payload, policy, salt, "audio", "audio clip", media_cache)
         if key is not None:  # the base64 text hashed as it came: a re-sent clip is not base64-decoded again
             clip = media_cache.decoded(
                 key, lambda: decode_wav(base64_media_bytes(payload, policy, "audio clip"), policy)

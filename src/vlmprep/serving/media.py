@@ -95,7 +95,7 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
 
     if isinstance(url, str) and url.startswith("data:"):
         payload = data_url_payload(url)
-        key = base64_media_key(payload, policy, salt)
+        key = base64_media_key(payload, policy, salt, media_cache=media_cache)
         if key is not None:
             return media_cache.decoded(key, lambda: _decode(base64_media_bytes(payload, policy), policy)), key
     data = request_media_bytes(url, policy)
@@ -181,7 +181,12 @@ def base64_media_bytes(payload: object, policy: ServingPolicy, what: str = "imag
 
 
 def base64_media_key(
-    payload: object, policy: ServingPolicy, salt: str | None = None, kind: str = "image", what: str = "image"
+    payload: object,
+    policy: ServingPolicy,
+    salt: str | None = None,
+    kind: str = "image",
+    what: str = "image",
+    media_cache=None,
 ) -> str | None:
     """The media cache's key of a base64 payload's text, hashed as it came (not decoded), its length checked first.
 
@@ -194,6 +199,8 @@ def base64_media_key(
         salt (`str`, *optional*): the request's tenant salt.
         kind (`str`, *optional*, defaults to `"image"`): what the bytes are decoded as (`media_key`'s `kind`).
         what (`str`, *optional*, defaults to `"image"`): the kind of media, for the messages.
+        media_cache (`MediaCache`, *optional*): the server's media cache: a text equal to one it keyed recently is
+            not hashed again (`MediaCache.text_key`).
 
     Returns:
         `str | None`: the key, or `None` for text that is not ASCII (no base64: its decoding refuses it).
@@ -206,7 +213,11 @@ def base64_media_key(
     _check_base64_length(payload, policy, what)
     if not payload.isascii():
         return None
-    return media_key(payload.encode("ascii"), salt, kind=kind, encoding="base64")
+    if media_cache is None:
+        return media_key(payload.encode("ascii"), salt, kind=kind, encoding="base64")
+    return media_cache.text_key(
+        payload, (salt, kind), lambda: media_key(payload.encode("ascii"), salt, kind=kind, encoding="base64")
+    )
 
 
 def _read_local(url: str, policy: ServingPolicy) -> bytes:

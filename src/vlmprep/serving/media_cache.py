@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..utils.logging import get_logger
+from .text_keys import TextKeyMemo
 
 __all__ = ["CachingImageProcessor", "MediaCache", "MediaCacheStats", "media_key"]
 
@@ -70,10 +71,12 @@ class MediaCacheStats:
         decodes (`int`): images decoded (misses).
         process_hits (`int`): images whose image-processor output came from the cache.
         processed (`int`): images run through an image processor (misses, and the one-time join checks).
-        bytes (`int`): bytes held, never more than `max_bytes`.
+        bytes (`int`): bytes held (images, processed arrays and the texts of `texts_recognized`), never more than
+            `max_bytes`.
         entries (`int`): images held.
         evictions (`int`): images dropped to make room.
         max_bytes (`int`): the byte budget.
+        texts_recognized (`int`): data URLs' texts recognized as recent ones, not hashed again (`TextKeyMemo`).
     """
 
     decode_hits: int = 0
@@ -84,6 +87,7 @@ class MediaCacheStats:
     entries: int = 0
     evictions: int = 0
     max_bytes: int = 0
+    texts_recognized: int = 0
 
 
 class _Entry:
@@ -122,12 +126,22 @@ class MediaCache:
         self._stats = MediaCacheStats(max_bytes=max_bytes)
         # (image-processor class, arguments) -> whether the join of per-image outputs equals its batch output
         self._join_checked: dict[tuple, bool] = {}
+        self._texts = TextKeyMemo(max_bytes // 4)
 
     @property
     def stats(self) -> MediaCacheStats:
         """A snapshot of the counters."""
         with self._lock:
-            return MediaCacheStats(**{**self._stats.__dict__, "entries": len(self._entries)})
+            stats = MediaCacheStats(**{**self._stats.__dict__, "entries": len(self._entries)})
+            stats.bytes, stats.texts_recognized = stats.bytes + self._texts.bytes, self._texts.recognized
+            return stats
+
+    def text_key(self, text: str, namespace: tuple, compute) -> str:
+        """The key of a data URL's base64 text, not hashed again when equal to a recent one (`TextKeyMemo.key`)."""
+        key = self._texts.key(text, namespace, compute)
+        with self._lock:
+            self._evict()  # the texts share the budget
+        return key
 
     def decoded(self, key: str, decode) -> Any:
         """The decoded image (or audio clip) of `key`, from the cache or from `decode()` (then stored).
@@ -195,7 +209,7 @@ class MediaCache:
             self._stats.processed += images
 
     def _evict(self) -> None:
-        while self._stats.bytes > self.max_bytes and self._entries:
+        while self._stats.bytes + self._texts.bytes > self.max_bytes and self._entries:
             _, entry = self._entries.popitem(last=False)
             self._stats.bytes -= entry.bytes
             self._stats.evictions += 1
