@@ -22,6 +22,7 @@ from typing import Any
 
 from .errors import MAX_ECHO_CHARS, shorten
 from .policy import ServingPolicy
+from .request_json import parse_json_body
 
 __all__ = ["build_app"]
 
@@ -56,6 +57,7 @@ def build_app(
         model_manager.shutdown()
 
     app = FastAPI(lifespan=lifespan)
+    app.router.route_class = _route_class()  # the routes below parse JSON bodies with `parse_json_body`
 
     @app.exception_handler(AnyHTTPException)
     async def _client_error(_request: Request, error: AnyHTTPException):
@@ -104,6 +106,30 @@ def build_app(
             return JSONResponse({"status": "ok"})
 
     return RequestGuard(app, policy)
+
+
+def _route_class():
+    """FastAPI's route class, its requests' JSON read by `parse_json_body` (FastAPI's own content-type rules and
+    errors are kept: it calls `Request.json()` exactly where it would parse)."""
+    from fastapi import Request
+    from fastapi.routing import APIRoute
+
+    class LiftingRequest(Request):
+        async def json(self) -> Any:
+            if not hasattr(self, "_json"):
+                self._json = parse_json_body(await self.body())
+            return self._json
+
+    class LiftingRoute(APIRoute):
+        def get_route_handler(self):
+            handler = super().get_route_handler()
+
+            async def route_handler(request: Request):
+                return await handler(LiftingRequest(request.scope, request.receive))
+
+            return route_handler
+
+    return LiftingRoute
 
 
 class RequestGuard:
