@@ -287,7 +287,7 @@ def tiny_ernie4_5_vl_moe_config() -> transformers.Ernie4_5_VLMoeConfig:
         moe_k=2,
         moe_num_experts=4,
         moe_num_shared_experts=1,
-        mlp_layer_types=["dense", "sparse"],
+        mlp_layer_types=["sparse", "sparse"],
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
