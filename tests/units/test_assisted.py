@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import DynamicCache, GenerationConfig
 
+from conftest import model_pair
+from support.references import Prompt
 from vlmprep.generation import VisionFacts
 from vlmprep.generation.assisted import (
     assistant_model_of,
@@ -13,6 +16,7 @@ from vlmprep.generation.assisted import (
     type_draft_tokens_as_generated,
 )
 from vlmprep.generation.prepared import PlannedEncoderOutputs, PreparedItems
+from vlmprep.testing import IMAGE
 
 
 def _planned(end: int) -> PlannedEncoderOutputs:
@@ -85,3 +89,17 @@ def test_first_forward_after_a_cache_feeds_only_the_new_tokens():
     assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "cache": DynamicCache()})
     assert first_forward_after_cache(ids, {**kwargs, "next_sequence_length": 1})["next_sequence_length"] == 1
     assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "is_first_iteration": False})
+
+
+@pytest.mark.parametrize("family", ["ernie4_5_vl_moe", "gemma3"])
+def test_a_drafted_placeholder_is_refused_with_a_way_out(family):
+    """Prompt lookup copies the image's first tokens after the text that comes back at the prompt's end: upstream
+    fails with a bare count mismatch; the drop-in names the token and the way out, which then matches upstream."""
+    upstream, ours = model_pair(family)
+    inputs = Prompt(ours.config, [[5, 6], IMAGE, [9, 5, 6]], image_seeds=[0]).inputs()
+    placeholder = ours.config.image_token_id
+    with pytest.raises(ValueError, match=rf"drafted the image placeholder token {placeholder}.*suppress_tokens"):
+        ours.generate(**inputs, max_new_tokens=2, do_sample=False, prompt_lookup_num_tokens=3)
+    suppressed = {"max_new_tokens": 2, "do_sample": False, "suppress_tokens": [placeholder]}
+    actual = ours.generate(**inputs, prompt_lookup_num_tokens=3, **suppressed)
+    assert torch.equal(actual, upstream.generate(**inputs, **suppressed))

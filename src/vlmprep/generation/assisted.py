@@ -123,16 +123,53 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
     return {**model_kwargs, "next_sequence_length": input_ids.shape[-1] - past_length}
 
 
-def first_assisted_forward_inputs(facts: VisionFacts, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> dict:
-    """The inputs of assisted decoding's first forward: the tokens after the cache only (`first_forward_after_cache`),
-    the drafts typed as generated tokens (`type_draft_tokens_as_generated`); any other forward's as they are.
+def check_no_placeholder_in_drafts(model, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
+    """Refuse a first assisted forward whose drafts hold a placeholder of items that forward fills.
+
+    Prompt lookup copies the tokens that followed an earlier match of the prompt's last tokens, placeholders included
+    (text before an image); upstream's forward then finds more placeholders than feature rows and fails with a bare
+    "features and tokens do not match" (the plain class fails alike). One-token decoding would embed such a token as
+    text: no drop-in forward can tell it from the prompt's own placeholders, so it is refused with a way out.
 
     Args:
-        facts (`VisionFacts`): the family's facts.
+        model: the drop-in (its facts and config give the placeholder ids).
+        input_ids (`torch.Tensor` of shape `(batch_size, length)`): the forward's ids (prompt and drafts).
+        model_kwargs (`dict[str, Any]`): the inputs `prepare_inputs_for_generation` was called with.
+
+    Raises:
+        `ValueError`: a draft is the placeholder of a modality whose feature rows this forward fills.
+    """
+    planned = model_kwargs.get("mm_encoder_outputs")
+    if not (model_kwargs.get("is_first_iteration") and isinstance(planned, PlannedEncoderOutputs)):
+        return
+    drafts = planned.prepared.offset + input_ids.shape[-1] - planned.end
+    for modality in model.vision_facts.modalities if drafts > 0 else ():
+        placeholder = getattr(model.config, modality.placeholder_attr, None)
+        if planned.get(modality.name) is None or placeholder is None:
+            continue  # no rows to fill: a drafted placeholder is embedded as text, as decoding embeds it
+        if bool((input_ids[..., -drafts:] == placeholder).any()):
+            raise ValueError(
+                f"Assisted decoding drafted the {modality.name} placeholder token {placeholder} right after the prompt "
+                f"({model.config.model_type}): prompt lookup copies tokens that followed an earlier match, here a "
+                f"{modality.name}'s placeholders, and the first forward cannot tell them from the prompt's own "
+                f"(transformers' class fails alike). Pass `suppress_tokens=[{placeholder}]` (prompt lookup never "
+                "drafts a suppressed token), or generate without `prompt_lookup_num_tokens`."
+            )
+
+
+def first_assisted_forward_inputs(model, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> dict:
+    """The inputs of assisted decoding's first forward: the tokens after the cache only (`first_forward_after_cache`),
+    the drafts typed as generated tokens (`type_draft_tokens_as_generated`), refused where a draft is a placeholder
+    (`check_no_placeholder_in_drafts`); any other forward's as they are.
+
+    Args:
+        model: the drop-in.
         input_ids (`torch.Tensor` of shape `(batch_size, length)`): the forward's ids (prompt and drafts).
         model_kwargs (`dict[str, Any]`): the inputs `prepare_inputs_for_generation` was called with.
 
     Returns:
         `dict[str, Any]`: the inputs to hand to upstream's `prepare_inputs_for_generation`.
     """
-    return type_draft_tokens_as_generated(facts, input_ids, first_forward_after_cache(input_ids, model_kwargs))
+    check_no_placeholder_in_drafts(model, input_ids, model_kwargs)
+    model_kwargs = first_forward_after_cache(input_ids, model_kwargs)
+    return type_draft_tokens_as_generated(model.vision_facts, input_ids, model_kwargs)

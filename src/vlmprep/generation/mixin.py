@@ -199,7 +199,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, inputs_embeds=None, **kwargs):
         # Assisted decoding's first forward: the tokens after the cache only, drafts typed as generated tokens.
         # `inputs_embeds` is named: upstream's `generate` takes it only where this signature does.
-        kwargs = first_assisted_forward_inputs(self.vision_facts, input_ids, kwargs)
+        kwargs = first_assisted_forward_inputs(self, input_ids, kwargs)
         return super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
