@@ -1,10 +1,12 @@
 """What assisted decoding (`prompt_lookup_num_tokens`, `assistant_model=`) needs from the drop-ins.
 
 transformers' `_assisted_decoding` runs its first forward over the whole prompt followed by the draft tokens, without
-calling `_prefill`: it never slices the prompt after a non-empty cache (the cached tokens would be fed again), and it
-gives every draft token the prompt's last token type. vlmprep keeps that forward exact by feeding only the tokens after
-a caller's cache and typing the draft tokens as generated tokens, and by not restoring a stored prefix into an assisted
-call (an assistant model needs the features of every item: `vlmprep.generation.prefix.PrefixRequest.store_only_reason`).
+calling `_prefill`: it never slices the prompt after a non-empty cache (the cached tokens would be fed again), it gives
+every draft token the prompt's last `token_type_ids` and no other token type (`mm_token_type_ids`,
+`moe_mm_token_type_ids`), and a draft copied from an item's placeholders (prompt lookup) is taken for one. vlmprep keeps
+that forward exact by feeding only the tokens after a caller's cache and typing the draft tokens as generated tokens,
+refuses a drafted placeholder clearly, and does not restore a stored prefix into an assisted call (an assistant model
+needs the features of every item: `vlmprep.generation.prefix.PrefixRequest.store_only_reason`).
 """
 
 from __future__ import annotations
