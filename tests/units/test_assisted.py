@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import DynamicCache, GenerationConfig
 
+from conftest import model_pair
+from support.references import Prompt
 from vlmprep.generation import VisionFacts
 from vlmprep.generation.assisted import (
     assistant_model_of,
@@ -13,6 +16,7 @@ from vlmprep.generation.assisted import (
     type_draft_tokens_as_generated,
 )
 from vlmprep.generation.prepared import PlannedEncoderOutputs, PreparedItems
+from vlmprep.testing import IMAGE
 
 
 def _planned(end: int) -> PlannedEncoderOutputs:
@@ -37,24 +41,43 @@ def test_assisted_calls():
 
 
 def test_drafts_after_the_prompt_get_the_generated_token_type():
-    token_types = torch.tensor([[0, 0, 0, 0, 0, 0]])  # a 4-token PaliGemma prefix, then 2 drafts typed as it
+    ids = torch.arange(6)[None]  # a 4-token prompt, then 2 drafts
+    token_types = torch.tensor([[0, 0, 0, 0, 0, 0]])  # a PaliGemma prefix, drafts typed as it by upstream
     kwargs = {"is_first_iteration": True, "mm_encoder_outputs": _planned(4), "token_type_ids": token_types}
-    typed = type_draft_tokens_as_generated(VisionFacts(bidirectional="prefix"), kwargs)
+    typed = type_draft_tokens_as_generated(VisionFacts(bidirectional="prefix"), ids, kwargs)
     assert typed["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1]]
     assert token_types.tolist() == [[0] * 6]  # the caller's tensor is never written to
     image_types = {
         **kwargs,
         "token_type_ids": torch.tensor([[0, 1, 1, 1, 1, 1]]),
     }  # a Gemma3 prompt ending in an image
-    typed = type_draft_tokens_as_generated(VisionFacts(bidirectional="image"), image_types)
+    typed = type_draft_tokens_as_generated(VisionFacts(bidirectional="image"), ids, image_types)
     assert typed["token_type_ids"].tolist() == [[0, 1, 1, 1, 0, 0]]
-    # No drafts, a later forward, or a causal family: unchanged
-    for facts, changed in (
-        (VisionFacts(bidirectional="prefix"), {"token_type_ids": token_types[:, :4]}),
-        (VisionFacts(bidirectional="prefix"), {"is_first_iteration": False}),
-        (VisionFacts(), {}),
+    # No drafts, a later forward, or a causal family's `token_type_ids`: unchanged
+    for facts, forward_ids, changed in (
+        (VisionFacts(bidirectional="prefix"), ids[:, :4], {"token_type_ids": token_types[:, :4]}),
+        (VisionFacts(bidirectional="prefix"), ids, {"is_first_iteration": False}),
+        (VisionFacts(), ids, {}),
     ):
-        assert type_draft_tokens_as_generated(facts, {**kwargs, **changed}) == {**kwargs, **changed}
+        assert type_draft_tokens_as_generated(facts, forward_ids, {**kwargs, **changed}) == {**kwargs, **changed}
+
+
+def test_token_types_upstream_does_not_extend_get_the_drafts_typed_as_text():
+    """`mm_token_type_ids` and `moe_mm_token_type_ids` end with the prompt (upstream appends nothing for drafts, then
+    cuts them from their end): the drafts are appended as text, so each prompt token keeps its own type."""
+    ids = torch.arange(7)[None]  # a 5-token prompt ending in an image's end token, then 2 drafts
+    kwargs = {
+        "is_first_iteration": True,
+        "mm_encoder_outputs": _planned(5),
+        "mm_token_type_ids": torch.tensor([[0, 0, 1, 1, 0]]),
+        "moe_mm_token_type_ids": torch.tensor([[0, 1, 1, 1, 1]]),
+    }
+    facts = VisionFacts(token_type_key="mm_token_type_ids")
+    typed = type_draft_tokens_as_generated(facts, ids, kwargs)
+    assert typed["mm_token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0, 0]]
+    assert typed["moe_mm_token_type_ids"].tolist() == [[0, 1, 1, 1, 1, 0, 0]]
+    assert kwargs["moe_mm_token_type_ids"].shape[-1] == 5  # the caller's tensors are kept
+    assert type_draft_tokens_as_generated(facts, ids[:, :5], kwargs) == kwargs  # no drafts
 
 
 def test_first_forward_after_a_cache_feeds_only_the_new_tokens():
@@ -66,3 +89,17 @@ def test_first_forward_after_a_cache_feeds_only_the_new_tokens():
     assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "cache": DynamicCache()})
     assert first_forward_after_cache(ids, {**kwargs, "next_sequence_length": 1})["next_sequence_length"] == 1
     assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "is_first_iteration": False})
+
+
+@pytest.mark.parametrize("family", ["ernie4_5_vl_moe", "gemma3"])
+def test_a_drafted_placeholder_is_refused_with_a_way_out(family):
+    """Prompt lookup copies the image's first tokens after the text that comes back at the prompt's end: upstream
+    fails with a bare count mismatch; the drop-in names the token and the way out, which then matches upstream."""
+    upstream, ours = model_pair(family)
+    inputs = Prompt(ours.config, [[5, 6], IMAGE, [9, 5, 6]], image_seeds=[0]).inputs()
+    placeholder = ours.config.image_token_id
+    with pytest.raises(ValueError, match=rf"drafted the image placeholder token {placeholder}.*suppress_tokens"):
+        ours.generate(**inputs, max_new_tokens=2, do_sample=False, prompt_lookup_num_tokens=3)
+    suppressed = {"max_new_tokens": 2, "do_sample": False, "suppress_tokens": [placeholder]}
+    actual = ours.generate(**inputs, prompt_lookup_num_tokens=3, **suppressed)
+    assert torch.equal(actual, upstream.generate(**inputs, **suppressed))

@@ -1,10 +1,12 @@
 """What assisted decoding (`prompt_lookup_num_tokens`, `assistant_model=`) needs from the drop-ins.
 
 transformers' `_assisted_decoding` runs its first forward over the whole prompt followed by the draft tokens, without
-calling `_prefill`: it never slices the prompt after a non-empty cache (the cached tokens would be fed again), and it
-gives every draft token the prompt's last token type. vlmprep keeps that forward exact by feeding only the tokens after
-a caller's cache and typing the draft tokens as generated tokens, and by not restoring a stored prefix into an assisted
-call (an assistant model needs the features of every item: `vlmprep.generation.prefix.PrefixRequest.store_only_reason`).
+calling `_prefill`: it never slices the prompt after a non-empty cache (the cached tokens would be fed again), it gives
+every draft token the prompt's last `token_type_ids` and no other token type (`mm_token_type_ids`,
+`moe_mm_token_type_ids`), and a draft copied from an item's placeholders (prompt lookup) is taken for one. vlmprep keeps
+that forward exact by feeding only the tokens after a caller's cache and typing the draft tokens as generated tokens,
+refuses a drafted placeholder clearly, and does not restore a stored prefix into an assisted call (an assistant model
+needs the features of every item: `vlmprep.generation.prefix.PrefixRequest.store_only_reason`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import torch
 from transformers import GenerationMixin
 
-from .facts import VisionFacts
+from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .prepared import PlannedEncoderOutputs
 
 _GENERATE_SIGNATURE = inspect.signature(GenerationMixin.generate)
@@ -44,34 +46,53 @@ def is_assisted(generation_config, assistant_given: bool = False) -> bool:
     )
 
 
-def type_draft_tokens_as_generated(facts: VisionFacts, model_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The inputs of a first forward with the token types of the tokens past the prompt set as generation sets them.
+def type_draft_tokens_as_generated(
+    facts: VisionFacts, input_ids: torch.Tensor, model_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The inputs of a first forward with the token types of the draft tokens past the prompt set as generation sets
+    them.
 
-    Assisted decoding's first forward holds the prompt and then the draft tokens, which upstream's
-    `_prepare_token_type_ids` types as the prompt's last token: PaliGemma's drafts (type 0) would join the
-    bidirectional prefix, which then attends to them, and a Gemma3 prompt ending in an image would put them in the
-    image's block. Any other forward has no token past the prompt, and is returned as it is.
+    Assisted decoding's first forward holds the prompt and then the draft tokens. Upstream's `_prepare_token_type_ids`
+    types the drafts as the prompt's last token, and only in `token_type_ids`: PaliGemma's drafts (type 0) would join
+    the bidirectional prefix, which then attends to them, and a Gemma3 prompt ending in an image would put them in the
+    image's block. The other token types (`mm_token_type_ids`, `moe_mm_token_type_ids`) are not extended at all, and
+    upstream's `prepare_inputs_for_generation` then cuts them from their end: the prompt's types land on the wrong
+    tokens when a cache holds part of the prompt (ERNIE 4.5 VL sends tokens to the wrong experts: wrong logits, no
+    error), and a forward over the whole prompt gets fewer types than tokens (an `IndexError` in ERNIE 4.5 VL's MoE).
+    Here every token type of a draft is the generated tokens' (text, or PaliGemma's suffix), as one-token decoding
+    has it (ERNIE 4.5 VL decodes with no `moe_mm_token_type_ids`: every token a text token). Any other forward has no
+    token past the prompt, and is returned as it is.
 
     Args:
         facts (`VisionFacts`): the family's facts (which input holds the token types, the generated tokens' type).
+        input_ids (`torch.Tensor` of shape `(batch_size, length)`): the forward's ids (prompt and drafts).
         model_kwargs (`dict[str, Any]`): the inputs `prepare_inputs_for_generation` was called with.
 
     Returns:
-        `dict[str, Any]`: `model_kwargs`, with a new token-type tensor where draft tokens followed the prompt.
+        `dict[str, Any]`: `model_kwargs`, with new token-type tensors where draft tokens followed the prompt.
     """
     planned = model_kwargs.get("mm_encoder_outputs")
-    token_types = model_kwargs.get(facts.token_type_key)
-    if not (
-        model_kwargs.get("is_first_iteration")
-        and facts.bidirectional is not None
-        and isinstance(planned, PlannedEncoderOutputs)
-        and isinstance(token_types, torch.Tensor)
-        and token_types.shape[-1] > planned.end
-    ):
+    if not (model_kwargs.get("is_first_iteration") and isinstance(planned, PlannedEncoderOutputs)):
         return model_kwargs
-    token_types = token_types.clone()
-    token_types[..., planned.end :] = facts.generated_token_type  # (batch, prompt + drafts)
-    return {**model_kwargs, facts.token_type_key: token_types}
+    # `input_ids` start at `offset` (the tokens after a cache, when only those were passed) and end after the drafts
+    drafts = planned.prepared.offset + input_ids.shape[-1] - planned.end
+    if drafts <= 0:
+        return model_kwargs
+    typed = {}
+    for key in TOKEN_TYPE_KEYS:
+        token_types = model_kwargs.get(key)
+        if not isinstance(token_types, torch.Tensor) or token_types.ndim != 2:
+            continue
+        generated = facts.generated_token_type if key == facts.token_type_key else 0
+        if key == "token_type_ids":  # upstream has already appended the drafts, typed as the last prompt token
+            if facts.bidirectional is None:
+                continue  # a causal family's token types change no mask
+            token_types = token_types.clone()
+            token_types[..., -drafts:] = generated  # (batch, prompt + drafts)
+        else:  # they end with the prompt
+            token_types = torch.nn.functional.pad(token_types, (0, drafts), value=generated)
+        typed[key] = token_types
+    return {**model_kwargs, **typed} if typed else model_kwargs
 
 
 def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -102,3 +123,55 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
     if past_length == 0 or past_length >= input_ids.shape[-1]:
         return model_kwargs
     return {**model_kwargs, "next_sequence_length": input_ids.shape[-1] - past_length}
+
+
+def check_no_placeholder_in_drafts(model, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
+    """Refuse a first assisted forward whose drafts hold a placeholder of items that forward fills.
+
+    Prompt lookup copies the tokens that followed an earlier match of the prompt's last tokens, placeholders included
+    (text before an image); upstream's forward then finds more placeholders than feature rows and fails with a bare
+    "features and tokens do not match" (the plain class fails alike). One-token decoding would embed such a token as
+    text: no drop-in forward can tell it from the prompt's own placeholders, so it is refused with a way out.
+
+    Args:
+        model: the drop-in (its facts and config give the placeholder ids).
+        input_ids (`torch.Tensor` of shape `(batch_size, length)`): the forward's ids (prompt and drafts).
+        model_kwargs (`dict[str, Any]`): the inputs `prepare_inputs_for_generation` was called with.
+
+    Raises:
+        `ValueError`: a draft is the placeholder of a modality whose feature rows this forward fills.
+    """
+    planned = model_kwargs.get("mm_encoder_outputs")
+    if not (model_kwargs.get("is_first_iteration") and isinstance(planned, PlannedEncoderOutputs)):
+        return
+    drafts = planned.prepared.offset + input_ids.shape[-1] - planned.end
+    for modality in model.vision_facts.modalities if drafts > 0 else ():
+        placeholder = getattr(model.config, modality.placeholder_attr, None)
+        if planned.get(modality.name) is None or placeholder is None:
+            continue  # no rows to fill: a drafted placeholder is embedded as text, as decoding embeds it
+        if bool((input_ids[..., -drafts:] == placeholder).any()):
+            raise ValueError(
+                f"Assisted decoding drafted the {modality.name} placeholder token {placeholder} right after the prompt "
+                f"({model.config.model_type}): prompt lookup copies tokens that followed an earlier match, here a "
+                f"{modality.name}'s placeholders, and the first forward cannot tell them from the prompt's own "
+                f"(transformers' class fails alike). Pass `suppress_tokens=[{placeholder}]` (prompt lookup never "
+                "drafts a suppressed token), or generate without `prompt_lookup_num_tokens`."
+            )
+
+
+def first_assisted_forward_inputs(model, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> dict:
+    """The inputs of assisted decoding's first forward: the tokens after the cache only (`first_forward_after_cache`),
+    the drafts typed as generated tokens (`type_draft_tokens_as_generated`), refused where a draft is a placeholder
+    (`check_no_placeholder_in_drafts`); any other forward's as they are.
+
+    Args:
+        model: the drop-in.
+        input_ids (`torch.Tensor` of shape `(batch_size, length)`): the forward's ids (prompt and drafts).
+        model_kwargs (`dict[str, Any]`): the inputs `prepare_inputs_for_generation` was called with.
+
+    Returns:
+        `dict[str, Any]`: the inputs to hand to upstream's `prepare_inputs_for_generation`.
+    """
+    check_no_placeholder_in_drafts(model, input_ids, model_kwargs)
+    model_kwargs = first_forward_after_cache(input_ids, model_kwargs)
+    return type_draft_tokens_as_generated(model.vision_facts, input_ids, model_kwargs)

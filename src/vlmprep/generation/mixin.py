@@ -29,7 +29,7 @@ from transformers import GenerationMixin
 from ..cache.identity import any_module_training, check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..utils.logging import get_logger
-from .assisted import assistant_model_of, first_forward_after_cache, type_draft_tokens_as_generated
+from .assisted import assistant_model_of, first_assisted_forward_inputs
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
@@ -199,7 +199,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, inputs_embeds=None, **kwargs):
         # Assisted decoding's first forward: the tokens after the cache only, drafts typed as generated tokens.
         # `inputs_embeds` is named: upstream's `generate` takes it only where this signature does.
-        kwargs = type_draft_tokens_as_generated(self.vision_facts, first_forward_after_cache(input_ids, kwargs))
+        kwargs = first_assisted_forward_inputs(self, input_ids, kwargs)
         return super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------

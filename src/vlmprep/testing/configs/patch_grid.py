@@ -272,8 +272,9 @@ def tiny_kimi_k25_config() -> transformers.Kimi_K25Config:
 
 def tiny_ernie4_5_vl_moe_config() -> transformers.Ernie4_5_VLMoeConfig:
     """A tiny ERNIE 4.5 VL MoE config: a one-layer tower of one-frame patches whose resampler merges 2x2 patches and
-    pairs of video frames; layer 0 dense, layer 1 routing to 2 of 4 experts (text and vision tokens apart) plus a
-    shared one; multimodal rope (height and width sections equal, as its rotary embedding interleaves them).
+    pairs of video frames; both layers routing to 2 of 4 experts (text and vision tokens apart) plus a shared one (a
+    first sparse layer makes every token's routing change the last logits, not only the last token's); multimodal
+    rope (height and width sections equal, as its rotary embedding interleaves them).
 
     Returns:
         `transformers.Ernie4_5_VLMoeConfig`
@@ -287,7 +288,7 @@ def tiny_ernie4_5_vl_moe_config() -> transformers.Ernie4_5_VLMoeConfig:
         moe_k=2,
         moe_num_experts=4,
         moe_num_shared_experts=1,
-        mlp_layer_types=["dense", "sparse"],
+        mlp_layer_types=["sparse", "sparse"],
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
