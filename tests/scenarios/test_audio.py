@@ -15,9 +15,14 @@ from transformers import DynamicCache
 
 from conftest import model_pair
 from support.chat import run_chat
+from support.generation_checks import (
+    TEXT_ANSWERS,
+    assert_exact_without_an_audio_tower,
+    assert_short_clip_hits_the_encoder_cache,
+)
 from support.references import Prompt, assert_close, generate_logits, uncached_logits
 from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
-from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
+from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
 AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
@@ -25,7 +30,6 @@ SYSTEM = [2, *range(10, 21)]  # 12 tokens
 # A chat mixing an image (turn 1) and two audio clips (turns 2 and 4) of different real lengths.
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
 TURN_SEEDS = [100, 101, None, 102, None]  # 101: 22 real frames, 102: all 40
-# Answers of text ids only: no special ids (placeholders), no padding, BOS or EOS (a turn must answer in full).
 # Each family's mask of a clip's real frames, and the axis of its features holding the mel bins
 AUDIO_MASK_KEYS = {
     "gemma4": "input_features_mask",
@@ -33,7 +37,6 @@ AUDIO_MASK_KEYS = {
     "qwen3_omni_moe_thinker": "feature_attention_mask",
 }
 MEL_BIN_AXES = {"gemma4": -1, "qwen2_5_omni_thinker": 1, "qwen3_omni_moe_thinker": 1}
-TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
@@ -61,14 +64,7 @@ def test_chunks_cutting_audio_runs_are_exact(family, chunk_size):
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
 def test_a_clip_hits_the_encoder_cache_alone_or_batched_with_a_longer_clip(family):
-    upstream, ours = model_pair(family)
-    short_clip = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[3])  # 22 real frames of 40
-    both = Prompt(ours.config, [SYSTEM, AUDIO, [30], AUDIO, [31]], image_seeds=[0, 3])
-    generate_logits(ours, short_clip.inputs(), max_new_tokens=1)
-    with VisionRunCounter(ours) as runs:
-        _, logits = generate_logits(ours, both.inputs(), max_new_tokens=1)
-    assert runs.batch_sizes == [1], "only the new clip is encoded: the short one is a cache hit"
-    assert_close(logits[0], uncached_logits(upstream, both.inputs()))
+    assert_short_clip_hits_the_encoder_cache(*model_pair(family), SYSTEM)  # 22 real frames of 40
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
@@ -89,14 +85,7 @@ def test_a_cache_ending_inside_an_audio_run_resumes_exactly(family):
 def test_gemma4_checkpoint_without_audio_tower():
     config = tiny_gemma4_config(with_audio=False)
     upstream = tiny_model(transformers.Gemma4ForConditionalGeneration, config).eval()
-    ours = Gemma4ForConditionalGeneration(config).eval()
-    ours.load_state_dict(upstream.state_dict())
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[1])
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
-    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
-    with_audio = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[0])
-    with pytest.raises(ValueError, match="no audio tower"):
-        ours.generate(**with_audio.inputs(), max_new_tokens=1)
+    assert_exact_without_an_audio_tower(upstream, Gemma4ForConditionalGeneration(config).eval(), SYSTEM)
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)

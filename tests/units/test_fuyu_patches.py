@@ -8,15 +8,9 @@ import pytest
 import torch
 
 from conftest import model_pair
+from support.generation_checks import GENERATION_MODES
 from support.references import SYSTEM, USER, Prompt, assert_same_steps
 from vlmprep.testing import IMAGE, VisionRunCounter
-
-MODES = {
-    "greedy": {"do_sample": False},
-    "sample": {"do_sample": True, "top_k": 5},
-    "beams": {"do_sample": False, "num_beams": 3},
-    "return_two": {"do_sample": True, "num_return_sequences": 2},
-}
 
 # Upstream's `generate` fails here: for beams and `num_return_sequences` it repeats `pixel_values` row by row as if
 # each row were a prompt's, but a row is a patch, so its prefill finds placeholders and features that do not match
@@ -24,11 +18,11 @@ MODES = {
 UPSTREAM_FAILS = ("beams", "return_two")
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", list(GENERATION_MODES))
 def test_generate_matches_transformers_and_encodes_each_patch_once(mode):
     upstream, ours = model_pair("fuyu")
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]], image_seeds=[0, 1])
-    kwargs = dict(max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **MODES[mode])
+    kwargs = dict(max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **GENERATION_MODES[mode])
     torch.manual_seed(1)
     with VisionRunCounter(ours) as runs:
         actual = ours.generate(**prompt.inputs(), **kwargs)
