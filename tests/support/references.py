@@ -220,6 +220,11 @@ def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
     return out.sequences, out.logits
 
 
+def next_logits(model, inputs: dict, **kwargs) -> torch.Tensor:
+    """The logits of a greedy `generate`'s first new token, `(batch, vocab)`."""
+    return generate_logits(model, inputs, max_new_tokens=1, **kwargs)[1][0]
+
+
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL) -> None:
     diff = (actual - expected).abs().max().item()
     assert torch.allclose(actual, expected, atol=atol), f"max abs diff {diff:.3e} > {atol}"
