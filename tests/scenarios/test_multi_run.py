@@ -199,6 +199,17 @@ def test_global_and_local_views_refused_clearly(family):
         ours.generate(**larger, max_new_tokens=1)
 
 
+def _assert_greedy_beams_and_chunks_match_upstream(upstream, ours, inputs: dict) -> None:
+    # Greedy, two beams and chunks of 2 give upstream's tokens and logits (upstream generates unchunked)
+    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
+        expected_sequences, expected_logits = generate_logits(
+            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
+        )
+        sequences, logits = generate_logits(ours, inputs, **kwargs)
+        assert torch.equal(sequences, expected_sequences), kwargs
+        assert_same_steps(logits, expected_logits)
+
+
 def _minicpm_config_as_transformers_tester_builds_it() -> transformers.MiniCPMV4_6Config:
     # The shapes of transformers' MiniCPM-V 4.6 tester: attention before Gated DeltaNet, tied embeddings, no video
     # placeholder, 8 px patches on 32 px images (a 4x4 grid, one placeholder per view)
@@ -226,13 +237,7 @@ def test_minicpm_as_transformers_tester_builds_it():
     ids[:, 3] = config.image_token_id  # one view of one placeholder per row, the views packed side by side
     pixels = torch.randn(1, 3, 8, 2 * 16 * 8, generator=generator)
     inputs = {"input_ids": ids, "pixel_values": pixels, "target_sizes": torch.tensor([[4, 4], [4, 4]])}
-    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
-        expected_sequences, expected_logits = generate_logits(
-            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
-        )
-        sequences, logits = generate_logits(ours, inputs, **kwargs)
-        assert torch.equal(sequences, expected_sequences), kwargs
-        assert_same_steps(logits, expected_logits)
+    _assert_greedy_beams_and_chunks_match_upstream(upstream, ours, inputs)
 
 
 def test_step3p7_as_transformers_tester_builds_it():
@@ -250,13 +255,7 @@ def test_step3p7_as_transformers_tester_builds_it():
     ids = torch.randint(5, 99, (2, 7), generator=generator)
     ids[:, 3] = config.image_token_id
     inputs = {"input_ids": ids, "pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
-    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
-        expected_sequences, expected_logits = generate_logits(
-            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
-        )
-        sequences, logits = generate_logits(ours, inputs, **kwargs)
-        assert torch.equal(sequences, expected_sequences), kwargs
-        assert_same_steps(logits, expected_logits)
+    _assert_greedy_beams_and_chunks_match_upstream(upstream, ours, inputs)
 
 
 def test_a_global_view_on_another_canvas_is_not_resumed():
