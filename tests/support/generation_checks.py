@@ -77,3 +77,23 @@ def assert_exact_without_an_audio_tower(upstream, ours, system: list[int] = SYST
     with_audio = Prompt(ours.config, [system, AUDIO, [30]], image_seeds=[0])
     with pytest.raises(ValueError, match="no audio tower"):
         ours.generate(**with_audio.inputs(), max_new_tokens=1)
+
+
+def assert_bad_clips_refused_then_exact(upstream, ours, inputs: dict, features_key: str, mask_key: str, more=()):
+    """A clip's run without its features, two clips for one run, a mask with fewer real frames (or samples) than the
+    run, and the family's own `more` `(bad inputs, message)` pairs are each refused with an error saying what is
+    wrong; the model is still exact afterwards."""
+    shorter_mask = inputs[mask_key].clone()
+    shorter_mask[:, 20:] = 0  # the clip's run is longer than its real frames give
+    two_clips = {key: torch.cat([inputs[key], inputs[key]]) for key in (features_key, mask_key)}
+    bad = [
+        ({k: v for k, v in inputs.items() if k != features_key}, "no pixel inputs were passed"),
+        ({**inputs, **two_clips}, r"2 audio\(s\) were passed but the prompt has 1 audio placeholder run"),
+        ({**inputs, mask_key: shorter_mask}, "more audio placeholder tokens than"),
+        *more,
+    ]
+    for bad_inputs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            ours.generate(**bad_inputs, max_new_tokens=1)
+    _, logits = generate_logits(ours, inputs, max_new_tokens=1)
+    assert_close(logits[0], uncached_logits(upstream, inputs))
