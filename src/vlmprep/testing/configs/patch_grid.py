@@ -366,7 +366,21 @@ def tiny_muse_glimmer_config() -> transformers.MuseGlimmerConfig:
     Returns:
         `transformers.MuseGlimmerConfig`
     """
-    text = tiny_text_config(None, head_dim=16, sliding_window=6, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return transformers.MuseGlimmerConfig(
+        text_config=tiny_text_config(None, **MUSE_GLIMMER_TEXT), **muse_glimmer_parts()
+    )
+
+
+# Muse Glimmer's (and Muse Spark's) decoder: a window of 6 tokens, which prompts exceed
+MUSE_GLIMMER_TEXT = {"head_dim": 16, "sliding_window": 6, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+
+
+def muse_glimmer_parts() -> dict:
+    """Muse Glimmer's (and Muse Spark's) vision tower, placeholders and projector: its config's arguments but the text.
+
+    Returns:
+        `dict`: `vision_config`, `image_token_id`, `video_token_id`, `out_hidden_size` and `projector_hidden_size`.
+    """
     vision = tiny_vision_config(
         num_hidden_layers=2,
         image_size=None,
@@ -377,11 +391,10 @@ def tiny_muse_glimmer_config() -> transformers.MuseGlimmerConfig:
         pos_emb_width=4,
         max_position_embeddings=16,
     )
-    return transformers.MuseGlimmerConfig(
-        text_config=text,
-        vision_config=vision,
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        video_token_id=TINY_VIDEO_TOKEN_ID,
-        out_hidden_size=32 * MERGE_SIZE**2,  # the tower's width after its pixel shuffle
-        projector_hidden_size=32,
-    )
+    return {
+        "vision_config": vision,
+        "image_token_id": TINY_IMAGE_TOKEN_ID,
+        "video_token_id": TINY_VIDEO_TOKEN_ID,
+        "out_hidden_size": 32 * MERGE_SIZE**2,  # the tower's width after its pixel shuffle
+        "projector_hidden_size": 32,
+    }
