@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import transformers
 
+from .muse import MUSE_GLIMMER_TEXT, muse_glimmer_parts
 from .parts import (
     TINY_AUDIO_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
+    TINY_TEXT_SPECIAL_IDS,
     TINY_VIDEO_TOKEN_ID,
     tiny_text_config,
 )
-from .patch_grid import MERGE_SIZE, MUSE_GLIMMER_TEXT, PATCH_SIZE, muse_glimmer_parts
+from .patch_grid import MERGE_SIZE, PATCH_SIZE
 
 MUSE_SPARK_PATCH_SIZES = (2, 2)  # waveform samples folded by each stage of the audio tower: 4 per audio token
 
@@ -78,9 +80,7 @@ def tiny_apertus1p5_config() -> transformers.Apertus1p5Config:
         head_dim=16,
         # upstream's default `xielu` holds parameters its initialisation cannot rebuild: gelu, as upstream's tests
         hidden_act="gelu",
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **TINY_TEXT_SPECIAL_IDS,
     )
     vision = {
         "codebook_size": APERTUS1P5_CODEBOOK_SIZE,
@@ -183,9 +183,7 @@ def tiny_dots3_note_config() -> transformers.Dots3NoteConfig:
         image_token_id=TINY_IMAGE_TOKEN_ID,
         video_token_id=TINY_VIDEO_TOKEN_ID,
         audio_token_id=TINY_AUDIO_TOKEN_ID,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **TINY_TEXT_SPECIAL_IDS,
         vision_config=vision,
         audio_config=audio,
     )
