@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from support.segments import with_seeds
 from vlmprep.testing import AUDIO, TINY_AUDIO_TOKEN_ID, TINY_BOA_TOKEN_ID, TINY_EOA_TOKEN_ID
 
 
@@ -39,17 +40,16 @@ def split_clips(segments: list, item_seeds: list[int], clip_of: Callable[[int], 
     Returns:
         `(segments, seeds, clips)`: the segments and seeds of the text, images and videos, and the clips in order.
     """
-    seeds = iter(item_seeds)
     visual_segments, visual_seeds, clips = [], [], []
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             visual_segments.append(segment)
         elif segment == AUDIO:
-            clips.append(clip_of(next(seeds)))
+            clips.append(clip_of(seed))
             visual_segments.append([-len(clips)])  # marks where the clip goes
         else:
             visual_segments.append(segment)
-            visual_seeds.append(next(seeds))
+            visual_seeds.append(seed)
     return visual_segments, visual_seeds, clips
 
 

@@ -13,6 +13,7 @@ import torch
 from support.audio_clips import add_clips, audio_run, padded_mask, real_length, splice_clips, split_clips
 from support.cases import FamilyCase, register
 from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
+from support.segments import with_seeds
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
@@ -61,18 +62,16 @@ def build_gemma4_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     ids: list[int] = []
     types: list[int] = []
     images, videos, clips = [], [], []
-    seeds = iter(item_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
             types += [0] * len(segment)
         elif segment == AUDIO:
-            features, mask, tokens = _audio_clip(next(seeds))
+            features, mask, tokens = _audio_clip(seed)
             clips.append((features, mask))
             ids += audio_run(tokens)
             types += [0, *[3] * tokens, 0]
         else:
-            seed = next(seeds)
             is_image = segment == IMAGE
             frames = 1 if is_image else FRAMES_PER_VIDEO
             placeholder, token_type = (TINY_IMAGE_TOKEN_ID, 1) if is_image else (TINY_VIDEO_TOKEN_ID, 2)

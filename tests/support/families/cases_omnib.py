@@ -14,6 +14,7 @@ from support.audio_clips import add_clips, audio_run, padded_mask, real_length, 
 from support.cases import FamilyCase, register
 from support.families.cases_text_positions import image_grid, placeholder
 from support.patch_grid_inputs import grid_prompt, merged_tokens
+from support.segments import with_seeds
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
@@ -100,20 +101,19 @@ def _apertus_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
 def build_apertus1p5_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     """Apertus 1.5 prompts: images padded to 8 px with their `image_sizes`, clips padded to 40
     samples with their `padding_mask` (40, 34, 28 or 22 real, by seed)."""
-    seeds = iter(item_seeds)
     ids: list[int] = []
     images, clips = [], []
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
         elif segment == AUDIO:
-            values, mask, run = _apertus_clip(next(seeds))
+            values, mask, run = _apertus_clip(seed)
             clips.append((values, mask))
             ids += run
         elif segment != IMAGE:
             raise ValueError(f"Apertus 1.5 takes images and audio clips, not {segment}")
         else:
-            pixels, size, run = _apertus_image(next(seeds))
+            pixels, size, run = _apertus_image(seed)
             images.append((pixels, size))
             ids += run
     inputs = {"input_ids": torch.tensor([ids])}

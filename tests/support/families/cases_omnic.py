@@ -21,6 +21,7 @@ import torch
 from support.audio_clips import add_clips, audio_run, padded_mask, real_length
 from support.cases import FamilyCase, register
 from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
+from support.segments import with_seeds
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
@@ -96,16 +97,15 @@ def build_inkling_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     """`input_ids`, `pixel_values` (every image's patches back to back) and the audio levels with their mask."""
     ids: list[int] = []
     patches, clips = [], []
-    seeds = iter(item_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
         elif segment == AUDIO:
-            levels, mask = _inkling_clip(next(seeds))
+            levels, mask = _inkling_clip(seed)
             clips.append((levels, mask))
             ids += audio_run(int(mask.sum()), end=None)
         else:
-            pixels = _inkling_patches(next(seeds))
+            pixels = _inkling_patches(seed)
             patches.append(pixels)
             ids += [TINY_BOI_TOKEN_ID, *[TINY_IMAGE_TOKEN_ID] * pixels.shape[0]]
     inputs = {"input_ids": torch.tensor([ids])}
@@ -177,16 +177,14 @@ def build_nemotron_h_omni_inputs(config, segments: list, item_seeds: list[int]) 
     """`input_ids`, the images' flattened patches with `image_grid_hw`, and the clips with their mask."""
     ids: list[int] = []
     patches, grids, clips = [], [], []
-    seeds = iter(item_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
         elif segment == AUDIO:
-            features, mask, tokens = _nemotron_clip(next(seeds))
+            features, mask, tokens = _nemotron_clip(seed)
             clips.append((features, mask))
             ids += audio_run(tokens)
         else:
-            seed = next(seeds)
             height, width = NEMOTRON_GRIDS[seed % 7 % len(NEMOTRON_GRIDS)]
             generator = torch.Generator().manual_seed(seed)
             patches.append(torch.rand(height * width, 3 * NEMOTRON_PATCH_SIZE**2, generator=generator) * 2 - 1)

@@ -12,6 +12,7 @@ import torch
 
 from support.cases import FamilyCase, register
 from support.llava_like_inputs import left_pad, pixels, size_of, tiles_of
+from support.segments import with_seeds
 from vlmprep.testing import IMAGE, VIDEO
 
 # MiniCPM's `<image>`, `</image>`, `<slice>`, `</slice>`, `<image_id>`, `</image_id>`; a line break between slice rows.
@@ -73,13 +74,13 @@ def _packed(config, seeds: list[int], views_of) -> torch.Tensor:
 def build_minicpm_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     """Ids with each image's and video's runs; `pixel_values` (`pixel_values_videos`) packed, with `target_sizes`
     (`target_sizes_videos`) `(views, 2)`. The seeds are the media's, in prompt order."""
-    seeds, ids, images, videos = iter(image_seeds), [], [], []
-    for segment in segments:
+    ids, images, videos = [], [], []
+    for segment, seed in with_seeds(segments, image_seeds):
         if segment is IMAGE:
-            images.append(next(seeds))
+            images.append(seed)
             ids += minicpm_image_tokens(config, images[-1], len(images) - 1)
         elif segment is VIDEO:
-            videos.append(next(seeds))
+            videos.append(seed)
             ids += minicpm_video_tokens(config, videos[-1], len(videos) - 1)
         else:
             ids += list(segment)
