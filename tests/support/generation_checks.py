@@ -92,6 +92,12 @@ def assert_bad_clips_refused_then_exact(upstream, ours, inputs: dict, features_k
         ({**inputs, mask_key: shorter_mask}, "more audio placeholder tokens than"),
         *more,
     ]
+    assert_refused_then_exact(upstream, ours, inputs, bad)
+
+
+def assert_refused_then_exact(upstream, ours, inputs: dict, bad: list[tuple[dict, str]]) -> None:
+    """Each of the `(bad inputs, message)` pairs is refused with a `ValueError` matching its message; the model is
+    still exact on `inputs` afterwards."""
     for bad_inputs, message in bad:
         with pytest.raises(ValueError, match=message):
             ours.generate(**bad_inputs, max_new_tokens=1)
