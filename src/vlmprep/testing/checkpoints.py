@@ -215,7 +215,7 @@ def save_chat_checkpoint(directory: str | os.PathLike, model, processor, tokeniz
 
 
 # The demo template's image item becomes LLaVA's placeholder, which `LlavaProcessor` expands to one token per feature.
-LLAVA_CHAT_TEMPLATE = DEMO_CHAT_TEMPLATE.replace("<start_of_image>", "<image_soft_token>")
+LLAVA_CHAT_TEMPLATE = gemma_chat_template({"image": "<image_soft_token>"})
 
 
 def build_llava_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
