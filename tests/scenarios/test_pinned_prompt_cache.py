@@ -13,8 +13,8 @@ import torch
 
 from conftest import model_pair
 from support.families.cases_uocr import build_unlimited_ocr_inputs
-from support.references import ATOL
-from vlmprep import EncoderCache, PrefixCache
+from support.references import ATOL, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 FAMILY = "unlimited_ocr"
@@ -104,16 +104,13 @@ def test_an_image_of_crops_is_encoded_once_whatever_the_chunks():
     inputs = build_unlimited_ocr_inputs(ours.config, [[5, 6], IMAGE, [30], IMAGE, [31, 32]], [2, 9])
     assert inputs["num_local_patches"] == [2, 2]
     expected = upstream.generate(**inputs, **LONG_ANSWER)
-    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
-    try:
+    with with_encoder_cache(ours):
         for chunk_size in (1, 4, 13, None):  # boundaries inside each image's run and between the runs
             with VisionRunCounter(ours) as runs:
                 assert (
                     ours.generate(**inputs, **LONG_ANSWER, prefill_chunk_size=chunk_size).tolist() == expected.tolist()
                 )
             assert runs.batch_sizes == ([2] if chunk_size == 1 else []), (chunk_size, runs.batch_sizes)
-    finally:
-        ours.encoder_cache = saved
 
 
 def test_crop_grids_that_do_not_match_are_refused_clearly():

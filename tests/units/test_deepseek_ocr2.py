@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from conftest import model_pair
-from support.references import next_logits, uncached_logits
-from vlmprep import EncoderCache, PrefixCache
+from support.references import next_logits, uncached_logits, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.testing import VisionRunCounter, random_pixels
 
 IMAGE_TOKEN = 122
@@ -42,8 +42,7 @@ class ViewsEncoded:
 
 def test_views_encoded_once_then_from_the_encoder_cache():
     upstream, ours = model_pair("deepseek_ocr2")
-    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
-    try:
+    with with_encoder_cache(ours):
         first, other_crops = _inputs(crop_seed=1), _inputs(crop_seed=5)
         expected = [uncached_logits(upstream, inputs) for inputs in (first, other_crops)]
         assert (expected[0] - expected[1]).abs().max() > 1e-3  # the crops reach upstream's logits
@@ -54,8 +53,6 @@ def test_views_encoded_once_then_from_the_encoder_cache():
             views.append((runs.calls, sum(tower.views)))
         # one encoder call per new image: its global view and its two crops; the first image again: none
         assert views == [(1, 1 + CROPS), (1, 1 + CROPS), (0, 0)]
-    finally:
-        ours.encoder_cache = saved
 
 
 def test_prefix_store_reuses_the_image_of_the_same_views_only():

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conftest import model_pair
-from support.references import next_logits, uncached_logits
-from vlmprep import EncoderCache, PrefixCache
+from support.references import next_logits, uncached_logits, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.testing import VisionRunCounter, random_pixels
 
 PROMPT = torch.tensor([[1, 5, 6, 122, 122, 122, 122, 7, 8, 9]])
@@ -27,9 +27,8 @@ def _inputs(instruction: list[int]) -> dict:
 @pytest.fixture
 def models():
     upstream, ours = model_pair("instructblip")
-    ours.encoder_cache = EncoderCache(max_bytes=2**24)
-    yield upstream, ours
-    ours.encoder_cache = None
+    with with_encoder_cache(ours):
+        yield upstream, ours
 
 
 def test_image_resent_with_another_instruction_is_encoded_again(models):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from conftest import model_pair
-from support.references import next_logits, uncached_logits
-from vlmprep import EncoderCache, PrefixCache
+from support.references import next_logits, uncached_logits, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.generation import VisionFacts
 from vlmprep.testing import VisionRunCounter, random_pixels
 from vlmprep.testing.configs.ivideo import TINY_VIDEO_FRAMES
@@ -51,9 +51,8 @@ class FramesEncoded:
 @pytest.fixture
 def models():
     upstream, ours = model_pair("instructblipvideo")
-    ours.encoder_cache = EncoderCache(max_bytes=2**24)
-    yield upstream, ours
-    ours.encoder_cache = None
+    with with_encoder_cache(ours):
+        yield upstream, ours
 
 
 def test_facts_without_images_have_only_the_video_modality():
