@@ -13,7 +13,7 @@ import torch
 
 from conftest import model_pair
 from support.families.cases_uocr import build_unlimited_ocr_inputs
-from support.references import ATOL, with_encoder_cache
+from support.references import ATOL, uncached_logits, with_encoder_cache
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 
@@ -25,11 +25,6 @@ LONG_ANSWER = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
 def prompt_inputs(config, tail=(30, 31, 32)) -> dict:
     # A system text, an image with 2x1 crops (seed 2) and a user text
     return build_unlimited_ocr_inputs(config, [[5, 6, 7], IMAGE, list(tail)], [2])
-
-
-def uncached_last_logits(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs, use_cache=False).logits[:, -1]
 
 
 @pytest.mark.parametrize(("chunk", "cache_kind"), [(3, "dynamic"), (16, "dynamic"), (3, "static")])
@@ -65,7 +60,7 @@ def test_callers_cache_continues_as_the_whole_conversation(slid):
     pixels = {key: value for key, value in inputs.items() if key not in ("input_ids", "attention_mask")}
     whole = {"input_ids": conversation, "attention_mask": torch.ones_like(conversation), **pixels}
     out = ours.generate(**whole, cache=cache, max_new_tokens=1, output_logits=True, return_dict_in_generate=True)
-    assert torch.allclose(out.logits[0], uncached_last_logits(upstream, whole), atol=ATOL)
+    assert torch.allclose(out.logits[0], uncached_logits(upstream, whole), atol=ATOL)
     assert [layer.prefill_length for layer in out.past_key_values.layers] == [conversation.shape[1]] * 2
 
 

@@ -9,7 +9,7 @@ import torch
 
 from conftest import model_pair
 from support.generation_checks import GENERATION_MODES
-from support.references import SYSTEM, USER, Prompt, assert_same_steps
+from support.references import SYSTEM, USER, Prompt, assert_same_steps, uncached_logits
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 # Upstream's `generate` fails here: for beams and `num_return_sequences` it repeats `pixel_values` row by row as if
@@ -28,8 +28,7 @@ def test_generate_matches_transformers_and_encodes_each_patch_once(mode):
         actual = ours.generate(**prompt.inputs(), **kwargs)
     if mode in UPSTREAM_FAILS:
         # Each expanded row's first step is the prompt's: upstream's uncached forward of the whole prompt.
-        with torch.no_grad():
-            expected_first = upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
+        expected_first = uncached_logits(upstream, prompt.inputs())
         assert torch.allclose(actual.logits[0], expected_first.expand_as(actual.logits[0]), atol=1e-5)
     else:
         torch.manual_seed(1)
