@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import model_pair
-from support.generation_checks import GENERATION_MODES
+from support.generation_checks import GENERATION_MODES, assert_generate_matches_upstream
 from support.references import SYSTEM, USER, Prompt, assert_same_steps, uncached_logits
 from vlmprep.testing import IMAGE, VisionRunCounter
 
@@ -45,13 +45,6 @@ def test_image_already_in_the_encoder_cache_is_not_encoded_again():
     ours.generate(**first.inputs(), max_new_tokens=1, do_sample=False)
     second = Prompt(ours.config, [USER, IMAGE, [31], IMAGE, [32]], image_seeds=[2, 3])
     with VisionRunCounter(ours) as runs:
-        actual = ours.generate(
-            **second.inputs(), max_new_tokens=2, do_sample=False, output_logits=True, return_dict_in_generate=True
-        )
-    expected = upstream.generate(
-        **second.inputs(), max_new_tokens=2, do_sample=False, output_logits=True, return_dict_in_generate=True
-    )
-    assert torch.equal(actual.sequences, expected.sequences)
-    assert_same_steps(actual.logits, expected.logits)
+        assert_generate_matches_upstream(upstream, ours, second.inputs(), "greedy", max_new_tokens=2)
     new_patches = Prompt(ours.config, [IMAGE], image_seeds=[3]).inputs()["pixel_values"].shape[0]
     assert runs.calls == 1 and runs.images == new_patches  # only the new image's patches
