@@ -60,7 +60,7 @@ OCR2_SLOW = {
 def build_deepseek_ocr2_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     """Ids with each image's one run (its crops' queries, its global view's, the separator); `pixel_values`
     `(images, 3, 16, 16)`, `pixel_values_local` `(crops, 3, 16, 16)` when any image has crops, `num_local_patches`."""
-    views, crops = global_and_local_views(image_seeds, lambda seed: random_pixels(1, seed), random_pixels)
+    views, crops = global_and_local_views(image_seeds, random_pixels, random_pixels)
     runs = [[config.image_token_id] * (OCR2_VIEW_TOKENS * (count + 1) + 1) for count in crops]
     inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
     if image_seeds:

@@ -11,7 +11,15 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import global_and_local_views, left_pad, pixels, prompt_ids, size_of, tiles_of
+from support.llava_like_inputs import (
+    global_and_local_views,
+    left_pad,
+    pixels,
+    prompt_ids,
+    size_of,
+    square_pixels,
+    tiles_of,
+)
 from support.segments import with_seeds
 from vlmprep.testing import IMAGE, VIDEO
 
@@ -174,11 +182,8 @@ def build_step3p7_inputs(config, segments: list, image_seeds: list[int]) -> dict
     (when any image has crops) and `num_local_patches` `(images,)`."""
     inputs = {"input_ids": torch.tensor([prompt_ids(segments, [step_image_tokens(config, s) for s in image_seeds])])}
     if image_seeds:
-        side, crop = STEP_GLOBAL_SIDE, STEP_CROP_SIDE
         views, crops = global_and_local_views(
-            image_seeds,
-            lambda seed: pixels((1, 3, side, side), seed),
-            lambda n, seed: pixels((n, 3, crop, crop), seed),
+            image_seeds, square_pixels(STEP_GLOBAL_SIDE), square_pixels(STEP_CROP_SIDE)
         )
         inputs.update(views, num_local_patches=torch.tensor(crops))
     return inputs

@@ -13,7 +13,7 @@ import math
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import global_and_local_views, left_pad, pixels, prompt_ids, tiles_of
+from support.llava_like_inputs import global_and_local_views, left_pad, prompt_ids, square_pixels, tiles_of
 from vlmprep.testing.configs.uocr import UNLIMITED_OCR_CROP_SIDE, UNLIMITED_OCR_GLOBAL_SIDE
 
 # The processor's `downsample_ratio`: the tower's two stride-2 convolutions.
@@ -57,11 +57,8 @@ def build_unlimited_ocr_inputs(config, segments: list, image_seeds: list[int]) -
     (when any image has crops), `num_local_patches` and `patches_grid` lists."""
     inputs = {"input_ids": torch.tensor([prompt_ids(segments, [uocr_image_tokens(config, s) for s in image_seeds])])}
     if image_seeds:
-        side, crop = UNLIMITED_OCR_GLOBAL_SIDE, UNLIMITED_OCR_CROP_SIDE
         views, crops = global_and_local_views(
-            image_seeds,
-            lambda seed: pixels((1, 3, side, side), seed),
-            lambda n, seed: pixels((n, 3, crop, crop), seed),
+            image_seeds, square_pixels(UNLIMITED_OCR_GLOBAL_SIDE), square_pixels(UNLIMITED_OCR_CROP_SIDE)
         )
         inputs.update(views, num_local_patches=crops)
         inputs["patches_grid"] = [uocr_grid(seed) for seed in image_seeds]
