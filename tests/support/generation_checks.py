@@ -1,5 +1,6 @@
 """Checks that several test modules run on their families: `generate` in every mode against transformers, beams
-where upstream reorders a row's items, a short clip's encoder-cache hit, a checkpoint without an audio tower.
+where upstream reorders a row's items, a short clip's encoder-cache hit, a checkpoint without an audio tower, bad
+inputs refused clearly (then the model still exact).
 
 Every check compares with the plain transformers class holding the same weights, never with vlmprep's own output.
 """
