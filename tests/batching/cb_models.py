@@ -51,6 +51,26 @@ def engine_config(
     )
 
 
+def run_engine(ours, requests: list, max_new_tokens: int, max_batch_tokens: int = 8) -> dict:
+    """`generate_batch`'s outputs of greedy answers of `max_new_tokens`, in a small engine of `max_batch_tokens`."""
+    return ours.generate_batch(
+        requests,
+        generation_config=greedy(max_new_tokens),
+        continuous_batching_config=engine_config(max_batch_tokens=max_batch_tokens),
+        progress_bar=False,
+    )
+
+
+def assert_engine_matches_references(
+    upstream, ours, requests: list, max_new_tokens: int, max_batch_tokens: int = 8
+) -> dict:
+    """Runs `requests` in the engine (`run_engine`): each answer equals the plain class's; returns the outputs."""
+    outputs = run_engine(ours, requests, max_new_tokens, max_batch_tokens)
+    for request, output in zip(requests, outputs.values(), strict=True):
+        assert_matches_reference(upstream, request, output, max_new_tokens)
+    return outputs
+
+
 def wait_for(manager, request_id: str):
     """The finished output of one request of a running manager."""
     for output in manager.request_id_iter(request_id):

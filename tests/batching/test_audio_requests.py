@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
+from cb_models import (
+    assert_engine_matches_references,
+    cb_pair,
+    engine_config,
+    greedy,
+)
 
 from support.families.cases_qomni import qwen3_omni_clip
 from support.registry import FAMILY_CASES
@@ -26,14 +31,7 @@ def test_audio_requests_in_the_engine(family):
         build(config, [[3], IMAGE, [12], AUDIO, [13, 14]], [2, 3]),
         build(config, [[15, 16], AUDIO, [17], VIDEO, [18]], [1, 4]),  # a clip, then a video (runs per frame)
     ]
-    outputs = ours.generate_batch(
-        requests,
-        generation_config=greedy(4),
-        continuous_batching_config=engine_config(max_batch_tokens=8),
-        progress_bar=False,
-    )
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, 4)
+    assert_engine_matches_references(upstream, ours, requests, 4, max_batch_tokens=8)
 
 
 def test_qwen3_omni_short_clips_and_a_video_between_integer_positions():
@@ -50,14 +48,7 @@ def test_qwen3_omni_short_clips_and_a_video_between_integer_positions():
     requests.append(
         {**build(upstream.config, [[15], VIDEO, [17]], [1]), "video_second_per_grid": torch.tensor([0.75])}
     )
-    outputs = ours.generate_batch(
-        requests,
-        generation_config=greedy(3),
-        continuous_batching_config=engine_config(max_batch_tokens=8),
-        progress_bar=False,
-    )
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, 3)
+    assert_engine_matches_references(upstream, ours, requests, 3, max_batch_tokens=8)
 
 
 def test_qwen2_5_omni_request_with_audio_in_video_is_refused():

@@ -4,7 +4,10 @@ budget that splits clips across steps."""
 
 from __future__ import annotations
 
-from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
+from cb_models import (
+    assert_engine_matches_references,
+    cb_pair,
+)
 from test_audio_requests import test_audio_requests_in_the_engine as _audio_requests
 
 from support.registry import FAMILY_CASES
@@ -24,11 +27,4 @@ def test_apertus1p5_requests_in_the_engine():
         build(config, [[3], IMAGE, [12], AUDIO, [13, 14]], [2, 3]),  # an image of 4 rows: 4 runs
         build(config, [[15, 16], AUDIO, [17]], [1]),  # the first request's clip again
     ]
-    outputs = ours.generate_batch(
-        requests,
-        generation_config=greedy(4),
-        continuous_batching_config=engine_config(max_batch_tokens=8),
-        progress_bar=False,
-    )
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, 4)
+    assert_engine_matches_references(upstream, ours, requests, 4, max_batch_tokens=8)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import assert_matches_reference, cb_pair, engine_config, greedy, one_by_one
+from cb_models import (
+    assert_engine_matches_references,
+    cb_pair,
+    engine_config,
+    greedy,
+    one_by_one,
+)
 from cb_references import reference_logprobs, reference_tokens
 
 from support.references import VIDEO
@@ -45,24 +51,13 @@ QWEN_WITH_VIDEOS = [
 WITH_VIDEOS = [*QWEN_WITH_VIDEOS, "video_llama_3"]
 
 
-def generate_batch(ours, requests: list, max_batch_tokens: int, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
-    return ours.generate_batch(
-        requests,
-        generation_config=greedy(max_new_tokens),
-        continuous_batching_config=engine_config(max_batch_tokens=max_batch_tokens),
-        progress_bar=False,
-    )
-
-
 @pytest.mark.parametrize("family", BEYOND_ROWS)
 @pytest.mark.parametrize("max_batch_tokens", [5, 8, 64], ids=["budget5", "budget8", "budget64"])
 def test_image_requests_equal_generate(family, max_batch_tokens):
     # Budgets of 5 and 8 tokens cut the 9- and 17-token prompts across steps, and their images across slices
     upstream, ours = cb_pair(family)
     requests = family_requests(upstream, family)
-    outputs = generate_batch(ours, requests, max_batch_tokens)
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
+    assert_engine_matches_references(upstream, ours, requests, MAX_NEW_TOKENS, max_batch_tokens)
 
 
 @pytest.mark.parametrize("family", WITH_VIDEOS)
@@ -75,9 +70,7 @@ def test_images_and_videos(family):
         build(upstream.config, [[8], VIDEO, [9, 10]], [2]),  # the first request's video
         [11, 12, 13],
     ]
-    outputs = generate_batch(ours, requests, max_batch_tokens=8)
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
+    assert_engine_matches_references(upstream, ours, requests, MAX_NEW_TOKENS, 8)
 
 
 @pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe"])
@@ -96,9 +89,7 @@ def test_generated_placeholder_ids_next_to_deepstack_rows(family):
     build = FAMILY_CASES[family].build_inputs
     image_request = build(upstream.config, [[3], IMAGE, [4], IMAGE, [5], IMAGE, [6]], [1, 2, 3])
     requests = [*chosen[0], *chosen[1], image_request]
-    outputs = generate_batch(ours, requests, max_batch_tokens=8)
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
+    outputs = assert_engine_matches_references(upstream, ours, requests, MAX_NEW_TOKENS, 8)
     assert [outputs[f"req_{i}"].generated_tokens[0] for i in (0, 1)] == [
         upstream.config.image_token_id,
         upstream.config.video_token_id,

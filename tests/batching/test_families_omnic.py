@@ -4,22 +4,17 @@ own upstream generate (or the family is refused, with why)."""
 from __future__ import annotations
 
 import pytest
-from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
+from cb_models import (
+    assert_engine_matches_references,
+    cb_pair,
+    greedy,
+)
 
 from support.references import VIDEO
 from support.registry import FAMILY_CASES
 from vlmprep.testing import AUDIO, IMAGE
 
 MAX_NEW_TOKENS = 4
-
-
-def generate_batch(ours, requests: list, max_batch_tokens: int) -> dict:
-    return ours.generate_batch(
-        requests,
-        generation_config=greedy(MAX_NEW_TOKENS),
-        continuous_batching_config=engine_config(max_batch_tokens=max_batch_tokens),
-        progress_bar=False,
-    )
 
 
 # Slow: Cosmos3 Omni's engine path is Qwen3-VL's (its layout, deepstack rows), which tests/batching/test_families.py
@@ -34,9 +29,7 @@ def test_images_and_videos_in_small_steps(family):
         build(upstream.config, [[3, 4], IMAGE, [5], VIDEO, [6]], [1, 2]),
         build(upstream.config, [[8], VIDEO], [2]),
     ]
-    outputs = generate_batch(ours, requests, max_batch_tokens=8)
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
+    assert_engine_matches_references(upstream, ours, requests, MAX_NEW_TOKENS, 8)
 
 
 @pytest.mark.parametrize("family", ["inkling_mm_model", "nemotron_h_omni"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cb_models import LlavaCB, engine_config, greedy, llava_cb_pair
+from cb_models import LlavaCB, assert_engine_matches_references, engine_config, greedy, llava_cb_pair
 from cb_references import assert_matches_reference, image_run, pixels, reference_tokens
 from transformers import ContinuousBatchingConfig, GenerationConfig
 
@@ -31,15 +31,8 @@ def test_answers_equal_per_request_generate(max_batch_tokens):
     # A budget of 8 or 12 tokens splits every image prompt (21 to 38 tokens) across steps, and images across slices.
     upstream, ours = llava_cb_pair()
     requests = mixed_requests(ours)
-    outputs = ours.generate_batch(
-        requests,
-        generation_config=greedy(MAX_NEW_TOKENS),
-        continuous_batching_config=engine_config(max_batch_tokens=max_batch_tokens),
-        progress_bar=False,
-    )
+    outputs = assert_engine_matches_references(upstream, ours, requests, MAX_NEW_TOKENS, max_batch_tokens)
     assert list(outputs) == [f"req_{i}" for i in range(len(requests))]
-    for request, output in zip(requests, outputs.values(), strict=True):
-        assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
 
 
 def test_processor_style_tensors():

@@ -20,9 +20,10 @@ from cb_models import (
     one_by_one,
     pixels,
     reference_tokens,
+    run_engine,
     within,
 )
-from test_families import MAX_NEW_TOKENS, family_requests, generate_batch
+from test_families import MAX_NEW_TOKENS, family_requests
 from transformers.generation.continuous_batching.requests import RequestStatus
 
 import vlmprep
@@ -68,7 +69,7 @@ def test_gemma3_image_requests_equal_generate(max_batch_tokens, monkeypatch):
     upstream, ours = cb_pair("gemma3")
     requests = family_requests(upstream, "gemma3")
     seen = SlicesSeen(monkeypatch)
-    outputs = generate_batch(ours, requests, max_batch_tokens)
+    outputs = run_engine(ours, requests, MAX_NEW_TOKENS, max_batch_tokens)
     for request, output in zip(requests, outputs.values(), strict=True):
         assert_matches_reference(upstream, request, output, MAX_NEW_TOKENS)
     assert seen.slices and not seen.cuts_inside_blocks()

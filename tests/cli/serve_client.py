@@ -1,11 +1,14 @@
-"""What the serve tests share: a free loopback port, image data URLs, a decompression bomb's header, deadlines, and
-waiting for a healthy server."""
+"""What the serve tests share: a free loopback port, image data URLs, a decompression bomb's header, deadlines, a
+server process (started, waited on until healthy, stopped), chat requests, and the plain class's reference answers."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
+import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -13,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,20 +39,26 @@ def server_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **extra}
 
 
+def greedy_reply(model, processor, messages: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The plain transformers class's greedy reply to a chat (`MAX_NEW_TOKENS`, as the served chats ask).
+
+    Returns:
+        `(prompt_ids, new_tokens)`: the chat template's ids `(1, prompt)` and the reply's tokens `(new,)`.
+    """
+    inputs = processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
+    return inputs["input_ids"], output[0, inputs["input_ids"].shape[1] :]
+
+
 def transformers_answer(model, processor, images: list, question: str = QUESTION) -> str:
     """The plain transformers class's greedy answer to one user turn (the images, then the question), decoded as
     transformers serve decodes it."""
     content = [*({"type": "image", "image": image} for image in images), {"type": "text", "text": question}]
-    inputs = processor.apply_chat_template(
-        [{"role": "user", "content": content}],
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=True,
-        return_tensors="pt",
-    )
-    with torch.no_grad():
-        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
-    return processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    _, new_tokens = greedy_reply(model, processor, [{"role": "user", "content": content}])
+    return processor.decode(new_tokens, skip_special_tokens=True)
 
 
 def free_loopback_port() -> int:
@@ -99,3 +109,43 @@ def wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadl
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             time.sleep(0.3)
+
+
+@contextlib.contextmanager
+def server_process(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """A server subprocess writing its output to `log` (a file, not a pipe: a server that logs much never blocks on
+    it), killed on the way out if it still runs."""
+    with open(log, "w") as log_file:
+        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        yield server
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def stop_gracefully(server: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then wait for the exit: the server writes its stats, then exits."""
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=timeout)
+
+
+def post_chat(url: str, payload: dict, deadline: float) -> tuple[int, str]:
+    """The HTTP status and the answer's text (from one JSON body or from the deltas of the server-sent events); an
+    error's body as it came."""
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=time_left(deadline)) as response:
+            status, body = response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    if not payload.get("stream"):
+        return status, json.loads(body)["choices"][0]["message"]["content"]
+    events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
+    chunks = [json.loads(event) for event in events if event != "[DONE]"]
+    if any("error" in chunk for chunk in chunks):
+        return 500, body
+    return status, "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])

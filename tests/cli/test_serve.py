@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,8 +24,10 @@ from serve_client import (
     data_url,
     free_loopback_port,
     needs_serving,
+    post_chat,
     server_env,
-    time_left,
+    server_process,
+    stop_gracefully,
     transformers_answer,
     wait_until_healthy,
 )
@@ -50,20 +48,6 @@ SERVER_DEADLINE_S = 60
 SERVER_EXIT_TIMEOUT_S = 20
 
 
-def _chat_completion(url: str, payload: dict, deadline: float) -> str:
-    """The answer's text, from one JSON body or, with `"stream": true`, from the deltas of the server-sent events."""
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=time_left(deadline)) as response:
-        body = response.read().decode()
-    if not payload["stream"]:
-        return json.loads(body)["choices"][0]["message"]["content"]
-    events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
-    chunks = [json.loads(event) for event in events if event != "[DONE]"]
-    return "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
-
-
 def _transformers_answer(checkpoint: Path, image) -> str:
     """The plain transformers class's greedy answer, decoded as transformers serve decodes it."""
     processor = transformers.AutoProcessor.from_pretrained(checkpoint)
@@ -80,10 +64,8 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
     command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--device", "cpu"]
     log = tmp_path / "server.log"
-    with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
-        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + SERVER_DEADLINE_S
-    try:
+    with server_process(command, env, log) as server:
+        deadline = time.monotonic() + SERVER_DEADLINE_S
         # The references are computed while the server starts (it spends that time importing).
         first, second = demo_images()
         expected = {
@@ -112,13 +94,10 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
                 "max_tokens": MAX_NEW_TOKENS,
                 "stream": stream,
             }
-            answers.append(_chat_completion(f"{base_url}/v1/chat/completions", payload, deadline))
-        server.send_signal(signal.SIGTERM)  # a graceful stop: the server writes its stats, then exits
-        server.wait(timeout=SERVER_EXIT_TIMEOUT_S)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+            status, answer = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
+            assert status == 200, (answer, log.read_text())
+            answers.append(answer)
+        stop_gracefully(server, SERVER_EXIT_TIMEOUT_S)
 
     assert server.returncode == 0, log.read_text()
     assert answers == [expected["first"], expected["first"], expected["second"]]

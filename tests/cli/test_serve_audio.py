@@ -15,26 +15,28 @@ import base64
 import io
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 import wave
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import transformers
 from PIL import Image
 from serve_client import (
+    MAX_NEW_TOKENS,
+    QUESTION,
     data_url,
     free_loopback_port,
+    greedy_reply,
     needs_serving,
+    post_chat,
+    server_env,
+    server_process,
+    stop_gracefully,
     time_left,
     wait_until_healthy,
 )
-from test_serve_batching import _post
 
 from vlmprep.serving import SERVE_STATS_ENV
 from vlmprep.serving.audio import decode_wav, load_request_audio_cached
@@ -43,11 +45,8 @@ from vlmprep.serving.media_cache import MediaCache
 from vlmprep.serving.policy import ServingPolicy
 from vlmprep.testing.configs.serve import TinyGemma4Processor, build_gemma4_audio_checkpoint, register_tiny_processors
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 RATE = 16_000
-MAX_NEW_TOKENS = 6
 SERVER_DEADLINE_S = 120
-QUESTION = "What is in this picture?"
 
 
 def _wav(samples: np.ndarray, width: int = 2, rate: int = RATE, channels: int = 1) -> bytes:
@@ -161,19 +160,10 @@ def _reference_answer(model, processor, items) -> str:
             content.append({"type": "audio", "audio": (samples / 32768).astype(np.float32)})
         else:
             content.append({"type": kind, kind: value})
-    inputs = processor.apply_chat_template(
-        [{"role": "user", "content": content}],
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=True,
-        return_tensors="pt",
-    )
-    with torch.no_grad():
-        output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
-    generated = output[0, inputs["input_ids"].shape[1] :]
+    prompt_ids, generated = greedy_reply(model, processor, [{"role": "user", "content": content}])
     decoded = processor.decode(generated, skip_special_tokens=True)
     # transformers serve then parses the answer with the family's response template (Gemma 4 has one)
-    content, _, _ = parse_assistant_message(processor, model, generated, inputs["input_ids"], cleaned_content=decoded)
+    content, _, _ = parse_assistant_message(processor, model, generated, prompt_ids, cleaned_content=decoded)
     return content
 
 
@@ -214,25 +204,18 @@ def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_pat
     checkpoint, conversations, expected = audio_chat
     sequential = mode == "sequential"
     port, stats_path, log = free_loopback_port(), tmp_path / "stats.json", tmp_path / "server.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-        SERVE_STATS_ENV: str(stats_path),
-        "OMP_NUM_THREADS": "1",
-    }
+    env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     # The tiny checkpoint's processor class is registered by this module's entry point, which then runs `vlmprep serve`
     command = [sys.executable, "-m", "vlmprep.testing.configs.serve", str(checkpoint), "--host", "127.0.0.1"]
     command += ["--port", str(port), "--device", "cpu", "--max-audio-seconds", "2"]
     command += [] if sequential else ["--continuous-batching"]
-    with open(log, "w") as log_file:
-        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + SERVER_DEADLINE_S
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    try:
+    with server_process(command, env, log) as server:
+        deadline = time.monotonic() + SERVER_DEADLINE_S
         wait_until_healthy(f"http://127.0.0.1:{port}", server, log, deadline)
         for name in ("audio", "image_and_audio", "audio"):  # the first clip again: decoded once
             messages = [{"role": "user", "content": _server_content(conversations[name])}]
-            status, answer = _post(
+            status, answer = post_chat(
                 url, {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS}, deadline
             )
             assert (status, answer) == (200, expected[name]), log.read_text()
@@ -246,14 +229,9 @@ def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_pat
         }
         for reason, part in bad_parts.items():
             messages = [{"role": "user", "content": [part, {"type": "text", "text": "Hear this."}]}]
-            status, body = _post(url, {"messages": messages, "max_tokens": 2}, deadline)
+            status, body = post_chat(url, {"messages": messages, "max_tokens": 2}, deadline)
             assert status == 400 and "audio" in body, (reason, status, body)
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=min(15, time_left(deadline)))
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        stop_gracefully(server, min(15, time_left(deadline)))
     assert server.returncode == 0, log.read_text()
     (stats,) = json.loads(stats_path.read_text()).values()
     # Each distinct item decoded once (the two clips, the image, and the 8 kHz clip refused after decoding), the

@@ -9,14 +9,9 @@ log must show that the chats ran in continuous batching.
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +24,10 @@ from serve_client import (
     data_url,
     free_loopback_port,
     needs_serving,
+    post_chat,
     server_env,
+    server_process,
+    stop_gracefully,
     time_left,
     transformers_answer,
     wait_until_healthy,
@@ -47,25 +45,6 @@ SERVER_EXIT_TIMEOUT_S = 10
 def _random_images(count: int) -> list[Image.Image]:
     generator = np.random.default_rng(0)
     return [Image.fromarray(generator.integers(0, 256, (16, 16, 3), dtype=np.uint8), mode="RGB") for _ in range(count)]
-
-
-def _post(url: str, payload: dict, deadline: float) -> tuple[int, str]:
-    """The HTTP status and the answer's text (from one JSON body or from the deltas of the server-sent events)."""
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=time_left(deadline)) as response:
-            status, body = response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    if not payload.get("stream"):
-        return status, json.loads(body)["choices"][0]["message"]["content"]
-    events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
-    chunks = [json.loads(event) for event in events if event != "[DONE]"]
-    if any("error" in chunk for chunk in chunks):
-        return 500, body
-    return status, "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
 
 
 def _chats(images: list[Image.Image], image_dir: Path) -> list[tuple[list[int], str]]:
@@ -122,9 +101,6 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
         *("--allowed-local-media-path", str(tmp_path / "images")),  # the file URLs' directory, and no other
     ]
     log = tmp_path / "server.log"
-    with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
-        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + SERVER_DEADLINE_S
     image_dir = tmp_path / "images"
     image_dir.mkdir()
     images = _random_images(4)
@@ -140,7 +116,8 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     bad = {NUM_CHATS // 3: undecodable, 2 * NUM_CHATS // 3: mismatch}
     for position, payload in sorted(bad.items()):  # ascending: each lands at its position in the final list
         payloads.insert(position, payload)
-    try:
+    with server_process(command, env, log) as server:
+        deadline = time.monotonic() + SERVER_DEADLINE_S
         # The references are computed while the server starts (it spends that time importing).
         expected = _transformers_answers(checkpoint, images, chats)
         # The tiny model must be able to fail: answers that ignored the images would all be the same per question.
@@ -150,19 +127,14 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
         results: dict[int, tuple[int, str]] = {}
 
         def send(number: int, payload: dict) -> None:
-            results[number] = _post(f"{base_url}/v1/chat/completions", payload, deadline)
+            results[number] = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
 
         threads = [threading.Thread(target=send, args=item) for item in enumerate(payloads)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=time_left(deadline))
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=SERVER_EXIT_TIMEOUT_S)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        stop_gracefully(server, SERVER_EXIT_TIMEOUT_S)
 
     server_log = log.read_text()
     assert len(results) == len(payloads), server_log  # no request lost

@@ -16,26 +16,31 @@ nothing (its images decoded, encoded and its prompt prefilled afresh) and gets t
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import transformers
 from PIL import Image
-from serve_client import data_url, free_loopback_port, needs_serving, time_left, wait_until_healthy
-from test_serve_batching import _post
+from serve_client import (
+    MAX_NEW_TOKENS,
+    data_url,
+    free_loopback_port,
+    greedy_reply,
+    needs_serving,
+    post_chat,
+    server_env,
+    server_process,
+    stop_gracefully,
+    time_left,
+    wait_until_healthy,
+)
 
 from vlmprep.serving import SERVE_STATS_ENV
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-MAX_NEW_TOKENS = 6
 SERVER_DEADLINE_S = 90
 SERVER_EXIT_TIMEOUT_S = 15
 # (image of the turn or None, the user's text)
@@ -67,18 +72,14 @@ def _reference_chat(checkpoint: Path, images) -> tuple[list[str], int, int]:
     messages, answers, minimum, previous = [], [], 0, []
     for image_index, text in TURNS:
         messages.append(_user_message(image_index, text, lambda index: {"type": "image", "image": images[index]}))
-        inputs = processor.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-        )
-        with torch.no_grad():
-            output = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
-        prompt = inputs["input_ids"][0].tolist()
+        prompt_ids, new_tokens = greedy_reply(model, processor, messages)
+        prompt = prompt_ids[0].tolist()
         shared = 0
         while shared < min(len(prompt), len(previous) - 1) and prompt[shared] == previous[shared]:
             shared += 1
         minimum += len(prompt) - shared
-        previous = output[0].tolist()
-        answer = processor.decode(output[0, len(prompt) :], skip_special_tokens=True)
+        previous = prompt + new_tokens.tolist()
+        answer = processor.decode(new_tokens, skip_special_tokens=True)
         answers.append(answer)
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
     return answers, minimum, len(prompt)
@@ -89,42 +90,30 @@ def _serve_chat(
 ) -> tuple[list[str], dict]:
     port = free_loopback_port()
     stats_path = tmp_path / "stats.json"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-        SERVE_STATS_ENV: str(stats_path),
-        "OMP_NUM_THREADS": "1",
-    }
+    env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), *extra_args]
     command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"]
     log = tmp_path / "server.log"
-    with open(log, "w") as log_file:  # a file, not a pipe: a server that logs much never blocks on it
-        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + SERVER_DEADLINE_S
     urls = [data_url(image) for image in images]
     answers, messages = [], []
-    try:
+    with server_process(command, env, log) as server:
+        deadline = time.monotonic() + SERVER_DEADLINE_S
         base_url = f"http://127.0.0.1:{port}"
         wait_until_healthy(base_url, server, log, deadline)
         for image_index, text in TURNS:
             image_part = lambda index: {"type": "image_url", "image_url": {"url": urls[index]}}  # noqa: E731
             messages.append(_user_message(image_index, text, image_part))
             payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS, "cache_salt": "alice"}
-            status, answer = _post(f"{base_url}/v1/chat/completions", payload, deadline)
+            status, answer = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
             assert status == 200, (answer, log.read_text())
             answers.append(answer)
             messages.append({"role": "assistant", "content": answer})
         if other_tenant:  # the last turn again, from another tenant
             payload = {**payload, "messages": messages[:-1], "cache_salt": "bob"}
-            status, answer = _post(f"{base_url}/v1/chat/completions", payload, deadline)
+            status, answer = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
             assert status == 200, (answer, log.read_text())
             answers.append(answer)
-        server.send_signal(signal.SIGTERM)  # a graceful stop: the server writes its stats, then exits
-        server.wait(timeout=min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        stop_gracefully(server, min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
     assert server.returncode == 0, log.read_text()
     (stats,) = json.loads(stats_path.read_text()).values()
     return answers, stats

@@ -15,9 +15,15 @@ from transformers import DynamicCache
 
 from conftest import model_pair
 from support.chat import run_chat
+from support.generation_checks import (
+    TEXT_ANSWERS,
+    assert_bad_clips_refused_then_exact,
+    assert_exact_without_an_audio_tower,
+    assert_short_clip_hits_the_encoder_cache,
+)
 from support.references import Prompt, assert_close, generate_logits, uncached_logits
 from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
-from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
+from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
 AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
@@ -25,7 +31,6 @@ SYSTEM = [2, *range(10, 21)]  # 12 tokens
 # A chat mixing an image (turn 1) and two audio clips (turns 2 and 4) of different real lengths.
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
 TURN_SEEDS = [100, 101, None, 102, None]  # 101: 22 real frames, 102: all 40
-# Answers of text ids only: no special ids (placeholders), no padding, BOS or EOS (a turn must answer in full).
 # Each family's mask of a clip's real frames, and the axis of its features holding the mel bins
 AUDIO_MASK_KEYS = {
     "gemma4": "input_features_mask",
@@ -33,7 +38,6 @@ AUDIO_MASK_KEYS = {
     "qwen3_omni_moe_thinker": "feature_attention_mask",
 }
 MEL_BIN_AXES = {"gemma4": -1, "qwen2_5_omni_thinker": 1, "qwen3_omni_moe_thinker": 1}
-TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
@@ -61,14 +65,7 @@ def test_chunks_cutting_audio_runs_are_exact(family, chunk_size):
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
 def test_a_clip_hits_the_encoder_cache_alone_or_batched_with_a_longer_clip(family):
-    upstream, ours = model_pair(family)
-    short_clip = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[3])  # 22 real frames of 40
-    both = Prompt(ours.config, [SYSTEM, AUDIO, [30], AUDIO, [31]], image_seeds=[0, 3])
-    generate_logits(ours, short_clip.inputs(), max_new_tokens=1)
-    with VisionRunCounter(ours) as runs:
-        _, logits = generate_logits(ours, both.inputs(), max_new_tokens=1)
-    assert runs.batch_sizes == [1], "only the new clip is encoded: the short one is a cache hit"
-    assert_close(logits[0], uncached_logits(upstream, both.inputs()))
+    assert_short_clip_hits_the_encoder_cache(*model_pair(family), SYSTEM)  # 22 real frames of 40
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
@@ -89,39 +86,16 @@ def test_a_cache_ending_inside_an_audio_run_resumes_exactly(family):
 def test_gemma4_checkpoint_without_audio_tower():
     config = tiny_gemma4_config(with_audio=False)
     upstream = tiny_model(transformers.Gemma4ForConditionalGeneration, config).eval()
-    ours = Gemma4ForConditionalGeneration(config).eval()
-    ours.load_state_dict(upstream.state_dict())
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[1])
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
-    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
-    with_audio = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[0])
-    with pytest.raises(ValueError, match="no audio tower"):
-        ours.generate(**with_audio.inputs(), max_new_tokens=1)
+    assert_exact_without_an_audio_tower(upstream, Gemma4ForConditionalGeneration(config).eval(), SYSTEM)
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
 def test_bad_audio_inputs_raise_clear_errors(family):
     upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1])
-    without_features = {k: v for k, v in prompt.inputs().items() if not k.startswith("input_features")}
-    with pytest.raises(ValueError, match="no pixel inputs were passed"):
-        ours.generate(**without_features, max_new_tokens=1)
-    mask_key = AUDIO_MASK_KEYS[family]
-    two_clips = dict(prompt.inputs())
-    for key in ("input_features", mask_key):
-        two_clips[key] = torch.cat([two_clips[key], two_clips[key]])
-    with pytest.raises(ValueError, match=r"2 audio\(s\) were passed but the prompt has 1 audio placeholder run"):
-        ours.generate(**two_clips, max_new_tokens=1)
-    half_bins = prompt.inputs()["input_features"].narrow(MEL_BIN_AXES[family], 0, 8)
-    with pytest.raises(ValueError, match="mel bins"):
-        ours.generate(**dict(prompt.inputs(), input_features=half_bins), max_new_tokens=1)
-    shorter_mask = dict(prompt.inputs())
-    shorter_mask[mask_key] = shorter_mask[mask_key].clone()
-    shorter_mask[mask_key][:, 20:] = 0  # the clip's run is longer than its real frames give
-    with pytest.raises(ValueError, match="more audio placeholder tokens than"):
-        ours.generate(**shorter_mask, max_new_tokens=1)
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)  # the model is still exact afterwards
-    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    inputs = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1]).inputs()
+    half_bins = inputs["input_features"].narrow(MEL_BIN_AXES[family], 0, 8)
+    more = [({**inputs, "input_features": half_bins}, "mel bins")]
+    assert_bad_clips_refused_then_exact(upstream, ours, inputs, "input_features", AUDIO_MASK_KEYS[family], more)
 
 
 def test_gemma4_with_causal_vision_is_exact():

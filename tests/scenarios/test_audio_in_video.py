@@ -14,7 +14,7 @@ import torch
 
 from conftest import model_pair
 from support.families.cases_qomni import VIDEO_WITH_AUDIO, build_audio_in_video_inputs
-from support.references import assert_close, generate_logits
+from support.references import assert_close, generate_logits, uncached_logits
 from support.registry import FAMILY_CASES
 from vlmprep import PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, TINY_VIDEO_TOKEN_ID, VIDEO, VisionRunCounter
@@ -69,8 +69,7 @@ def test_another_track_changes_upstream_logits_and_the_drop_in_is_exact(family):
     other = dict(
         inputs, input_features=torch.randn(inputs["input_features"].shape, generator=torch.Generator().manual_seed(5))
     )
-    with torch.no_grad():
-        logits = [upstream(**prompt, use_cache=False).logits[:, -1] for prompt in (inputs, other)]
+    logits = [uncached_logits(upstream, prompt) for prompt in (inputs, other)]
     assert (logits[0] - logits[1]).abs().max() > 1e-3
     for prompt, expected in zip((inputs, other), logits, strict=True):
         _, steps = generate_logits(ours, prompt, max_new_tokens=1, prefill_chunk_size=4)
@@ -96,8 +95,7 @@ def test_a_later_turn_resumes_from_the_prefix_store_without_encoding(family):
 def test_a_cache_ending_inside_the_block_resumes_exactly(family):
     upstream, ours = model_pair(family)
     inputs = _inputs(ours, TURN, [1, 2])
-    with torch.no_grad():
-        expected = upstream(**inputs, use_cache=False).logits[:, -1]
+    expected = uncached_logits(upstream, inputs)
     for cut in (len(SYSTEM) + 4, len(SYSTEM) + 7):  # inside the interleaved runs: causal, the rest is fed
         with torch.no_grad():  # upstream's prefill of the whole prompt, cut inside the block
             cache = upstream(**inputs, use_cache=True).cache
@@ -137,5 +135,4 @@ def test_a_left_padded_batch_numbers_the_clips_in_prompt_order(family):
     ):
         inputs[key] = torch.cat([row[key] for row in rows])
     _, logits = generate_logits(ours, inputs, max_new_tokens=1, prefill_chunk_size=4)
-    with torch.no_grad():
-        assert_close(logits[0], upstream(**inputs, use_cache=False).logits[:, -1])
+    assert_close(logits[0], uncached_logits(upstream, inputs))

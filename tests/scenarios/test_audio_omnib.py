@@ -22,6 +22,7 @@ from test_audio import test_two_clips_behind_identical_ids_never_share_prefix_kv
 
 from conftest import model_pair
 from support.chat import run_chat
+from support.generation_checks import assert_bad_clips_refused_then_exact
 from support.references import (
     Prompt,
     assert_close,
@@ -91,30 +92,14 @@ def test_batch_rows_with_clips_match_each_row_alone(family, chunk_size):
 @pytest.mark.parametrize("family", WAVEFORM_FAMILIES)
 def test_bad_waveform_inputs_raise_clear_errors(family):
     upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1])  # 34 real samples of 40
+    inputs = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1]).inputs()  # 34 real samples of 40
     mask_key = AUDIO_MASK_KEYS[family]
-    without_audio = {k: v for k, v in prompt.inputs().items() if k not in ("input_values", mask_key)}
-    with pytest.raises(ValueError, match="no pixel inputs were passed"):
-        ours.generate(**without_audio, max_new_tokens=1)
-    two_clips = dict(prompt.inputs())
-    for key in ("input_values", mask_key):
-        two_clips[key] = torch.cat([two_clips[key], two_clips[key]])
-    with pytest.raises(ValueError, match=r"2 audio\(s\) were passed but the prompt has 1 audio placeholder run"):
-        ours.generate(**two_clips, max_new_tokens=1)
-    values = prompt.inputs()["input_values"]
-    stereo = {**prompt.inputs(), "input_values": values.unsqueeze(1).expand(-1, 2, *values.shape[1:])}
-    with pytest.raises(ValueError, match="mono waveforms"):
-        ours.generate(**stereo, max_new_tokens=1)
-    wrong_mask = {**prompt.inputs(), mask_key: prompt.inputs()[mask_key][:, :20]}
-    with pytest.raises(ValueError, match="one mask entry per sample"):
-        ours.generate(**wrong_mask, max_new_tokens=1)
-    shorter_mask = dict(prompt.inputs())
-    shorter_mask[mask_key] = shorter_mask[mask_key].clone()
-    shorter_mask[mask_key][:, 20:] = 0  # the clip's run is longer than its real samples give
-    with pytest.raises(ValueError, match="more audio placeholder tokens than"):
-        ours.generate(**shorter_mask, max_new_tokens=1)
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)  # the model is still exact afterwards
-    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    values = inputs["input_values"]
+    more = [
+        ({**inputs, "input_values": values.unsqueeze(1).expand(-1, 2, *values.shape[1:])}, "mono waveforms"),
+        ({**inputs, mask_key: inputs[mask_key][:, :20]}, "one mask entry per sample"),
+    ]
+    assert_bad_clips_refused_then_exact(upstream, ours, inputs, "input_values", mask_key, more)
 
 
 def test_muse_spark_refuses_waveforms_of_part_of_a_token():

@@ -24,6 +24,7 @@ from support.references import (
     encoder_runs,
     generate_batch_matching_upstream,
     generate_logits,
+    uncached_logits,
 )
 from support.registry import FAMILY_CASES, GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, scenario
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, tiny_gemma3_config
@@ -189,11 +190,6 @@ def gemma3_pairs():
     return pairs
 
 
-def _uncached_next_logits(upstream, prompt: Prompt) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
-
-
 @pytest.mark.parametrize("tokens", [16, 4])
 @pytest.mark.parametrize("chunk_size", [3, 8, 12])
 def test_static_cache_chunks_after_cached_tokens_with_an_image_block_are_refused(gemma3_pairs, chunk_size, tokens):
@@ -207,7 +203,7 @@ def test_static_cache_chunks_after_cached_tokens_with_an_image_block_are_refused
         )
     # The dynamic cache (the default) is exact for the same chunks.
     _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size)
-    assert_close(logits[0], _uncached_next_logits(upstream, prompt))
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
 
 
 @pytest.mark.parametrize("chunk_size", [3, 5, 8])
@@ -218,11 +214,11 @@ def test_static_cache_text_chunks_are_exact(gemma3_pairs, chunk_size):
     _, logits = generate_logits(
         ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=chunk_size + 6, cache_implementation="static"
     )
-    assert_close(logits[0], _uncached_next_logits(upstream, prompt))
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
 
 
 def test_static_cache_unchunked_is_exact(gemma3_pairs):
     upstream, ours = gemma3_pairs[16]
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
     _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, cache_implementation="static")
-    assert_close(logits[0], _uncached_next_logits(upstream, prompt))
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))

@@ -12,6 +12,11 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
+from support.generation_checks import (
+    GENERATION_MODES,
+    assert_beams_exact_where_upstream_reorders_images,
+    assert_generate_matches_upstream,
+)
 from support.references import (
     SYSTEM,
     USER,
@@ -21,16 +26,10 @@ from support.references import (
     generate_batch_matching_upstream,
     generate_logits,
     reference_next_logits,
+    uncached_logits,
 )
 from support.registry import GLM_FAMILIES, QWEN_FAMILIES, scenario
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
-
-GENERATION_MODES = {
-    "greedy": {"do_sample": False},
-    "sample": {"do_sample": True, "top_k": 5},
-    "beams": {"do_sample": False, "num_beams": 3},
-    "return_two": {"do_sample": True, "num_return_sequences": 2},
-}
 
 
 @pytest.mark.parametrize("mode", list(GENERATION_MODES))
@@ -38,14 +37,8 @@ GENERATION_MODES = {
 def test_generate_matches_transformers(family, mode):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]])
-    kwargs = dict(max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **GENERATION_MODES[mode])
-    torch.manual_seed(1)
-    expected = upstream.generate(**prompt.inputs(), **kwargs)
-    torch.manual_seed(1)
     with VisionRunCounter(ours) as runs:
-        actual = ours.generate(**prompt.inputs(), **kwargs)
-    assert torch.equal(actual.sequences, expected.sequences)
-    assert_same_steps(actual.logits, expected.logits)
+        assert_generate_matches_upstream(upstream, ours, prompt.inputs(), mode, max_new_tokens=4)
     assert runs.calls == 1 and runs.images == 2
 
 
@@ -101,9 +94,7 @@ def test_left_out_token_types_attend_causally_as_upstream(family):
     inputs = prompt.inputs()
     inputs.pop("token_type_ids")
     _, logits = generate_logits(ours, inputs, max_new_tokens=1)
-    with torch.no_grad():
-        expected = upstream(**inputs).logits[:, -1]  # one uncached forward of the plain class, same inputs
-    assert_close(logits[0], expected)
+    assert_close(logits[0], uncached_logits(upstream, inputs))  # one uncached forward of the plain class
     if family == "gemma3":
         # The processor's token types change these logits (a bidirectional image block): deriving them fails above.
         # (The tiny PaliGemma's last-token logits come out the same with its all-prefix token types.)
@@ -188,11 +179,4 @@ def test_glm_greedy_and_sampling_match_transformers(family, do_sample):
 
 @pytest.mark.parametrize("family", GLM_FAMILIES)
 def test_glm_beams_are_exact_where_upstream_reorders_images(family):
-    upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]], image_seeds=[0, 1])
-    reference = reference_next_logits(upstream, prompt)
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, num_beams=3)
-    for beam in range(3):  # every beam starts from the prompt: its first logits are the prompt's
-        assert_close(logits[0][beam], reference[0])
-    _, upstream_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=1, num_beams=3)
-    assert not torch.allclose(upstream_logits[0][1], reference[0], atol=1e-4), "upstream feeds A, A, A, B, B, B"
+    assert_beams_exact_where_upstream_reorders_images(*model_pair(family), "A, A, A, B, B, B")

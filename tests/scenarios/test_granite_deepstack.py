@@ -11,14 +11,13 @@ import torch
 
 from conftest import model_pair
 from support.families.cases_deepstack import build_granite_docling_inputs
+from support.generation_checks import assert_beams_exact_where_upstream_reorders_images
 from support.references import (
     SYSTEM,
     USER,
     Prompt,
-    assert_close,
     assert_same_steps,
     generate_logits,
-    reference_next_logits,
 )
 from vlmprep.testing import IMAGE, VisionRunCounter
 
@@ -75,14 +74,7 @@ def test_greedy_and_sampling_match_transformers(family, do_sample):
 
 @pytest.mark.parametrize("family", DEEPSTACK_PAIR_FAMILIES)
 def test_beams_are_exact_where_upstream_reorders_images(family):
-    upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]], image_seeds=[0, 1])
-    reference = reference_next_logits(upstream, prompt)
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, num_beams=3)
-    for beam in range(3):  # every beam starts from the prompt: its first logits are the prompt's
-        assert_close(logits[0][beam], reference[0])
-    _, upstream_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=1, num_beams=3)
-    assert not torch.allclose(upstream_logits[0][1], reference[0], atol=1e-4), "upstream feeds A, A, B, B"
+    assert_beams_exact_where_upstream_reorders_images(*model_pair(family), "A, A, B, B")
 
 
 def test_granite_docling_fine_path_is_exact_and_cached_apart():

@@ -15,7 +15,7 @@ from hypothesis import example, given, seed, settings
 from test_differential import CI_EXAMPLES, COMMON_SETTINGS, run_conversation
 
 from conftest import model_pair
-from support.chat import run_chat
+from support.chat import run_chat, turn_image_seeds
 from support.differential_strategies import STORE_HIT_CONVERSATION, conversations
 from support.references import (
     NO_SPECIAL_TOKENS,
@@ -55,7 +55,7 @@ def test_chat_restores_the_indexers_keys_per_token(family):
     upstream, ours = model_pair(family)
     ours.encoder_cache.clear()
     store = PrefixCache(max_bytes=2**26)
-    seeds = [[100 + turn] * sum(1 for segment in user if segment is IMAGE) for turn, user in enumerate(USER_TURNS)]
+    seeds = turn_image_seeds(USER_TURNS)
     chat = run_chat(upstream, ours, USER_TURNS, seeds, store, 4, **no_placeholder_answers(ours))
     assert len(chat.encoded) == 2, "each image is encoded once"
     assert chat.fed <= 1.02 * chat.minimum, (chat.fed, chat.minimum)

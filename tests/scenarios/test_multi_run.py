@@ -25,8 +25,9 @@ from support.references import (
     generate_logits,
     no_placeholder_answers,
     uncached_logits,
+    with_encoder_cache,
 )
-from vlmprep import EncoderCache, PrefixCache
+from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_text_config, tiny_vision_config
 
@@ -47,8 +48,7 @@ def test_an_image_of_several_runs_is_encoded_once_whatever_the_chunks(family):
     views = ours.count_items(prompt.inputs())
     assert views == 6 and len(_placeholder_positions(prompt, ours.config.image_token_id)) > views
     expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
-    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
-    try:
+    with with_encoder_cache(ours):
         for chunk_size in (1, 2, 5, 7, None):  # boundaries inside the global view's run and inside the slices'
             with VisionRunCounter(ours) as runs:
                 sequences, logits = generate_logits(
@@ -58,8 +58,6 @@ def test_an_image_of_several_runs_is_encoded_once_whatever_the_chunks(family):
             assert_same_steps(logits, expected_logits)
             # The first call encodes every view of both images in one encoder call; later calls hit the cache
             assert runs.batch_sizes == ([views] if chunk_size == 1 else []), (chunk_size, runs.batch_sizes)
-    finally:
-        ours.encoder_cache = saved
 
 
 @pytest.mark.parametrize("family", PACKED_VIEW_FAMILIES)
@@ -148,8 +146,7 @@ def test_an_image_of_crops_and_a_global_view_is_encoded_once_whatever_the_chunks
     prompt = Prompt(ours.config, SLICED, image_seeds=SLICED_SEEDS)
     assert prompt.full_inputs["num_local_patches"].tolist() == [2, 2]
     expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
-    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
-    try:
+    with with_encoder_cache(ours):
         for chunk_size in (1, 2, 3, 5, None):  # boundaries inside and between the runs of each image
             with VisionRunCounter(ours) as runs:
                 sequences, logits = generate_logits(
@@ -158,8 +155,6 @@ def test_an_image_of_crops_and_a_global_view_is_encoded_once_whatever_the_chunks
             assert torch.equal(sequences, expected_sequences), f"chunk size {chunk_size}"
             assert_same_steps(logits, expected_logits)
             assert runs.batch_sizes == ([2] if chunk_size == 1 else []), (chunk_size, runs.batch_sizes)
-    finally:
-        ours.encoder_cache = saved
 
 
 @pytest.mark.parametrize("family", GLOBAL_AND_LOCAL_FAMILIES)
@@ -199,6 +194,17 @@ def test_global_and_local_views_refused_clearly(family):
         ours.generate(**larger, max_new_tokens=1)
 
 
+def _assert_greedy_beams_and_chunks_match_upstream(upstream, ours, inputs: dict) -> None:
+    # Greedy, two beams and chunks of 2 give upstream's tokens and logits (upstream generates unchunked)
+    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
+        expected_sequences, expected_logits = generate_logits(
+            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
+        )
+        sequences, logits = generate_logits(ours, inputs, **kwargs)
+        assert torch.equal(sequences, expected_sequences), kwargs
+        assert_same_steps(logits, expected_logits)
+
+
 def _minicpm_config_as_transformers_tester_builds_it() -> transformers.MiniCPMV4_6Config:
     # The shapes of transformers' MiniCPM-V 4.6 tester: attention before Gated DeltaNet, tied embeddings, no video
     # placeholder, 8 px patches on 32 px images (a 4x4 grid, one placeholder per view)
@@ -226,13 +232,7 @@ def test_minicpm_as_transformers_tester_builds_it():
     ids[:, 3] = config.image_token_id  # one view of one placeholder per row, the views packed side by side
     pixels = torch.randn(1, 3, 8, 2 * 16 * 8, generator=generator)
     inputs = {"input_ids": ids, "pixel_values": pixels, "target_sizes": torch.tensor([[4, 4], [4, 4]])}
-    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
-        expected_sequences, expected_logits = generate_logits(
-            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
-        )
-        sequences, logits = generate_logits(ours, inputs, **kwargs)
-        assert torch.equal(sequences, expected_sequences), kwargs
-        assert_same_steps(logits, expected_logits)
+    _assert_greedy_beams_and_chunks_match_upstream(upstream, ours, inputs)
 
 
 def test_step3p7_as_transformers_tester_builds_it():
@@ -250,13 +250,7 @@ def test_step3p7_as_transformers_tester_builds_it():
     ids = torch.randint(5, 99, (2, 7), generator=generator)
     ids[:, 3] = config.image_token_id
     inputs = {"input_ids": ids, "pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
-    for kwargs in ({}, {"num_beams": 2}, {"prefill_chunk_size": 2}):
-        expected_sequences, expected_logits = generate_logits(
-            upstream, inputs, **{k: v for k, v in kwargs.items() if k != "prefill_chunk_size"}
-        )
-        sequences, logits = generate_logits(ours, inputs, **kwargs)
-        assert torch.equal(sequences, expected_sequences), kwargs
-        assert_same_steps(logits, expected_logits)
+    _assert_greedy_beams_and_chunks_match_upstream(upstream, ours, inputs)
 
 
 def test_a_global_view_on_another_canvas_is_not_resumed():

@@ -13,8 +13,8 @@ import torch
 
 from conftest import model_pair
 from support.families.cases_uocr import build_unlimited_ocr_inputs
-from support.references import ATOL
-from vlmprep import EncoderCache, PrefixCache
+from support.references import ATOL, uncached_logits, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 FAMILY = "unlimited_ocr"
@@ -25,11 +25,6 @@ LONG_ANSWER = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
 def prompt_inputs(config, tail=(30, 31, 32)) -> dict:
     # A system text, an image with 2x1 crops (seed 2) and a user text
     return build_unlimited_ocr_inputs(config, [[5, 6, 7], IMAGE, list(tail)], [2])
-
-
-def uncached_last_logits(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs, use_cache=False).logits[:, -1]
 
 
 @pytest.mark.parametrize(("chunk", "cache_kind"), [(3, "dynamic"), (16, "dynamic"), (3, "static")])
@@ -65,7 +60,7 @@ def test_callers_cache_continues_as_the_whole_conversation(slid):
     pixels = {key: value for key, value in inputs.items() if key not in ("input_ids", "attention_mask")}
     whole = {"input_ids": conversation, "attention_mask": torch.ones_like(conversation), **pixels}
     out = ours.generate(**whole, cache=cache, max_new_tokens=1, output_logits=True, return_dict_in_generate=True)
-    assert torch.allclose(out.logits[0], uncached_last_logits(upstream, whole), atol=ATOL)
+    assert torch.allclose(out.logits[0], uncached_logits(upstream, whole), atol=ATOL)
     assert [layer.prefill_length for layer in out.past_key_values.layers] == [conversation.shape[1]] * 2
 
 
@@ -104,16 +99,13 @@ def test_an_image_of_crops_is_encoded_once_whatever_the_chunks():
     inputs = build_unlimited_ocr_inputs(ours.config, [[5, 6], IMAGE, [30], IMAGE, [31, 32]], [2, 9])
     assert inputs["num_local_patches"] == [2, 2]
     expected = upstream.generate(**inputs, **LONG_ANSWER)
-    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
-    try:
+    with with_encoder_cache(ours):
         for chunk_size in (1, 4, 13, None):  # boundaries inside each image's run and between the runs
             with VisionRunCounter(ours) as runs:
                 assert (
                     ours.generate(**inputs, **LONG_ANSWER, prefill_chunk_size=chunk_size).tolist() == expected.tolist()
                 )
             assert runs.batch_sizes == ([2] if chunk_size == 1 else []), (chunk_size, runs.batch_sizes)
-    finally:
-        ours.encoder_cache = saved
 
 
 def test_crop_grids_that_do_not_match_are_refused_clearly():

@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import FOUNDATION_FAMILIES, model_pair
-from support.chat import run_chat
+from support.chat import run_chat, turn_image_seeds
 from support.references import (
     NO_SPECIAL_TOKENS,
     USER,
@@ -57,7 +57,7 @@ def test_five_turn_chat_with_two_images_feeds_only_new_tokens(family):
     store = PrefixCache(max_bytes=2**26)
     new_tokens = 4
     suppress = no_placeholder_answers(ours)
-    seeds = [[100 + turn] * sum(1 for segment in user if segment is IMAGE) for turn, user in enumerate(USER_TURNS)]
+    seeds = turn_image_seeds(USER_TURNS)
     chat = run_chat(upstream, ours, USER_TURNS, seeds, store, new_tokens, **suppress)
     encoded, fed, minimum, prompt = chat.encoded, chat.fed, chat.minimum, chat.last_prompt
     # One encoder call per turn with a new image, for its items only (Idefics3 counts its crops as items)

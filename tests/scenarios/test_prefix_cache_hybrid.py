@@ -13,7 +13,7 @@ import transformers
 
 import vlmprep
 from conftest import model_pair
-from support.chat import run_chat
+from support.chat import run_chat, turn_image_seeds
 from support.references import Prompt, assert_close, generate_logits, no_placeholder_answers, uncached_logits
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config, tiny_model
@@ -64,7 +64,7 @@ def test_five_turn_chat_with_two_images_resumes_from_snapshots(family):
     ours.encoder_cache.clear()
     store = PrefixCache(max_bytes=2**26)
     new_tokens = 4
-    seeds = [[100 + turn] * sum(1 for segment in user if segment is IMAGE) for turn, user in enumerate(USER_TURNS)]
+    seeds = turn_image_seeds(USER_TURNS)
     chat = run_chat(upstream, ours, USER_TURNS, seeds, store, new_tokens, **no_placeholder_answers(ours))
     encoded, fed, minimum, prompt = chat.encoded, chat.fed, chat.minimum, chat.last_prompt
     assert len(encoded) == 2 and sum(encoded) == ours.count_items(prompt.inputs()), "each image is encoded once"

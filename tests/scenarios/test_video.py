@@ -24,6 +24,8 @@ from support.references import (
     generate_logits,
     generate_new_image_turn,
     reference_next_logits,
+    uncached_logits,
+    with_encoder_cache,
 )
 from support.registry import (
     COMPRESSED_VIDEO_FAMILIES,
@@ -32,7 +34,7 @@ from support.registry import (
     LLAVA_VIDEO_FAMILIES,
     QWEN_FAMILIES,
 )
-from vlmprep import EncoderCache, PrefixCache
+from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 
 
@@ -134,9 +136,8 @@ def test_compressed_video_is_encoded_once_and_keyed_by_its_mask(family):
     (exact), never served from the encoder cache or the prefix store; the same video in a later call runs no encoder
     and resumes from the stored prefix."""
     upstream, ours = model_pair(family)
-    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
     store = PrefixCache(block_size=4)
-    try:
+    with with_encoder_cache(ours):
         prompt = Prompt(ours.config, [SYSTEM, VIDEO, [30, 31]], image_seeds=[0])
         other_mask = prompt.inputs()
         other_mask["video_compression_mask"] = other_mask["video_compression_mask"].roll(1)
@@ -148,9 +149,6 @@ def test_compressed_video_is_encoded_once_and_keyed_by_its_mask(family):
         assert runs.calls == 2  # the first call and the other mask; the second call resumes from the store
         for logits in (first, again):
             assert_close(logits[0], reference_next_logits(upstream, prompt))
-        with torch.no_grad():
-            expected = upstream(**other_mask, use_cache=False).logits[:, -1]
+        expected = uncached_logits(upstream, other_mask)
         assert_close(rolled[0], expected)
         assert not torch.allclose(expected, reference_next_logits(upstream, prompt))  # the mask matters upstream
-    finally:
-        ours.encoder_cache = saved

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 from support.references import Prompt, assert_close, generate_logits, uncached_logits
 from vlmprep import PrefixCache
-from vlmprep.testing import PrefillCounter, VisionRunCounter
+from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter
+
+
+def turn_image_seeds(user_turns: list[list]) -> list[list[int]]:
+    """Each turn's image seeds for `run_chat`: `100 + turn` for every image of the turn (a new image each turn)."""
+    return [[100 + turn] * sum(1 for segment in user if segment is IMAGE) for turn, user in enumerate(user_turns)]
 
 
 @dataclass

@@ -8,6 +8,8 @@ Image sizes and tile counts are functions of the image seed (`size_of`, `tiles_o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from vlmprep.testing import IMAGE, random_pixels
@@ -43,6 +45,37 @@ def tile_pixels(config, image_seeds: list[int]) -> torch.Tensor:
     size = config.vision_config.image_size
     height, width = (size, size) if isinstance(size, int) else size  # InternVL states `[height, width]`
     return torch.cat([pixels((tiles_of(seed), 3, height, width), seed) for seed in image_seeds])
+
+
+def square_pixels(side: int) -> Callable[[int, int], torch.Tensor]:
+    """`(count, seed) -> (count, 3, side, side)` pixels drawn with `seed`."""
+    return lambda count, seed: pixels((count, 3, side, side), seed)
+
+
+def global_and_local_views(
+    image_seeds: list[int],
+    global_views: Callable[[int, int], torch.Tensor],
+    local_views: Callable[[int, int], torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], list[int]]:
+    """Each image's global view, and its `tiles_of(seed) - 1` local crops (drawn with `seed + 1000`), as the
+    global-and-crops families (Step-3.7, Unlimited-OCR, DeepSeek-OCR-2) take them.
+
+    Args:
+        global_views: `(1, seed) -> (1, 3, H, W)` pixels.
+        local_views: `(count, seed) -> (count, 3, h, w)` pixels.
+
+    Returns:
+        `pixel_values` (when there are images) and, when any image has crops, `pixel_values_local`; each image's
+        crop count.
+    """
+    if not image_seeds:
+        return {}, []
+    crops = [tiles_of(seed) - 1 for seed in image_seeds]
+    inputs = {"pixel_values": torch.cat([global_views(1, seed) for seed in image_seeds])}
+    if sum(crops):
+        local = [local_views(count, seed + 1000) for seed, count in zip(image_seeds, crops, strict=True) if count]
+        inputs["pixel_values_local"] = torch.cat(local)
+    return inputs, crops
 
 
 # -- Prompts and batches ----------------------------------------------------------------------------------------------

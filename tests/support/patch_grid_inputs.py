@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from support.segments import with_seeds
 from vlmprep.testing import IMAGE, VIDEO
 from vlmprep.testing.configs.patch_grid import MERGE_SIZE, PATCH_SIZE, TEMPORAL_PATCH_SIZE
 
@@ -55,13 +56,11 @@ def grid_prompt(
     ids: list[int] = []
     types: list[int] = []
     items: dict[str, list] = {IMAGE: [], VIDEO: []}
-    seeds = iter(image_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, image_seeds):
+        if seed is None:
             ids += segment
             types += [0] * len(segment)
             continue
-        seed = next(seeds)
         grid = image_grid(seed) if segment is IMAGE else VIDEO_GRIDS[seed % len(VIDEO_GRIDS)]
         items[segment].append((grid, seed))
         segment_ids, segment_types = placeholder(segment, grid)

@@ -13,6 +13,7 @@ from transformers import DynamicCache
 
 import vlmprep
 from support.registry import FAMILY_CASES
+from vlmprep import EncoderCache
 from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
 from vlmprep.testing import VIDEO as VIDEO  # re-exported: tests import the video marker from here too
 
@@ -218,6 +219,11 @@ def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
         **kwargs,
     )
     return out.sequences, out.logits
+
+
+def next_logits(model, inputs: dict, **kwargs) -> torch.Tensor:
+    """The logits of a greedy `generate`'s first new token, `(batch, vocab)`."""
+    return generate_logits(model, inputs, max_new_tokens=1, **kwargs)[1][0]
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL) -> None:
@@ -429,6 +435,17 @@ def strong_image_gemma3_pair(std: float) -> tuple[torch.nn.Module, torch.nn.Modu
 # Prompt segments shared by the scenarios: a system prompt and a user turn.
 SYSTEM = [2, 10, 11, 12, 13, 14, 15, 16]
 USER = [20, 21, 22]
+
+
+@contextlib.contextmanager
+def with_encoder_cache(model, max_bytes: int = 2**24) -> Iterator:
+    """A fresh encoder cache on `model` inside the block (for a drop-in made without one, or counts of cache hits that
+    no earlier test may have filled); the model's own cache is put back after."""
+    saved, model.encoder_cache = model.encoder_cache, EncoderCache(max_bytes=max_bytes)
+    try:
+        yield model.encoder_cache
+    finally:
+        model.encoder_cache = saved
 
 
 @contextlib.contextmanager

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from conftest import model_pair
-from vlmprep import EncoderCache, PrefixCache
+from support.references import next_logits, uncached_logits, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.testing import VisionRunCounter, random_pixels
 
 IMAGE_TOKEN = 122
@@ -23,18 +24,6 @@ def _inputs(crop_seed: int = 1, prompt: torch.Tensor = PROMPT) -> dict:
         "pixel_values_local": random_pixels(CROPS, seed=crop_seed),
         "num_local_patches": torch.tensor([CROPS]),
     }
-
-
-def _next_logits(model, inputs: dict, **kwargs) -> torch.Tensor:
-    out = model.generate(
-        **inputs, max_new_tokens=1, do_sample=False, output_logits=True, return_dict_in_generate=True, **kwargs
-    )
-    return out.logits[0]
-
-
-def _reference(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs).logits[:, -1]
 
 
 class ViewsEncoded:
@@ -53,35 +42,32 @@ class ViewsEncoded:
 
 def test_views_encoded_once_then_from_the_encoder_cache():
     upstream, ours = model_pair("deepseek_ocr2")
-    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache(max_bytes=2**24)
-    try:
+    with with_encoder_cache(ours):
         first, other_crops = _inputs(crop_seed=1), _inputs(crop_seed=5)
-        expected = [_reference(upstream, inputs) for inputs in (first, other_crops)]
+        expected = [uncached_logits(upstream, inputs) for inputs in (first, other_crops)]
         assert (expected[0] - expected[1]).abs().max() > 1e-3  # the crops reach upstream's logits
         views = []
         for inputs, reference in ((first, expected[0]), (other_crops, expected[1]), (first, expected[0])):
             with VisionRunCounter(ours) as runs, ViewsEncoded(ours) as tower:
-                torch.testing.assert_close(_next_logits(ours, inputs), reference, atol=1e-5, rtol=0)
+                torch.testing.assert_close(next_logits(ours, inputs), reference, atol=1e-5, rtol=0)
             views.append((runs.calls, sum(tower.views)))
         # one encoder call per new image: its global view and its two crops; the first image again: none
         assert views == [(1, 1 + CROPS), (1, 1 + CROPS), (0, 0)]
-    finally:
-        ours.encoder_cache = saved
 
 
 def test_prefix_store_reuses_the_image_of_the_same_views_only():
     upstream, ours = model_pair("deepseek_ocr2")
     store = PrefixCache()
-    _next_logits(ours, _inputs(), prefix_cache=store)
+    next_logits(ours, _inputs(), prefix_cache=store)
     longer = torch.cat([PROMPT, torch.tensor([[9, 10]])], dim=1)
     follow_up = _inputs(prompt=longer)
     with ViewsEncoded(ours) as tower:
-        logits = _next_logits(ours, follow_up, prefix_cache=store)
-    torch.testing.assert_close(logits, _reference(upstream, follow_up), atol=1e-5, rtol=0)
+        logits = next_logits(ours, follow_up, prefix_cache=store)
+    torch.testing.assert_close(logits, uncached_logits(upstream, follow_up), atol=1e-5, rtol=0)
     assert tower.views == [] and store.stats.hits == 1
     other = _inputs(crop_seed=5, prompt=longer)  # same ids, other crops: the stored prefix is not theirs
-    logits = _next_logits(ours, other, prefix_cache=store)
-    torch.testing.assert_close(logits, _reference(upstream, other), atol=1e-5, rtol=0)
+    logits = next_logits(ours, other, prefix_cache=store)
+    torch.testing.assert_close(logits, uncached_logits(upstream, other), atol=1e-5, rtol=0)
 
 
 def test_view_placeholders_follow_the_towers_query_count():

@@ -8,15 +8,9 @@ import pytest
 import torch
 
 from conftest import model_pair
-from support.references import SYSTEM, USER, Prompt, assert_same_steps
+from support.generation_checks import GENERATION_MODES, assert_generate_matches_upstream
+from support.references import SYSTEM, USER, Prompt, assert_same_steps, uncached_logits
 from vlmprep.testing import IMAGE, VisionRunCounter
-
-MODES = {
-    "greedy": {"do_sample": False},
-    "sample": {"do_sample": True, "top_k": 5},
-    "beams": {"do_sample": False, "num_beams": 3},
-    "return_two": {"do_sample": True, "num_return_sequences": 2},
-}
 
 # Upstream's `generate` fails here: for beams and `num_return_sequences` it repeats `pixel_values` row by row as if
 # each row were a prompt's, but a row is a patch, so its prefill finds placeholders and features that do not match
@@ -24,18 +18,17 @@ MODES = {
 UPSTREAM_FAILS = ("beams", "return_two")
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", list(GENERATION_MODES))
 def test_generate_matches_transformers_and_encodes_each_patch_once(mode):
     upstream, ours = model_pair("fuyu")
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE, [30]], image_seeds=[0, 1])
-    kwargs = dict(max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **MODES[mode])
+    kwargs = dict(max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **GENERATION_MODES[mode])
     torch.manual_seed(1)
     with VisionRunCounter(ours) as runs:
         actual = ours.generate(**prompt.inputs(), **kwargs)
     if mode in UPSTREAM_FAILS:
         # Each expanded row's first step is the prompt's: upstream's uncached forward of the whole prompt.
-        with torch.no_grad():
-            expected_first = upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
+        expected_first = uncached_logits(upstream, prompt.inputs())
         assert torch.allclose(actual.logits[0], expected_first.expand_as(actual.logits[0]), atol=1e-5)
     else:
         torch.manual_seed(1)
@@ -52,13 +45,6 @@ def test_image_already_in_the_encoder_cache_is_not_encoded_again():
     ours.generate(**first.inputs(), max_new_tokens=1, do_sample=False)
     second = Prompt(ours.config, [USER, IMAGE, [31], IMAGE, [32]], image_seeds=[2, 3])
     with VisionRunCounter(ours) as runs:
-        actual = ours.generate(
-            **second.inputs(), max_new_tokens=2, do_sample=False, output_logits=True, return_dict_in_generate=True
-        )
-    expected = upstream.generate(
-        **second.inputs(), max_new_tokens=2, do_sample=False, output_logits=True, return_dict_in_generate=True
-    )
-    assert torch.equal(actual.sequences, expected.sequences)
-    assert_same_steps(actual.logits, expected.logits)
+        assert_generate_matches_upstream(upstream, ours, second.inputs(), "greedy", max_new_tokens=2)
     new_patches = Prompt(ours.config, [IMAGE], image_seeds=[3]).inputs()["pixel_values"].shape[0]
     assert runs.calls == 1 and runs.images == new_patches  # only the new image's patches

@@ -11,6 +11,13 @@ from transformers import DynamicCache
 
 from conftest import model_pair
 from support.chat import run_chat
+from support.generation_checks import (
+    GENERATION_MODES,
+    TEXT_ANSWERS,
+    assert_generate_matches_upstream,
+    assert_refused_then_exact,
+    assert_short_clip_hits_the_encoder_cache,
+)
 from support.references import (
     SYSTEM,
     USER,
@@ -23,34 +30,21 @@ from support.references import (
     uncached_logits,
 )
 from vlmprep import PrefixCache
-from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter
+from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter
 
 FAMILY = "inkling_mm_model"
-MODES = {
-    "greedy": {"do_sample": False},
-    "sample": {"do_sample": True, "top_k": 5},
-    "beams": {"do_sample": False, "num_beams": 3},
-    "return_two": {"do_sample": True, "num_return_sequences": 2},
-}
-TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 
 def _patches(prompt: Prompt) -> int:
     return prompt.inputs()["pixel_values"].shape[0]
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", list(GENERATION_MODES))
 def test_generate_matches_transformers_and_encodes_each_item_once(mode):
     upstream, ours = model_pair(FAMILY)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, AUDIO, [30], IMAGE, [31]], image_seeds=[0, 1, 2])
-    kwargs = dict(max_new_tokens=3, output_logits=True, return_dict_in_generate=True, **MODES[mode])
-    torch.manual_seed(1)
     with VisionRunCounter(ours) as runs:
-        actual = ours.generate(**prompt.inputs(), **kwargs)
-    torch.manual_seed(1)
-    expected = upstream.generate(**prompt.inputs(), **kwargs)
-    assert torch.equal(actual.sequences, expected.sequences)
-    assert_same_steps(actual.logits, expected.logits)
+        assert_generate_matches_upstream(upstream, ours, prompt.inputs(), mode, max_new_tokens=3)
     # One call per modality: every patch once, the clip once (beams and samples share them)
     assert sorted(runs.batch_sizes) == [1, _patches(prompt)]
 
@@ -89,14 +83,7 @@ def test_chunks_cutting_audio_runs_are_exact(chunk_size):
 
 
 def test_a_clip_hits_the_encoder_cache_alone_or_batched_with_a_longer_clip():
-    upstream, ours = model_pair(FAMILY)
-    short_clip = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[3])  # 3 real frames of 6
-    both = Prompt(ours.config, [SYSTEM, AUDIO, [30], AUDIO, [31]], image_seeds=[0, 3])
-    generate_logits(ours, short_clip.inputs(), max_new_tokens=1)
-    with VisionRunCounter(ours) as runs:
-        _, logits = generate_logits(ours, both.inputs(), max_new_tokens=1)
-    assert runs.batch_sizes == [1], "only the new clip is encoded: the short one is a cache hit"
-    assert_close(logits[0], uncached_logits(upstream, both.inputs()))
+    assert_short_clip_hits_the_encoder_cache(*model_pair(FAMILY))  # 3 real frames of 6
 
 
 def test_a_cache_ending_inside_an_audio_run_resumes_exactly():
@@ -147,11 +134,7 @@ def test_bad_audio_inputs_raise_clear_errors_then_the_model_is_still_exact():
         ({**inputs, "audio_input_ids_mask": torch.cat([mask, mask[:, -1:]], dim=1)}, "one entry per frame"),
         ({**inputs, "audio_input_ids_mask": torch.ones_like(mask)}, "does not match the audios' token counts"),
     ]
-    for bad_inputs, message in bad:
-        with pytest.raises(ValueError, match=message):
-            ours.generate(**bad_inputs, max_new_tokens=1)
-    _, logits = generate_logits(ours, inputs, max_new_tokens=1)
-    assert_close(logits[0], uncached_logits(upstream, inputs))
+    assert_refused_then_exact(upstream, ours, inputs, bad)
 
 
 def test_audio_rows_and_raw_audio_in_one_forward_are_refused():

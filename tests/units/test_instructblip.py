@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import model_pair
-from vlmprep import EncoderCache, PrefixCache
+from support.references import next_logits, uncached_logits, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.testing import VisionRunCounter, random_pixels
 
 PROMPT = torch.tensor([[1, 5, 6, 122, 122, 122, 122, 7, 8, 9]])
@@ -23,31 +24,22 @@ def _inputs(instruction: list[int]) -> dict:
     }
 
 
-def _next_logits(model, inputs: dict, **kwargs) -> torch.Tensor:
-    out = model.generate(
-        **inputs, max_new_tokens=1, do_sample=False, output_logits=True, return_dict_in_generate=True, **kwargs
-    )
-    return out.logits[0]
-
-
 @pytest.fixture
 def models():
     upstream, ours = model_pair("instructblip")
-    ours.encoder_cache = EncoderCache(max_bytes=2**24)
-    yield upstream, ours
-    ours.encoder_cache = None
+    with with_encoder_cache(ours):
+        yield upstream, ours
 
 
 def test_image_resent_with_another_instruction_is_encoded_again(models):
     upstream, ours = models
     first, second = _inputs([5, 6, 7]), _inputs([8, 9, 10])
-    with torch.no_grad():
-        expected = [upstream(**inputs).logits[:, -1] for inputs in (first, second)]
+    expected = [uncached_logits(upstream, inputs) for inputs in (first, second)]
     assert (expected[0] - expected[1]).abs().max() > 1e-3  # the instruction changes upstream's logits
     calls = []
     for inputs, reference in ((first, expected[0]), (second, expected[1]), (first, expected[0])):
         with VisionRunCounter(ours) as runs:
-            torch.testing.assert_close(_next_logits(ours, inputs), reference, atol=1e-5, rtol=0)
+            torch.testing.assert_close(next_logits(ours, inputs), reference, atol=1e-5, rtol=0)
         calls.append(runs.calls)
     # Encoded once per instruction; the first instruction's features then come from the encoder cache
     assert calls == [1, 1, 0]
@@ -57,10 +49,9 @@ def test_stored_prefix_with_another_instruction_is_not_reused(models):
     upstream, ours = models
     store = PrefixCache()
     first, second = _inputs([5, 6, 7]), _inputs([8, 9, 10])
-    _next_logits(ours, first, prefix_cache=store)
-    with torch.no_grad():
-        expected = upstream(**second).logits[:, -1]
-    torch.testing.assert_close(_next_logits(ours, second, prefix_cache=store), expected, atol=1e-5, rtol=0)
+    next_logits(ours, first, prefix_cache=store)
+    expected = uncached_logits(upstream, second)
+    torch.testing.assert_close(next_logits(ours, second, prefix_cache=store), expected, atol=1e-5, rtol=0)
 
 
 def test_missing_or_misshapen_instruction_is_refused(models):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from conftest import model_pair
-from vlmprep import EncoderCache, PrefixCache
+from support.references import next_logits, uncached_logits, with_encoder_cache
+from vlmprep import PrefixCache
 from vlmprep.generation import VisionFacts
 from vlmprep.testing import VisionRunCounter, random_pixels
 from vlmprep.testing.configs.ivideo import TINY_VIDEO_FRAMES
@@ -26,18 +27,6 @@ def _inputs(instruction: list[int], video: torch.Tensor | None = None, prompt: t
         "qformer_input_ids": torch.tensor([instruction]),
         "qformer_attention_mask": torch.ones(1, len(instruction), dtype=torch.long),
     }
-
-
-def _next_logits(model, inputs: dict, **kwargs) -> torch.Tensor:
-    out = model.generate(
-        **inputs, max_new_tokens=1, do_sample=False, output_logits=True, return_dict_in_generate=True, **kwargs
-    )
-    return out.logits[0]
-
-
-def _reference(upstream, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        return upstream(**inputs).logits[:, -1]
 
 
 class FramesEncoded:
@@ -62,9 +51,8 @@ class FramesEncoded:
 @pytest.fixture
 def models():
     upstream, ours = model_pair("instructblipvideo")
-    ours.encoder_cache = EncoderCache(max_bytes=2**24)
-    yield upstream, ours
-    ours.encoder_cache = None
+    with with_encoder_cache(ours):
+        yield upstream, ours
 
 
 def test_facts_without_images_have_only_the_video_modality():
@@ -81,7 +69,7 @@ def test_video_encoded_once_per_instruction_and_frames(models):
     other_frame = torch.cat([video[:, :1], random_pixels(1, seed=9)[None]], dim=1)  # its last frame replaced
     cases = [_inputs([5, 6, 7], v) for v in (video, swapped, other_frame)]
     cases = [cases[0], _inputs([8, 9, 10], video), *cases[1:], _inputs([5, 6, 7])]
-    expected = [_reference(upstream, inputs) for inputs in cases]
+    expected = [uncached_logits(upstream, inputs) for inputs in cases]
     assert (expected[0] - expected[1]).abs().max() > 1e-3  # the instruction changes upstream's logits
     assert (expected[0] - expected[3]).abs().max() > 1e-3  # so does one frame
     # and the frames' order, by much less on the tiny model (only the frames' positions change), but 5x the tolerance
@@ -89,7 +77,7 @@ def test_video_encoded_once_per_instruction_and_frames(models):
     calls, frames = [], []
     for inputs, reference in zip(cases, expected, strict=True):
         with VisionRunCounter(ours) as runs, FramesEncoded(ours) as tower:
-            torch.testing.assert_close(_next_logits(ours, inputs), reference, atol=1e-5, rtol=0)
+            torch.testing.assert_close(next_logits(ours, inputs), reference, atol=1e-5, rtol=0)
         calls.append(runs.calls)
         frames.append(sum(tower.frames))
     # Encoded once per (frames, instruction); the first pair again comes from the encoder cache
@@ -101,16 +89,16 @@ def test_prefix_store_reuses_the_same_video_and_instruction_only(models):
     upstream, ours = models
     store = PrefixCache()
     first = _inputs([5, 6, 7])
-    _next_logits(ours, first, prefix_cache=store)
+    next_logits(ours, first, prefix_cache=store)
     longer = torch.cat([PROMPT, torch.tensor([[10, 11]])], dim=1)
     follow_up = _inputs([5, 6, 7], prompt=longer)
     with FramesEncoded(ours) as tower:
-        logits = _next_logits(ours, follow_up, prefix_cache=store)
-    torch.testing.assert_close(logits, _reference(upstream, follow_up), atol=1e-5, rtol=0)
+        logits = next_logits(ours, follow_up, prefix_cache=store)
+    torch.testing.assert_close(logits, uncached_logits(upstream, follow_up), atol=1e-5, rtol=0)
     assert tower.frames == [] and store.stats.hits == 1  # the video's KV came from the store
     other = _inputs([8, 9, 10], prompt=longer)
-    logits = _next_logits(ours, other, prefix_cache=store)
-    torch.testing.assert_close(logits, _reference(upstream, other), atol=1e-5, rtol=0)
+    logits = next_logits(ours, other, prefix_cache=store)
+    torch.testing.assert_close(logits, uncached_logits(upstream, other), atol=1e-5, rtol=0)
 
 
 def test_caption_without_prompt_matches_upstream_generate(models):

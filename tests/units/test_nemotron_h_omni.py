@@ -11,34 +11,28 @@ import transformers
 
 from conftest import model_pair
 from support.chat import run_chat
-from support.references import SYSTEM, USER, Prompt, assert_close, assert_same_steps, generate_logits, uncached_logits
+from support.generation_checks import (
+    GENERATION_MODES,
+    TEXT_ANSWERS,
+    assert_exact_without_an_audio_tower,
+    assert_generate_matches_upstream,
+    assert_refused_then_exact,
+)
+from support.references import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
 from vlmprep import NemotronH_Omni_Reasoning_V3, PrefixCache
-from vlmprep.testing import AUDIO, IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, tiny_model
+from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_nemotron_h_omni_config
 
 FAMILY = "nemotron_h_omni"
-MODES = {
-    "greedy": {"do_sample": False},
-    "sample": {"do_sample": True, "top_k": 5},
-    "beams": {"do_sample": False, "num_beams": 3},
-    "return_two": {"do_sample": True, "num_return_sequences": 2},
-}
-TEXT_ANSWERS = {"suppress_tokens": [0, 1, 2, *range(100, TINY_VOCAB_SIZE)]}
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", list(GENERATION_MODES))
 def test_generate_matches_transformers_and_encodes_each_item_once(mode):
     upstream, ours = model_pair(FAMILY)
     ours.encoder_cache.clear()
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, AUDIO, [30]], image_seeds=[0, 1])
-    kwargs = dict(max_new_tokens=3, output_logits=True, return_dict_in_generate=True, **MODES[mode])
-    torch.manual_seed(1)
     with VisionRunCounter(ours) as runs:
-        actual = ours.generate(**prompt.inputs(), **kwargs)
-    torch.manual_seed(1)
-    expected = upstream.generate(**prompt.inputs(), **kwargs)
-    assert torch.equal(actual.sequences, expected.sequences)
-    assert_same_steps(actual.logits, expected.logits)
+        assert_generate_matches_upstream(upstream, ours, prompt.inputs(), mode, max_new_tokens=3)
     assert runs.batch_sizes == [1, 1], "the image once, the clip once (beams and samples share them)"
 
 
@@ -80,22 +74,11 @@ def test_videos_and_bad_audio_inputs_raise_clear_errors_then_the_model_is_still_
         ({**inputs, "input_features": features[..., :8]}, "mel bins"),
         ({**inputs, "input_features_mask": torch.cat([mask, mask[:, -1:]], dim=1)}, "one entry per frame"),
     ]
-    for bad_inputs, message in bad:
-        with pytest.raises(ValueError, match=message):
-            ours.generate(**bad_inputs, max_new_tokens=1)
-    _, logits = generate_logits(ours, inputs, max_new_tokens=1)
-    assert_close(logits[0], uncached_logits(upstream, inputs))
+    assert_refused_then_exact(upstream, ours, inputs, bad)
 
 
 def test_checkpoint_without_audio_tower():
     config = tiny_nemotron_h_omni_config()
     config.audio_config = None  # as checkpoints without a sound encoder
     upstream = tiny_model(transformers.NemotronH_Omni_Reasoning_V3, config).eval()
-    ours = NemotronH_Omni_Reasoning_V3(config).eval()
-    ours.load_state_dict(upstream.state_dict())
-    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[1])
-    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1)
-    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
-    with_audio = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[0])
-    with pytest.raises(ValueError, match="no audio tower"):
-        ours.generate(**with_audio.inputs(), max_new_tokens=1)
+    assert_exact_without_an_audio_tower(upstream, NemotronH_Omni_Reasoning_V3(config).eval())

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import model_pair
+from support.generation_checks import assert_generate_matches_upstream
 from support.references import SYSTEM, USER, Prompt, collate
 from vlmprep.testing import IMAGE
 
@@ -35,12 +36,4 @@ def test_a_text_row_may_share_a_batch_with_an_image_row():
     text = Prompt(ours.config, [SYSTEM, USER])
     image = Prompt(ours.config, [SYSTEM, IMAGE, USER], image_seeds=[3])
     batch = collate([text, image], pad_token_id=0)
-    expected = upstream.generate(
-        **batch, max_new_tokens=2, do_sample=False, output_logits=True, return_dict_in_generate=True
-    )
-    actual = ours.generate(
-        **batch, max_new_tokens=2, do_sample=False, output_logits=True, return_dict_in_generate=True
-    )
-    assert torch.equal(actual.sequences, expected.sequences)
-    for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
-        assert torch.allclose(step_actual, step_expected, atol=1e-5)
+    assert_generate_matches_upstream(upstream, ours, batch, "greedy", max_new_tokens=2)

@@ -13,7 +13,7 @@ and a processor with a Gemma-style chat template, all written with `save_pretrai
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -24,6 +24,8 @@ __all__ = [
     "adopt_demo_tokenizer",
     "build_demo_tokenizer",
     "build_llava_checkpoint",
+    "gemma_chat_template",
+    "save_chat_checkpoint",
     "write_chat_checkpoint",
 ]
 
@@ -50,33 +52,56 @@ gradient shape shapes noise smooth sharp warm cool nice good
 """
 DEMO_WORDS = ["\n", *".,?!':", *_WORDS.split()]
 
-# Gemma-style chat template: one `<start_of_turn>role\n...<end_of_turn>\n` per message; each image is a single
-# `<start_of_image>` that Gemma3Processor expands to the full image sequence.
-DEMO_CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- for message in messages -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "{{ '<start_of_turn>' + role + '\n' }}"
-    "{%- if message['content'] is string -%}"
-    "{{ message['content'] | trim }}"
-    "{%- else -%}"
-    "{%- for item in message['content'] -%}"
-    "{%- if item['type'] == 'image' -%}{{ '<start_of_image>' }}"
-    "{%- elif item['type'] == 'text' -%}{{ item['text'] | trim }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-    "{{ '<end_of_turn>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
-)
 
+def gemma_chat_template(item_placeholders: dict[str, str]) -> str:
+    """A Gemma-style chat template: one `<start_of_turn>role\n...<end_of_turn>\n` per message, each item of a
+    content list written as its type's placeholder (which the processor expands), each text trimmed.
 
-def build_demo_tokenizer():
-    """A word-level fast tokenizer over `DEMO_WORDS` with Gemma3's special tokens and the attributes a processor reads
+    Args:
+        item_placeholders (`dict[str, str]`): the placeholder of each item type, e.g. `{"image": "<start_of_image>"}`.
 
     Returns:
-        `transformers.PreTrainedTokenizerFast`: with `boi_token`, `eoi_token`, `image_token` (and their `_id`s).
+        `str`: the Jinja template.
+    """
+    items = "".join(
+        f"{{%- {'if' if index == 0 else 'elif'} item['type'] == '{kind}' -%}}{{{{ '{placeholder}' }}}}"
+        for index, (kind, placeholder) in enumerate(item_placeholders.items())
+    )
+    return (
+        "{{ bos_token }}"
+        "{%- for message in messages -%}"
+        "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+        "{{ '<start_of_turn>' + role + '\n' }}"
+        "{%- if message['content'] is string -%}"
+        "{{ message['content'] | trim }}"
+        "{%- else -%}"
+        "{%- for item in message['content'] -%}"
+        f"{items}"
+        "{%- elif item['type'] == 'text' -%}{{ item['text'] | trim }}"
+        "{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- endif -%}"
+        "{{ '<end_of_turn>\n' }}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+    )
+
+
+# Each image is a single `<start_of_image>` that Gemma3Processor expands to the full image sequence.
+DEMO_CHAT_TEMPLATE = gemma_chat_template({"image": "<start_of_image>"})
+
+
+def build_demo_tokenizer(named_tokens: dict[str, str] | None = None, unnamed_tokens: Sequence[str] = ()):
+    """A word-level fast tokenizer over `DEMO_WORDS` with Gemma3's special tokens and the attributes a processor reads
+
+    Args:
+        named_tokens (`dict[str, str]`, *optional*):
+            More special tokens after the demo vocabulary, each also an attribute (`{"audio_token": "<audio>"}`).
+        unnamed_tokens (`Sequence[str]`, *optional*): more special tokens after those, without an attribute.
+
+    Returns:
+        `transformers.PreTrainedTokenizerFast`: with `boi_token`, `eoi_token`, `image_token` and `named_tokens` (and
+        their `_id`s).
     """
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -92,6 +117,9 @@ def build_demo_tokenizer():
         ]
     )
     backend.add_special_tokens(SPECIAL_TOKENS)  # never split, dropped by `skip_special_tokens`
+    named_tokens = named_tokens or {}
+    if named_tokens or unnamed_tokens:
+        backend.add_special_tokens([*named_tokens.values(), *unnamed_tokens])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token="<bos>",
@@ -102,6 +130,7 @@ def build_demo_tokenizer():
             "boi_token": "<start_of_image>",
             "eoi_token": "<end_of_image>",
             "image_token": "<image_soft_token>",
+            **named_tokens,
         },
     )
 
@@ -157,12 +186,28 @@ def write_chat_checkpoint(
     tokenizer = build_demo_tokenizer()
     config = adopt_demo_tokenizer(config, tokenizer)
     processor = build_processor(config, tokenizer)
-    directory = Path(directory)
     model = tiny_model(model_class, config, seed=seed)
+    return save_chat_checkpoint(directory, model, processor, tokenizer)
+
+
+def save_chat_checkpoint(directory: str | os.PathLike, model, processor, tokenizer) -> Path:
+    """Save a model and its processor to `directory` (created with parents), its answers ending at the end of a chat
+    turn or at EOS.
+
+    Args:
+        directory (`str` or `os.PathLike`): where to write.
+        model (`PreTrainedModel`): the model, on `tokenizer`'s ids.
+        processor (`ProcessorMixin`): its processor.
+        tokenizer (`PreTrainedTokenizerFast`): from `build_demo_tokenizer`.
+
+    Returns:
+        `Path`: `directory`.
+    """
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
@@ -170,7 +215,7 @@ def write_chat_checkpoint(
 
 
 # The demo template's image item becomes LLaVA's placeholder, which `LlavaProcessor` expands to one token per feature.
-LLAVA_CHAT_TEMPLATE = DEMO_CHAT_TEMPLATE.replace("<start_of_image>", "<image_soft_token>")
+LLAVA_CHAT_TEMPLATE = gemma_chat_template({"image": "<image_soft_token>"})
 
 
 def build_llava_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:

@@ -11,7 +11,7 @@ import torch
 
 from support.cases import FamilyCase, register
 from support.families.cases_misc import _TEXT_PREFIX_SKIP, instructions_of
-from support.llava_like_inputs import prompt_ids, tiles_of
+from support.llava_like_inputs import global_and_local_views, prompt_ids
 from vlmprep.testing import random_pixels
 from vlmprep.testing.configs.ivideo import TINY_VIDEO_FRAMES
 
@@ -60,17 +60,11 @@ OCR2_SLOW = {
 def build_deepseek_ocr2_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     """Ids with each image's one run (its crops' queries, its global view's, the separator); `pixel_values`
     `(images, 3, 16, 16)`, `pixel_values_local` `(crops, 3, 16, 16)` when any image has crops, `num_local_patches`."""
-    crops = [tiles_of(seed) - 1 for seed in image_seeds]
+    views, crops = global_and_local_views(image_seeds, random_pixels, random_pixels)
     runs = [[config.image_token_id] * (OCR2_VIEW_TOKENS * (count + 1) + 1) for count in crops]
     inputs = {"input_ids": torch.tensor([prompt_ids(segments, runs)])}
     if image_seeds:
-        inputs["pixel_values"] = torch.cat([random_pixels(1, seed) for seed in image_seeds])
-        if sum(crops):
-            local = [
-                random_pixels(count, seed + 1000) for seed, count in zip(image_seeds, crops, strict=True) if count
-            ]
-            inputs["pixel_values_local"] = torch.cat(local)
-        inputs["num_local_patches"] = torch.tensor(crops)
+        inputs.update(views, num_local_patches=torch.tensor(crops))
     return inputs
 
 

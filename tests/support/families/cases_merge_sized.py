@@ -16,6 +16,7 @@ import torch
 
 from support.cases import FamilyCase, register
 from support.patch_grid_inputs import IMAGE_GRIDS, VIDEO_GRIDS, patches
+from support.segments import with_seeds
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
 
 PATCH_DIM = 3 * 4 * 4  # one RGB 4 px patch per row
@@ -40,12 +41,10 @@ def video_compression_mask(grid: tuple[int, int, int], seed: int) -> torch.Tenso
 def build_video_llama_3_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     ids: list[int] = []
     images, videos = [], []
-    seeds = iter(image_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, image_seeds):
+        if seed is None:
             ids += segment
             continue
-        seed = next(seeds)
         if segment is IMAGE:
             grid, merge_size = image_item(seed)
             images.append((grid, merge_size, seed))

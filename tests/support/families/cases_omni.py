@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import torch
 
+from support.audio_clips import add_clips, audio_run, padded_mask, real_length, splice_clips, split_clips
 from support.cases import FamilyCase, register
 from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
+from support.segments import with_seeds
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
-    TINY_AUDIO_TOKEN_ID,
-    TINY_BOA_TOKEN_ID,
     TINY_BOI_TOKEN_ID,
-    TINY_EOA_TOKEN_ID,
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
@@ -55,8 +54,7 @@ def _patch_rows(seed: int, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.T
 def _audio_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     generator = torch.Generator().manual_seed(1000 + seed)
     features = torch.randn(AUDIO_FRAMES, GEMMA4_MEL_BINS, generator=generator)
-    mask = torch.zeros(AUDIO_FRAMES, dtype=torch.bool)
-    mask[: AUDIO_FRAMES - 6 * (seed % 7 % 4)] = True
+    mask = padded_mask(AUDIO_FRAMES, real_length(AUDIO_FRAMES, seed), torch.bool)
     return features, mask, int(mask[::2][::2].sum())  # the processor's arithmetic: two stride-2 subsamplings
 
 
@@ -64,18 +62,16 @@ def build_gemma4_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     ids: list[int] = []
     types: list[int] = []
     images, videos, clips = [], [], []
-    seeds = iter(item_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
             types += [0] * len(segment)
         elif segment == AUDIO:
-            features, mask, tokens = _audio_clip(next(seeds))
+            features, mask, tokens = _audio_clip(seed)
             clips.append((features, mask))
-            ids += [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * tokens, TINY_EOA_TOKEN_ID]
+            ids += audio_run(tokens)
             types += [0, *[3] * tokens, 0]
         else:
-            seed = next(seeds)
             is_image = segment == IMAGE
             frames = 1 if is_image else FRAMES_PER_VIDEO
             placeholder, token_type = (TINY_IMAGE_TOKEN_ID, 1) if is_image else (TINY_VIDEO_TOKEN_ID, 2)
@@ -95,10 +91,7 @@ def build_gemma4_inputs(config, segments: list, item_seeds: list[int]) -> dict:
         inputs["pixel_values_videos"] = torch.stack([frame[0] for video in videos for frame in video])
         inputs["video_position_ids"] = torch.stack([frame[1] for video in videos for frame in video])
         inputs["num_frames_per_video"] = torch.tensor([len(video) for video in videos])
-    if clips:
-        inputs["input_features"] = torch.stack([clip[0] for clip in clips])
-        inputs["input_features_mask"] = torch.stack([clip[1] for clip in clips])
-    return inputs
+    return add_clips(inputs, clips, "input_features", "input_features_mask")
 
 
 register(
@@ -123,27 +116,15 @@ def _qwen_omni_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     # `(mel_bins, frames)` features and the mask of the real frames; the processor's count of audio placeholders
     generator = torch.Generator().manual_seed(2000 + seed)
     features = torch.randn(QWEN_OMNI_MEL_BINS, AUDIO_FRAMES, generator=generator)
-    real = AUDIO_FRAMES - 6 * (seed % 7 % 4)
-    mask = torch.zeros(AUDIO_FRAMES, dtype=torch.long)
-    mask[:real] = 1
-    return features, mask, ((real - 1) // 2 + 1 - 2) // 2 + 1
+    real = real_length(AUDIO_FRAMES, seed)
+    return features, padded_mask(AUDIO_FRAMES, real), ((real - 1) // 2 + 1 - 2) // 2 + 1
 
 
 def build_qwen_omni_inputs(config, segments: list, item_seeds: list[int], clip_of=_qwen_omni_clip) -> dict:
     """Qwen2.5-Omni thinker prompts: images and videos as Qwen2.5-VL's, an audio clip `<|audio_bos|>`, its
     placeholders, `<|audio_eos|>`; each video one second per temporal patch or two (seed parity). `clip_of(seed)`
     gives a clip's features, mask and placeholder count (the Qwen3-Omni thinker's tower counts otherwise)."""
-    seeds = iter(item_seeds)
-    visual_segments, visual_seeds, clips = [], [], []
-    for segment in segments:
-        if isinstance(segment, list):
-            visual_segments.append(segment)
-        elif segment == AUDIO:
-            clips.append(clip_of(next(seeds)))
-            visual_segments.append([-len(clips)])  # marks where the clip goes
-        else:
-            visual_segments.append(segment)
-            visual_seeds.append(next(seeds))
+    visual_segments, visual_seeds, clips = split_clips(segments, item_seeds, clip_of)
     ids, _, pixel_inputs, video_seeds = grid_prompt(
         visual_segments,
         visual_seeds,
@@ -154,39 +135,32 @@ def build_qwen_omni_inputs(config, segments: list, item_seeds: list[int], clip_o
             [],
         ),
     )
-    prompt: list[int] = []
-    for token in ids:
-        if token >= 0:
-            prompt.append(token)
-        else:
-            tokens = clips[-token - 1][2]
-            prompt += [QWEN_OMNI_AUDIO_START, *[TINY_AUDIO_TOKEN_ID] * tokens, QWEN_OMNI_AUDIO_END]
+    prompt = splice_clips(ids, clips, lambda clip: audio_run(clip[2], QWEN_OMNI_AUDIO_START, QWEN_OMNI_AUDIO_END))
     # Upstream's forward numbers tokens with multimodal rope only when given a mask (without one, 1D positions):
     # the processor always returns one
     inputs = {"input_ids": torch.tensor([prompt]), "attention_mask": torch.ones(1, len(prompt), dtype=torch.long)}
     inputs.update(pixel_inputs)
     if video_seeds:
         inputs["video_second_per_grid"] = torch.tensor([1.0 + (seed % 2) for seed in video_seeds])
-    if clips:
-        inputs["input_features"] = torch.stack([clip[0] for clip in clips])
-        inputs["feature_attention_mask"] = torch.stack([clip[1] for clip in clips])
-    return inputs
+    return add_clips(inputs, clips, "input_features", "feature_attention_mask")
 
 
+# The Qwen-Omni thinkers' processor outputs besides `input_ids` (the Qwen3-Omni thinker's case takes them too)
+QWEN_OMNI_PIXEL_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_values_videos",
+    "video_grid_thw",
+    "video_second_per_grid",
+    "input_features",
+    "feature_attention_mask",
+)
 register(
     FamilyCase(
         "qwen2_5_omni_thinker",
         build_qwen_omni_inputs,
         per_token_keys=("attention_mask",),
         answer_token_types={"attention_mask": 1},
-        pixel_keys=(
-            "pixel_values",
-            "image_grid_thw",
-            "pixel_values_videos",
-            "video_grid_thw",
-            "video_second_per_grid",
-            "input_features",
-            "feature_attention_mask",
-        ),
+        pixel_keys=QWEN_OMNI_PIXEL_KEYS,
     )
 )

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import torch
 
+from support.audio_clips import add_clips, audio_run, padded_mask, real_length, splice_clips, split_clips
 from support.cases import FamilyCase, register
 from support.families.cases_text_positions import image_grid, placeholder
 from support.patch_grid_inputs import grid_prompt, merged_tokens
+from support.segments import with_seeds
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
-    TINY_AUDIO_TOKEN_ID,
-    TINY_BOA_TOKEN_ID,
     TINY_BOI_TOKEN_ID,
-    TINY_EOA_TOKEN_ID,
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
@@ -39,40 +38,19 @@ SAMPLES_PER_TOKEN = MUSE_SPARK_PATCH_SIZES[0] * MUSE_SPARK_PATCH_SIZES[1]
 
 def _waveform(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     # The clip's padded samples, its mask and the processor's count of audio placeholders
-    real = MUSE_SPARK_SAMPLES - 6 * (seed % 7 % 4)
+    real = real_length(MUSE_SPARK_SAMPLES, seed)
     values = torch.zeros(MUSE_SPARK_SAMPLES)
     values[:real] = torch.randn(real, generator=torch.Generator().manual_seed(3000 + seed))
-    mask = torch.zeros(MUSE_SPARK_SAMPLES, dtype=torch.long)
-    mask[:real] = 1
-    return values, mask, -(-real // SAMPLES_PER_TOKEN)
+    return values, padded_mask(MUSE_SPARK_SAMPLES, real), -(-real // SAMPLES_PER_TOKEN)
 
 
 def build_muse_spark_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     """Muse Spark prompts: Muse Glimmer's images and videos, audio clips between their start and end tokens."""
-    seeds = iter(item_seeds)
-    visual_segments, visual_seeds, clips = [], [], []
-    for segment in segments:
-        if isinstance(segment, list):
-            visual_segments.append(segment)
-        elif segment == AUDIO:
-            clips.append(_waveform(next(seeds)))
-            visual_segments.append([-len(clips)])  # marks where the clip goes
-        else:
-            visual_segments.append(segment)
-            visual_seeds.append(next(seeds))
+    visual_segments, visual_seeds, clips = split_clips(segments, item_seeds, _waveform)
     ids, _, pixel_inputs, _ = grid_prompt(visual_segments, visual_seeds, image_grid, placeholder)
-    prompt: list[int] = []
-    for token in ids:
-        if token >= 0:
-            prompt.append(token)
-        else:
-            tokens = clips[-token - 1][2]
-            prompt += [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * tokens, TINY_EOA_TOKEN_ID]
+    prompt = splice_clips(ids, clips, lambda clip: audio_run(clip[2]))
     inputs = {"input_ids": torch.tensor([prompt]), **pixel_inputs}
-    if clips:
-        inputs["input_values"] = torch.stack([clip[0] for clip in clips])
-        inputs["input_values_mask"] = torch.stack([clip[1] for clip in clips])
-    return inputs
+    return add_clips(inputs, clips, "input_values", "input_values_mask")
 
 
 register(
@@ -114,32 +92,28 @@ def _apertus_image(seed: int) -> tuple[torch.Tensor, tuple[int, int], list[int]]
 
 
 def _apertus_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    real = APERTUS_SAMPLES - 6 * (seed % 7 % 4)
+    real = real_length(APERTUS_SAMPLES, seed)
     values = torch.zeros(1, APERTUS_SAMPLES)
     values[0, :real] = torch.randn(real, generator=torch.Generator().manual_seed(4000 + seed))
-    mask = torch.zeros(APERTUS_SAMPLES, dtype=torch.long)
-    mask[:real] = 1
-    codes = -(-real // APERTUS1P5_HOP_LENGTH)
-    return values, mask, [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * codes, TINY_EOA_TOKEN_ID]
+    return values, padded_mask(APERTUS_SAMPLES, real), audio_run(-(-real // APERTUS1P5_HOP_LENGTH))
 
 
 def build_apertus1p5_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     """Apertus 1.5 prompts: images padded to 8 px with their `image_sizes`, clips padded to 40
     samples with their `padding_mask` (40, 34, 28 or 22 real, by seed)."""
-    seeds = iter(item_seeds)
     ids: list[int] = []
     images, clips = [], []
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
         elif segment == AUDIO:
-            values, mask, run = _apertus_clip(next(seeds))
+            values, mask, run = _apertus_clip(seed)
             clips.append((values, mask))
             ids += run
         elif segment != IMAGE:
             raise ValueError(f"Apertus 1.5 takes images and audio clips, not {segment}")
         else:
-            pixels, size, run = _apertus_image(next(seeds))
+            pixels, size, run = _apertus_image(seed)
             images.append((pixels, size))
             ids += run
     inputs = {"input_ids": torch.tensor([ids])}
@@ -151,10 +125,7 @@ def build_apertus1p5_inputs(config, segments: list, item_seeds: list[int]) -> di
             canvas[index, :, : size[0], : size[1]] = pixels
         inputs["pixel_values"] = canvas
         inputs["image_sizes"] = torch.tensor([size for _, size in images])
-    if clips:
-        inputs["input_values"] = torch.stack([clip[0] for clip in clips])
-        inputs["padding_mask"] = torch.stack([clip[1] for clip in clips])
-    return inputs
+    return add_clips(inputs, clips, "input_values", "padding_mask")
 
 
 register(
@@ -206,27 +177,17 @@ def _dots_chunks(seed: int) -> list[tuple[torch.Tensor, int]]:
 def build_dots3_note_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     """Dots 3 Note prompts: images and videos as Qwen2-VL's with 1D positions, audio clips of one or two chunks."""
     per_token = DOTS3_NOTE_HOP_LENGTH * 8
-    seeds = iter(item_seeds)
-    visual_segments, visual_seeds, clips = [], [], []
-    for segment in segments:
-        if isinstance(segment, list):
-            visual_segments.append(segment)
-        elif segment == AUDIO:
-            clips.append(_dots_chunks(next(seeds)))
-            visual_segments.append([-len(clips)])  # marks where the clip goes
-        else:
-            visual_segments.append(segment)
-            visual_seeds.append(next(seeds))
+    visual_segments, visual_seeds, clips = split_clips(segments, item_seeds, _dots_chunks)
     ids, _, pixel_inputs, _ = grid_prompt(
         visual_segments, visual_seeds, image_grid, _dots_placeholder, DOTS_PATCH_SHAPE
     )
-    prompt: list[int] = []
-    for token in ids:
-        if token >= 0:
-            prompt.append(token)
-        else:
-            tokens = sum(-(-samples // per_token) for _, samples in clips[-token - 1])
-            prompt += [DOTS_AUDIO_START, *[TINY_AUDIO_TOKEN_ID] * tokens, DOTS_AUDIO_END]
+    prompt = splice_clips(
+        ids,
+        clips,
+        lambda chunks: audio_run(
+            sum(-(-samples // per_token) for _, samples in chunks), DOTS_AUDIO_START, DOTS_AUDIO_END
+        ),
+    )
     inputs = {"input_ids": torch.tensor([prompt]), **pixel_inputs}
     chunks = [chunk for clip in clips for chunk in clip]
     if chunks:

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import torch
 
+from support.audio_clips import add_clips, audio_run, padded_mask, real_length
 from support.cases import FamilyCase, register
 from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
+from support.segments import with_seeds
 from vlmprep.testing import (
     AUDIO,
     IMAGE,
-    TINY_AUDIO_TOKEN_ID,
-    TINY_BOA_TOKEN_ID,
     TINY_BOI_TOKEN_ID,
-    TINY_EOA_TOKEN_ID,
     TINY_EOI_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
@@ -91,34 +90,28 @@ def _inkling_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     # `(frames, mel_bins)` dMel levels and the mask of the real frames (the processor pads at the end)
     generator = torch.Generator().manual_seed(3000 + seed)
     levels = torch.randint(0, INKLING_MEL_VOCAB, (INKLING_AUDIO_FRAMES, INKLING_MEL_BINS), generator=generator)
-    mask = torch.zeros(INKLING_AUDIO_FRAMES, dtype=torch.bool)
-    mask[: INKLING_AUDIO_FRAMES - seed % 7 % 4] = True
-    return levels, mask
+    return levels, padded_mask(INKLING_AUDIO_FRAMES, real_length(INKLING_AUDIO_FRAMES, seed, step=1), torch.bool)
 
 
 def build_inkling_inputs(config, segments: list, item_seeds: list[int]) -> dict:
     """`input_ids`, `pixel_values` (every image's patches back to back) and the audio levels with their mask."""
     ids: list[int] = []
     patches, clips = [], []
-    seeds = iter(item_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
         elif segment == AUDIO:
-            levels, mask = _inkling_clip(next(seeds))
+            levels, mask = _inkling_clip(seed)
             clips.append((levels, mask))
-            ids += [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * int(mask.sum())]
+            ids += audio_run(int(mask.sum()), end=None)
         else:
-            pixels = _inkling_patches(next(seeds))
+            pixels = _inkling_patches(seed)
             patches.append(pixels)
             ids += [TINY_BOI_TOKEN_ID, *[TINY_IMAGE_TOKEN_ID] * pixels.shape[0]]
     inputs = {"input_ids": torch.tensor([ids])}
     if patches:
         inputs["pixel_values"] = torch.cat(patches)
-    if clips:
-        inputs["audio_input_ids"] = torch.stack([clip[0] for clip in clips])
-        inputs["audio_input_ids_mask"] = torch.stack([clip[1] for clip in clips])
-    return inputs
+    return add_clips(inputs, clips, "audio_input_ids", "audio_input_ids_mask")
 
 
 # The scenarios that count encoded images count items, here patches; with left padding, Inkling's full-attention
@@ -162,9 +155,8 @@ def _subsampled(frames: int) -> int:
 def _nemotron_clip(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     # `(frames, mel_bins)` features, zero past the mask of `L // hop` real frames, and the clip's placeholders
     generator = torch.Generator().manual_seed(4000 + seed)
-    real = NEMOTRON_AUDIO_FRAMES - 1 - 4 * (seed % 7 % 4)  # L // hop: 19, 15, 11 or 7
-    mask = torch.zeros(NEMOTRON_AUDIO_FRAMES, dtype=torch.bool)
-    mask[:real] = True
+    real = real_length(NEMOTRON_AUDIO_FRAMES - 1, seed, step=4)  # L // hop: 19, 15, 11 or 7
+    mask = padded_mask(NEMOTRON_AUDIO_FRAMES, real, torch.bool)
     features = torch.randn(NEMOTRON_AUDIO_FRAMES, NEMOTRON_MEL_BINS, generator=generator) * mask[:, None]
     return features, mask, _subsampled(real + 1)
 
@@ -186,16 +178,14 @@ def build_nemotron_h_omni_inputs(config, segments: list, item_seeds: list[int]) 
     """`input_ids`, the images' flattened patches with `image_grid_hw`, and the clips with their mask."""
     ids: list[int] = []
     patches, grids, clips = [], [], []
-    seeds = iter(item_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, item_seeds):
+        if seed is None:
             ids += segment
         elif segment == AUDIO:
-            features, mask, tokens = _nemotron_clip(next(seeds))
+            features, mask, tokens = _nemotron_clip(seed)
             clips.append((features, mask))
-            ids += [TINY_BOA_TOKEN_ID, *[TINY_AUDIO_TOKEN_ID] * tokens, TINY_EOA_TOKEN_ID]
+            ids += audio_run(tokens)
         else:
-            seed = next(seeds)
             height, width = NEMOTRON_GRIDS[seed % 7 % len(NEMOTRON_GRIDS)]
             generator = torch.Generator().manual_seed(seed)
             patches.append(torch.rand(height * width, 3 * NEMOTRON_PATCH_SIZE**2, generator=generator) * 2 - 1)
@@ -205,10 +195,7 @@ def build_nemotron_h_omni_inputs(config, segments: list, item_seeds: list[int]) 
     if patches:
         inputs["pixel_values"] = torch.cat(patches)
         inputs["image_grid_hw"] = torch.tensor(grids)
-    if clips:
-        inputs["input_features"] = torch.stack([clip[0] for clip in clips])
-        inputs["input_features_mask"] = torch.stack([clip[1] for clip in clips])
-    return inputs
+    return add_clips(inputs, clips, "input_features", "input_features_mask")
 
 
 register(

@@ -14,8 +14,9 @@ import functools
 
 import torch
 
+from support.audio_clips import padded_mask, real_length
 from support.cases import FamilyCase, register
-from support.families.cases_omni import build_qwen_omni_inputs
+from support.families.cases_omni import QWEN_OMNI_PIXEL_KEYS, build_qwen_omni_inputs
 from vlmprep.testing import AUDIO, VIDEO
 from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START, QWEN_OMNI_MEL_BINS
 from vlmprep.testing.configs.patch_grid import VISION_END, VISION_START
@@ -37,26 +38,18 @@ def qwen3_omni_clip(seed: int, frames: int = CLIP_FRAMES) -> tuple[torch.Tensor,
     """`(mel_bins, frames)` features, the mask of the real frames (6 fewer per `seed % 7 % 4`), the placeholders."""
     generator = torch.Generator().manual_seed(3000 + seed)
     features = torch.randn(QWEN_OMNI_MEL_BINS, frames, generator=generator)
-    mask = torch.zeros(frames, dtype=torch.long)
-    mask[: frames - 6 * (seed % 7 % 4)] = 1
+    mask = padded_mask(frames, real_length(frames, seed))
     return features, mask, qwen3_omni_audio_tokens(int(mask.sum()))
 
 
+build_qwen3_omni_inputs = functools.partial(build_qwen_omni_inputs, clip_of=qwen3_omni_clip)
 register(
     FamilyCase(
         "qwen3_omni_moe_thinker",
-        functools.partial(build_qwen_omni_inputs, clip_of=qwen3_omni_clip),
+        build_qwen3_omni_inputs,
         per_token_keys=("attention_mask",),
         answer_token_types={"attention_mask": 1},
-        pixel_keys=(
-            "pixel_values",
-            "image_grid_thw",
-            "pixel_values_videos",
-            "video_grid_thw",
-            "video_second_per_grid",
-            "input_features",
-            "feature_attention_mask",
-        ),
+        pixel_keys=QWEN_OMNI_PIXEL_KEYS,
     )
 )
 
@@ -65,7 +58,7 @@ register(
 VIDEO_WITH_AUDIO = "<video+audio>"
 _BUILDERS = {
     "qwen2_5_omni_thinker": build_qwen_omni_inputs,
-    "qwen3_omni_moe_thinker": functools.partial(build_qwen_omni_inputs, clip_of=qwen3_omni_clip),
+    "qwen3_omni_moe_thinker": build_qwen3_omni_inputs,
 }
 
 

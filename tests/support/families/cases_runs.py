@@ -11,7 +11,16 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import left_pad, pixels, size_of, tiles_of
+from support.llava_like_inputs import (
+    global_and_local_views,
+    left_pad,
+    pixels,
+    prompt_ids,
+    size_of,
+    square_pixels,
+    tiles_of,
+)
+from support.segments import with_seeds
 from vlmprep.testing import IMAGE, VIDEO
 
 # MiniCPM's `<image>`, `</image>`, `<slice>`, `</slice>`, `<image_id>`, `</image_id>`; a line break between slice rows.
@@ -73,13 +82,13 @@ def _packed(config, seeds: list[int], views_of) -> torch.Tensor:
 def build_minicpm_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     """Ids with each image's and video's runs; `pixel_values` (`pixel_values_videos`) packed, with `target_sizes`
     (`target_sizes_videos`) `(views, 2)`. The seeds are the media's, in prompt order."""
-    seeds, ids, images, videos = iter(image_seeds), [], [], []
-    for segment in segments:
+    ids, images, videos = [], [], []
+    for segment, seed in with_seeds(segments, image_seeds):
         if segment is IMAGE:
-            images.append(next(seeds))
+            images.append(seed)
             ids += minicpm_image_tokens(config, images[-1], len(images) - 1)
         elif segment is VIDEO:
-            videos.append(next(seeds))
+            videos.append(seed)
             ids += minicpm_video_tokens(config, videos[-1], len(videos) - 1)
         else:
             ids += list(segment)
@@ -171,21 +180,12 @@ def step_image_tokens(config, seed: int) -> list[int]:
 def build_step3p7_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     """Ids with each image's runs; `pixel_values` `(images, 3, 32, 32)`, `pixel_values_local` `(crops, 3, 16, 16)`
     (when any image has crops) and `num_local_patches` `(images,)`."""
-    runs = iter([step_image_tokens(config, seed) for seed in image_seeds])
-    ids = [token for segment in segments for token in (next(runs) if segment is IMAGE else segment)]
-    inputs = {"input_ids": torch.tensor([ids])}
+    inputs = {"input_ids": torch.tensor([prompt_ids(segments, [step_image_tokens(config, s) for s in image_seeds])])}
     if image_seeds:
-        side, crop = STEP_GLOBAL_SIDE, STEP_CROP_SIDE
-        inputs["pixel_values"] = torch.cat([pixels((1, 3, side, side), seed) for seed in image_seeds])
-        crops = [tiles_of(seed) - 1 for seed in image_seeds]
-        if sum(crops):
-            local = [
-                pixels((count, 3, crop, crop), seed + 1000)
-                for seed, count in zip(image_seeds, crops, strict=True)
-                if count
-            ]
-            inputs["pixel_values_local"] = torch.cat(local)
-        inputs["num_local_patches"] = torch.tensor(crops)
+        views, crops = global_and_local_views(
+            image_seeds, square_pixels(STEP_GLOBAL_SIDE), square_pixels(STEP_CROP_SIDE)
+        )
+        inputs.update(views, num_local_patches=torch.tensor(crops))
     return inputs
 
 

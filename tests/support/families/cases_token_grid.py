@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
+from support.segments import with_seeds
 from vlmprep.testing import TINY_IMAGE_TOKEN_ID
 from vlmprep.testing.configs.patch_grid import MERGE_SIZE, PATCH_SIZE
 
@@ -24,12 +25,10 @@ SQUARE = MERGE_SIZE * PATCH_SIZE  # pixels per side of one placeholder's square
 def build_token_grid_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     ids: list[int] = []
     squares, grids = [], []
-    seeds = iter(image_seeds)
-    for segment in segments:
-        if isinstance(segment, list):
+    for segment, seed in with_seeds(segments, image_seeds):
+        if seed is None:
             ids += segment
             continue
-        seed = next(seeds)
         grid = TOKEN_GRIDS[seed % 7 % len(TOKEN_GRIDS)]
         count = grid[0] * grid[1] * grid[2]
         ids += [TINY_IMAGE_TOKEN_ID] * count

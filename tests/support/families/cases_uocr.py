@@ -13,8 +13,7 @@ import math
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import left_pad, pixels, tiles_of
-from vlmprep.testing import IMAGE
+from support.llava_like_inputs import global_and_local_views, left_pad, prompt_ids, square_pixels, tiles_of
 from vlmprep.testing.configs.uocr import UNLIMITED_OCR_CROP_SIDE, UNLIMITED_OCR_GLOBAL_SIDE
 
 # The processor's `downsample_ratio`: the tower's two stride-2 convolutions.
@@ -56,17 +55,12 @@ def uocr_image_tokens(config, seed: int) -> list[int]:
 def build_unlimited_ocr_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     """Ids with each image's run; `pixel_values` `(images, 3, 16, 16)`, `pixel_values_local` `(crops, 3, 16, 16)`
     (when any image has crops), `num_local_patches` and `patches_grid` lists."""
-    runs = iter([uocr_image_tokens(config, seed) for seed in image_seeds])
-    ids = [token for segment in segments for token in (next(runs) if segment is IMAGE else segment)]
-    inputs = {"input_ids": torch.tensor([ids])}
+    inputs = {"input_ids": torch.tensor([prompt_ids(segments, [uocr_image_tokens(config, s) for s in image_seeds])])}
     if image_seeds:
-        side, crop = UNLIMITED_OCR_GLOBAL_SIDE, UNLIMITED_OCR_CROP_SIDE
-        inputs["pixel_values"] = torch.cat([pixels((1, 3, side, side), seed) for seed in image_seeds])
-        crops = [tiles_of(seed) - 1 for seed in image_seeds]
-        if sum(crops):
-            local = [pixels((n, 3, crop, crop), seed + 1000) for seed, n in zip(image_seeds, crops, strict=True) if n]
-            inputs["pixel_values_local"] = torch.cat(local)
-        inputs["num_local_patches"] = crops
+        views, crops = global_and_local_views(
+            image_seeds, square_pixels(UNLIMITED_OCR_GLOBAL_SIDE), square_pixels(UNLIMITED_OCR_CROP_SIDE)
+        )
+        inputs.update(views, num_local_patches=crops)
         inputs["patches_grid"] = [uocr_grid(seed) for seed in image_seeds]
     return inputs
 

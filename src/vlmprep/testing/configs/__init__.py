@@ -11,7 +11,8 @@ collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names e
 - `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon, Emu3), or with a VQ-VAE for image generation (Janus);
 - `linear_patches`: flattened patches embedded by one linear layer (Fuyu);
 - `misc`: the Q-Former families, whose learned queries fill a fixed run per image (BLIP-2, InstructBLIP);
-- `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, Muse Glimmer, ...).
+- `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, ...), and `muse`
+  Muse Glimmer's (whose parts Muse Spark reuses).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
 from .misc import tiny_blip_2_config, tiny_instructblip_config
 from .molmo2 import tiny_molmo2_config
+from .muse import tiny_muse_glimmer_config
 from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
 from .omnib import tiny_apertus1p5_config, tiny_dots3_note_config, tiny_muse_spark_config
 from .omnic import tiny_cosmos3_omni_config, tiny_inkling_mm_model_config, tiny_nemotron_h_omni_config
@@ -84,7 +86,6 @@ from .patch_grid import (
     tiny_hyperclovax_vision_v2_config,
     tiny_kimi_k25_config,
     tiny_lfm3_vl_config,
-    tiny_muse_glimmer_config,
     tiny_paddleocr_vl_config,
     tiny_patch_merger_vision_config,
     tiny_qwen2_5_vl_config,

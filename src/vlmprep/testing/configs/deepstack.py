@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_IMAGE_TOKEN_ID, tiny_text_config, tiny_vision_config
+from .parts import TINY_IMAGE_TOKEN_ID, TINY_TEXT_SPECIAL_IDS, tiny_text_config, tiny_vision_config
 
 # The any-res grids (height, width in px) the image processor picks from; an 8 px crop per tower call.
 GRANITE4_VISION_PINPOINTS = [[8, 8], [8, 16], [16, 8]]
@@ -75,9 +75,7 @@ def tiny_granite_docling_config() -> transformers.GraniteDoclingConfig:
         # logits by 2e-4 only; the logits stay divided by `logits_scaling` (4)
         text_config=tiny_text_config(
             "granite_docling_text",
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
+            **TINY_TEXT_SPECIAL_IDS,
             attention_multiplier=0.25,
             embedding_multiplier=1.0,
             residual_multiplier=1.0,

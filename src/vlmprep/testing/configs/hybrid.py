@@ -9,7 +9,7 @@ from typing import Any
 
 import transformers
 
-from .parts import TINY_IMAGE_TOKEN_ID, tiny_text_config, tiny_vision_config
+from .parts import TINY_IMAGE_TOKEN_ID, TINY_TEXT_SPECIAL_IDS, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     GLM_SPECIAL_TOKENS,
     MERGE_SIZE,
@@ -70,7 +70,7 @@ def tiny_glm5_next_config() -> transformers.Glm5NextConfig:
     Returns:
         `transformers.Glm5NextConfig`
     """
-    text = tiny_text_config(None, num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text = tiny_text_config(None, num_key_value_heads=2, head_dim=16, **TINY_TEXT_SPECIAL_IDS)
     text.update(layer_types=["linear_attention", "full_attention"], linear_num_heads=2, linear_head_dim=16)
     text.update(linear_conv_kernel_dim=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, v_head_dim=16)
     text.update(index_topk=4, index_head_dim=16, index_n_heads=2, index_kpool=2, hc_mult=2)

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_IMAGE_SIZE, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE, tiny_text_config, tiny_vision_config
+from .parts import (
+    TINY_IMAGE_SIZE,
+    TINY_IMAGE_TOKEN_ID,
+    TINY_TEXT_SPECIAL_IDS,
+    TINY_VOCAB_SIZE,
+    tiny_text_config,
+    tiny_vision_config,
+)
 
 # The VQ-VAE's codebook, and the vocabulary ids its codes map to: free ids between the text (3..99) and the special
 # tokens (110-121), so that a code's token is never a text token of a test prompt.
@@ -103,7 +110,7 @@ def tiny_emu3_config() -> transformers.Emu3Config:
         "temporal_downsample_factor": 2,
     }
     # Emu3's text config defaults to attention dropout 0.1: off, so that train mode changes nothing but the caching.
-    text_config = tiny_text_config(None, pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0)
+    text_config = tiny_text_config(None, **TINY_TEXT_SPECIAL_IDS, attention_dropout=0.0)
     return transformers.Emu3Config(
         text_config=text_config,
         vq_config=vq_config,

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config, tiny_vision_config
+from .parts import (
+    TINY_IMAGE_TOKEN_ID,
+    TINY_TEXT_SPECIAL_IDS,
+    TINY_VIDEO_TOKEN_ID,
+    tiny_text_config,
+    tiny_vision_config,
+)
 from .patch_grid import (
     MERGE_SIZE,
     PATCH_SIZE,
@@ -48,7 +54,7 @@ def tiny_minimax_m3_vl_config() -> transformers.MiniMaxM3VLConfig:
     Returns:
         `transformers.MiniMaxM3VLConfig`
     """
-    text = tiny_text_config(None, head_dim=16, rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text = tiny_text_config(None, head_dim=16, rotary_dim=8, **TINY_TEXT_SPECIAL_IDS)
     text.update(layer_types=["full_attention", "minimax_m3_sparse"], mlp_layer_types=["dense", "sparse"])
     text.update(num_local_experts=4, num_experts_per_tok=2, intermediate_size=16, dense_intermediate_size=32)
     text.update(shared_intermediate_size=16, index_n_heads=2, index_head_dim=16, index_block_size=4)
@@ -73,7 +79,7 @@ def tiny_mistral_large4_config() -> transformers.MistralLarge4Config:
     Returns:
         `transformers.MistralLarge4Config`
     """
-    text = tiny_text_config(None, num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text = tiny_text_config(None, num_key_value_heads=2, **TINY_TEXT_SPECIAL_IDS)
     text.update(kv_source_layers=[0, 0], indexer_types=["full", "full"], no_rope_layers=[1, 1])
     text.update(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
     text.update(intermediate_size=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)
@@ -96,7 +102,7 @@ def tiny_hy_v4_vl_config() -> transformers.HYV4VLConfig:
         `transformers.HYV4VLConfig`
     """
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
-    text = tiny_text_config(None, pad_token_id=0, bos_token_id=1, eos_token_id=2, rope_parameters=rope)
+    text = tiny_text_config(None, **TINY_TEXT_SPECIAL_IDS, rope_parameters=rope)
     text.update(q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16)
     text.update(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, intermediate_size=32)
     # 8 indexer heads, as Mistral Large 4's: fewer ReLU-summed index scores tie at exactly 0

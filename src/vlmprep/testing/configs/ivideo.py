@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import transformers
 
-from .misc import QFORMER_INIT_RANGE, TINY_QUERY_TOKENS, qformer_parts
+from .misc import qformer_parts
 from .parts import TINY_IMAGE_SIZE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config
 
 # Frames per tiny video: two, so a video's run (8 placeholders) has a frame boundary inside it.
@@ -23,9 +23,7 @@ def tiny_instructblipvideo_config() -> transformers.InstructBlipVideoConfig:
     return transformers.InstructBlipVideoConfig(
         **qformer_parts(),
         text_config=tiny_text_config(),
-        num_query_tokens=TINY_QUERY_TOKENS,
         video_token_index=TINY_VIDEO_TOKEN_ID,
-        initializer_range=QFORMER_INIT_RANGE,
     )
 
 

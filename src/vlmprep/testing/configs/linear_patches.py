@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_IMAGE_TOKEN_ID, tiny_text_config
+from .parts import TINY_IMAGE_TOKEN_ID, TINY_TEXT_SPECIAL_IDS, tiny_text_config
 
 
 def tiny_fuyu_config() -> transformers.FuyuConfig:
@@ -14,7 +14,7 @@ def tiny_fuyu_config() -> transformers.FuyuConfig:
         `transformers.FuyuConfig`
     """
     # Persimmon's partial rotary embedding over a head of 16: half of it rotated.
-    text_config = tiny_text_config("persimmon", num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text_config = tiny_text_config("persimmon", num_key_value_heads=2, **TINY_TEXT_SPECIAL_IDS)
     return transformers.FuyuConfig(
         text_config=text_config, patch_size=4, num_channels=3, image_token_id=TINY_IMAGE_TOKEN_ID
     )

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import transformers
 
-from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config, tiny_vision_config
+from .parts import (
+    TINY_IMAGE_TOKEN_ID,
+    TINY_TEXT_SPECIAL_IDS,
+    TINY_VIDEO_TOKEN_ID,
+    tiny_text_config,
+    tiny_vision_config,
+)
 
 
 def tiny_video_llama_3_config() -> transformers.VideoLlama3Config:
@@ -35,7 +41,7 @@ def tiny_hunyuan_vl_config() -> transformers.HunYuanVLConfig:
     """
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 2, 2, 2]}
     text = tiny_text_config(None, head_dim=16, max_position_embeddings=1024, rope_parameters=rope)
-    text.update(pad_token_id=0, bos_token_id=1, eos_token_id=2, eod_token_id=3, sep_token_id=4)
+    text.update(**TINY_TEXT_SPECIAL_IDS, eod_token_id=3, sep_token_id=4)
     vision = tiny_vision_config(
         image_size=None,
         num_key_value_heads=1,

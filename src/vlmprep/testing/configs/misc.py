@@ -47,12 +47,18 @@ def _opt() -> dict[str, Any]:
 
 
 def qformer_parts() -> dict[str, Any]:
-    """The keyword arguments every Q-Former config shares: a tower drawn as wide as the Q-Former.
+    """The keyword arguments every Q-Former config shares: a tower drawn as wide as the Q-Former, its queries, the
+    wider initialisation.
 
     Returns:
-        `dict[str, Any]`: `vision_config` and `qformer_config`.
+        `dict[str, Any]`: `vision_config`, `qformer_config`, `num_query_tokens` and `initializer_range`.
     """
-    return {"vision_config": tiny_vision_config(initializer_range=QFORMER_INIT_RANGE), "qformer_config": _qformer()}
+    return {
+        "vision_config": tiny_vision_config(initializer_range=QFORMER_INIT_RANGE),
+        "qformer_config": _qformer(),
+        "num_query_tokens": TINY_QUERY_TOKENS,
+        "initializer_range": QFORMER_INIT_RANGE,
+    }
 
 
 def tiny_blip_2_config() -> transformers.Blip2Config:
@@ -64,9 +70,7 @@ def tiny_blip_2_config() -> transformers.Blip2Config:
     return transformers.Blip2Config(
         **qformer_parts(),
         text_config=_opt(),
-        num_query_tokens=TINY_QUERY_TOKENS,
         image_token_index=TINY_IMAGE_TOKEN_ID,
-        initializer_range=QFORMER_INIT_RANGE,
     )
 
 
@@ -80,7 +84,5 @@ def tiny_instructblip_config() -> transformers.InstructBlipConfig:
     return transformers.InstructBlipConfig(
         **qformer_parts(),
         text_config=tiny_text_config(),
-        num_query_tokens=TINY_QUERY_TOKENS,
         image_token_index=TINY_IMAGE_TOKEN_ID,
-        initializer_range=QFORMER_INIT_RANGE,
     )

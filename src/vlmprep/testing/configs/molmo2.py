@@ -14,7 +14,7 @@ from transformers.models.molmo2.configuration_molmo2 import (
     Molmo2VisionConfig,
 )
 
-from .parts import TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID, TINY_IMAGE_TOKEN_ID, TINY_VOCAB_SIZE
+from .parts import TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID, TINY_IMAGE_TOKEN_ID, TINY_TEXT_SPECIAL_IDS, TINY_VOCAB_SIZE
 
 # `<low_res_im_start>` and `<im_col>` (the processor writes one after every row of tokens)
 MOLMO2_LOW_RES_START_ID, MOLMO2_COLUMN_ID = 118, 119
@@ -38,9 +38,7 @@ def tiny_molmo2_config() -> transformers.Molmo2Config:
         num_hidden_layers=2,
         vocab_size=TINY_VOCAB_SIZE,
         max_position_embeddings=512,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
+        **TINY_TEXT_SPECIAL_IDS,
     )
     vision = Molmo2VisionConfig(
         hidden_size=32,

@@ -98,6 +98,26 @@ QWEN_OMNI_MEL_BINS = 16
 QWEN_OMNI_AUDIO_START, QWEN_OMNI_AUDIO_END = 112, 113
 
 
+def qwen_omni_audio(**overrides) -> dict:
+    """A two-layer Qwen-Omni audio tower, 32 wide, over `QWEN_OMNI_MEL_BINS` mel bins (both thinkers').
+
+    Args:
+        overrides: its windows, positions and initialisation, which each thinker sets.
+
+    Returns:
+        `dict`: an `audio_config`.
+    """
+    base = {
+        "d_model": 32,
+        "encoder_layers": 2,
+        "encoder_attention_heads": 2,
+        "encoder_ffn_dim": 64,
+        "num_mel_bins": QWEN_OMNI_MEL_BINS,
+        "output_dim": 32,
+    }
+    return {**base, **overrides}
+
+
 def tiny_qwen2_5_omni_config() -> transformers.Qwen2_5OmniThinkerConfig:
     """A tiny Qwen2.5-Omni thinker config: Qwen2.5-VL's windowed two-layer tower, a two-layer audio tower over 16 mel
     bins (windows of `2 * n_window` frames, one token per 4 frames), a decoder with multimodal rope.
@@ -105,18 +125,8 @@ def tiny_qwen2_5_omni_config() -> transformers.Qwen2_5OmniThinkerConfig:
     Returns:
         `transformers.Qwen2_5OmniThinkerConfig`
     """
-    audio = {
-        "d_model": 32,
-        "encoder_layers": 2,
-        "encoder_attention_heads": 2,
-        "encoder_ffn_dim": 64,
-        "num_mel_bins": QWEN_OMNI_MEL_BINS,
-        "max_source_positions": 64,
-        "n_window": 4,
-        "output_dim": 32,
-        # At upstream's 0.02 two clips move the tiny model's logits by under 1e-3: too little to tell them apart
-        "initializer_range": 0.1,
-    }
+    # At upstream's 0.02 two clips move the tiny model's logits by under 1e-3: too little to tell them apart
+    audio = qwen_omni_audio(max_source_positions=64, n_window=4, initializer_range=0.1)
     vision = _windowed_tower(tokens_per_second=2)
     config = transformers.Qwen2_5OmniThinkerConfig(
         text_config={**mrope_text(), "model_type": "qwen2_5_omni_text"},

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import transformers
 
+from .muse import MUSE_GLIMMER_TEXT, muse_glimmer_parts
 from .parts import (
     TINY_AUDIO_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
+    TINY_TEXT_SPECIAL_IDS,
     TINY_VIDEO_TOKEN_ID,
     tiny_text_config,
-    tiny_vision_config,
 )
-from .patch_grid import MERGE_SIZE, PATCH_SIZE, TEMPORAL_PATCH_SIZE
+from .patch_grid import MERGE_SIZE, PATCH_SIZE
 
 MUSE_SPARK_PATCH_SIZES = (2, 2)  # waveform samples folded by each stage of the audio tower: 4 per audio token
 
@@ -37,26 +38,12 @@ def tiny_muse_spark_config() -> transformers.MuseSparkConfig:
     """
     text = tiny_text_config(
         None,
-        head_dim=16,
-        sliding_window=6,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **MUSE_GLIMMER_TEXT,
         mlp_layer_types=["dense", "sparse"],
         num_local_experts=4,
         num_experts_per_tok=2,
         moe_intermediate_size=16,
         moe_hidden_size=16,
-    )
-    vision = tiny_vision_config(
-        num_hidden_layers=2,
-        image_size=None,
-        patch_size=PATCH_SIZE,
-        patch_temporal=TEMPORAL_PATCH_SIZE,
-        merge_size=MERGE_SIZE,
-        pos_emb_height=4,
-        pos_emb_width=4,
-        max_position_embeddings=16,
     )
     audio = {
         "patch_sizes": list(MUSE_SPARK_PATCH_SIZES),
@@ -68,14 +55,7 @@ def tiny_muse_spark_config() -> transformers.MuseSparkConfig:
         "out_hidden_size": 32,
     }
     return transformers.MuseSparkConfig(
-        text_config=text,
-        vision_config=vision,
-        audio_config=audio,
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        video_token_id=TINY_VIDEO_TOKEN_ID,
-        audio_token_id=TINY_AUDIO_TOKEN_ID,
-        out_hidden_size=32 * MERGE_SIZE**2,  # the tower's width after its pixel shuffle
-        projector_hidden_size=32,
+        text_config=text, audio_config=audio, audio_token_id=TINY_AUDIO_TOKEN_ID, **muse_glimmer_parts()
     )
 
 
@@ -100,9 +80,7 @@ def tiny_apertus1p5_config() -> transformers.Apertus1p5Config:
         head_dim=16,
         # upstream's default `xielu` holds parameters its initialisation cannot rebuild: gelu, as upstream's tests
         hidden_act="gelu",
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **TINY_TEXT_SPECIAL_IDS,
     )
     vision = {
         "codebook_size": APERTUS1P5_CODEBOOK_SIZE,
@@ -205,9 +183,7 @@ def tiny_dots3_note_config() -> transformers.Dots3NoteConfig:
         image_token_id=TINY_IMAGE_TOKEN_ID,
         video_token_id=TINY_VIDEO_TOKEN_ID,
         audio_token_id=TINY_AUDIO_TOKEN_ID,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **TINY_TEXT_SPECIAL_IDS,
         vision_config=vision,
         audio_config=audio,
     )

@@ -13,6 +13,7 @@ from .parts import (
     TINY_BOA_TOKEN_ID,
     TINY_BOI_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
+    TINY_TEXT_SPECIAL_IDS,
     TINY_VIDEO_TOKEN_ID,
     tiny_text_config,
 )
@@ -92,7 +93,7 @@ def tiny_nemotron_h_omni_config(
     Returns:
         `transformers.NemotronH_Omni_Reasoning_V3_Config`
     """
-    text = tiny_text_config(None, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text = tiny_text_config(None, head_dim=16, **TINY_TEXT_SPECIAL_IDS)
     text.update(layers_block_type=list(layers_block_type), intermediate_size=32, n_routed_experts=4)
     text.update(moe_intermediate_size=16, moe_shared_expert_intermediate_size=16, num_experts_per_tok=2)
     text.update(ssm_state_size=8, mamba_num_heads=4, mamba_n_groups=2, mamba_head_dim=8)

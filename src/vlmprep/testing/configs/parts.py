@@ -19,6 +19,8 @@ TINY_AUDIO_TOKEN_ID = 124
 TINY_BOA_TOKEN_ID = 116
 TINY_EOA_TOKEN_ID = 117
 TINY_IMAGE_SIZE = 16
+# A tiny decoder's padding, BOS and EOS ids (the ids a random answer is kept from: they end or pad a turn)
+TINY_TEXT_SPECIAL_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
 
 def tiny_text_config(model_type: str | None = "llama", **overrides: Any) -> dict[str, Any]:

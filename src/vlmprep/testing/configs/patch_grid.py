@@ -1,9 +1,9 @@
 """Tiny configs of the patch-grid families: flattened patches with one `(t, h, w)` grid row per image or video.
 
 Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), Qwen3.5(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5,
-HyperCLOVAX-Vision v2, LFM3-VL, Muse Glimmer and Inkling2 (1D positions). Every tower reads 4 px patches, 2 frames per
-temporal patch, and merges 2x2 patches into one token, so an image of `(t, h, w)` patches has `t * h * w / 4`
-placeholders (Inkling2's grid counts the merged squares: `t * h * w` placeholders).
+HyperCLOVAX-Vision v2, LFM3-VL and Inkling2 (1D positions; Muse Glimmer's, in `muse`, too). Every tower reads 4 px
+patches, 2 frames per temporal patch, and merges 2x2 patches into one token, so an image of `(t, h, w)` patches has
+`t * h * w / 4` placeholders (Inkling2's grid counts the merged squares: `t * h * w` placeholders).
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from typing import Any
 
 import transformers
 
-from .parts import TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config, tiny_vision_config
+from .parts import (
+    TINY_IMAGE_TOKEN_ID,
+    TINY_TEXT_SPECIAL_IDS,
+    TINY_VIDEO_TOKEN_ID,
+    tiny_text_config,
+    tiny_vision_config,
+)
 
 PATCH_SIZE = 4
 TEMPORAL_PATCH_SIZE = 2
@@ -261,9 +267,7 @@ def tiny_kimi_k25_config() -> transformers.Kimi_K25Config:
         first_k_dense_replace=1,
         n_group=1,
         topk_group=1,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **TINY_TEXT_SPECIAL_IDS,
     )
     return transformers.Kimi_K25Config(
         text_config=text, vision_config=vision, projection_hidden_size=32, **QWEN_SPECIAL_TOKENS
@@ -289,9 +293,7 @@ def tiny_ernie4_5_vl_moe_config() -> transformers.Ernie4_5_VLMoeConfig:
         moe_num_experts=4,
         moe_num_shared_experts=1,
         mlp_layer_types=["sparse", "sparse"],
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **TINY_TEXT_SPECIAL_IDS,
     )
     vision = tiny_patch_merger_vision_config(intermediate_size=64, temporal_merge_size=2)
     del vision["temporal_patch_size"]
@@ -341,7 +343,7 @@ def tiny_lfm3_vl_config() -> transformers.Lfm3VlConfig:
         `transformers.Lfm3VlConfig`
     """
     text = tiny_text_config("lfm3", head_dim=16, layer_types=["conv", "full_attention"])
-    text.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text.update(**TINY_TEXT_SPECIAL_IDS)
     vision = tiny_vision_config(
         image_size=None,
         patch_size=PATCH_SIZE,
@@ -354,35 +356,5 @@ def tiny_lfm3_vl_config() -> transformers.Lfm3VlConfig:
         text_config=text,
         vision_config=vision,
         **QWEN_SPECIAL_TOKENS,
-        projector_hidden_size=32,
-    )
-
-
-def tiny_muse_glimmer_config() -> transformers.MuseGlimmerConfig:
-    """A tiny Muse Glimmer config: two vision layers, one windowed (a 16 px window: 4x4 patches of the position
-    table), one full; two decoder layers, the first sliding-window with rope, the last full attention without rope
-    (NoPE), as upstream's default `layer_types` and `layer_rope_theta` make them, with a window of 6 tokens so prompts
-    exceed it.
-
-    Returns:
-        `transformers.MuseGlimmerConfig`
-    """
-    text = tiny_text_config(None, head_dim=16, sliding_window=6, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    vision = tiny_vision_config(
-        num_hidden_layers=2,
-        image_size=None,
-        patch_size=PATCH_SIZE,
-        patch_temporal=TEMPORAL_PATCH_SIZE,
-        merge_size=MERGE_SIZE,
-        pos_emb_height=4,
-        pos_emb_width=4,
-        max_position_embeddings=16,
-    )
-    return transformers.MuseGlimmerConfig(
-        text_config=text,
-        vision_config=vision,
-        image_token_id=TINY_IMAGE_TOKEN_ID,
-        video_token_id=TINY_VIDEO_TOKEN_ID,
-        out_hidden_size=32 * MERGE_SIZE**2,  # the tower's width after its pixel shuffle
         projector_hidden_size=32,
     )

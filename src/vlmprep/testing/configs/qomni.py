@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import transformers
 
-from .omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START, QWEN_OMNI_MEL_BINS
+from .omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START, qwen_omni_audio
 from .parts import TINY_AUDIO_TOKEN_ID, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
 from .patch_grid import QWEN_SPECIAL_TOKENS, mrope_text, two_layer_tower
 
@@ -26,20 +26,14 @@ def tiny_qwen3_omni_moe_config() -> transformers.Qwen3OmniMoeThinkerConfig:
     Returns:
         `transformers.Qwen3OmniMoeThinkerConfig`
     """
-    audio = {
-        "d_model": 32,
-        "encoder_layers": 2,
-        "encoder_attention_heads": 2,
-        "encoder_ffn_dim": 64,
-        "num_mel_bins": QWEN_OMNI_MEL_BINS,
-        "max_source_positions": 32,
-        "n_window": QWEN3_OMNI_N_WINDOW,
-        "n_window_infer": 2 * QWEN3_OMNI_N_WINDOW,
-        "downsample_hidden_size": 8,
-        "output_dim": 32,
+    audio = qwen_omni_audio(
+        max_source_positions=32,
+        n_window=QWEN3_OMNI_N_WINDOW,
+        n_window_infer=2 * QWEN3_OMNI_N_WINDOW,
+        downsample_hidden_size=8,
         # At upstream's 0.02 (and at 0.1) two clips move the last logits by under 1e-3: too little to tell them apart
-        "initializer_range": 0.2,
-    }
+        initializer_range=0.2,
+    )
     vision = two_layer_tower(num_position_embeddings=16, deepstack_visual_indexes=[0])
     text = {key: value for key, value in mrope_text().items() if key != "intermediate_size"}
     text["rope_parameters"] = {**text["rope_parameters"], "mrope_interleaved": True}

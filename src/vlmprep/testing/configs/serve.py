@@ -17,6 +17,7 @@ from pathlib import Path
 import transformers
 from transformers import Gemma4Processor, ProcessorMixin
 
+from ..checkpoints import adopt_demo_tokenizer, build_demo_tokenizer, gemma_chat_template, save_chat_checkpoint
 from .omni import GEMMA4_MEL_BINS, GEMMA4_PATCH_SIZE, GEMMA4_POOLING, tiny_gemma4_config
 
 __all__ = [
@@ -29,25 +30,7 @@ __all__ = [
 # The smallest image budget Gemma 4's image processor takes (70 soft tokens): a 16 px image becomes 64 soft tokens.
 GEMMA4_MIN_SOFT_TOKENS = 70
 # The demo template with Gemma 4's item placeholders, which its processor expands (`<boi>` soft tokens `<eoi>`, ...).
-GEMMA4_AUDIO_CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- for message in messages -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "{{ '<start_of_turn>' + role + '\n' }}"
-    "{%- if message['content'] is string -%}"
-    "{{ message['content'] | trim }}"
-    "{%- else -%}"
-    "{%- for item in message['content'] -%}"
-    "{%- if item['type'] == 'image' -%}{{ '<image_soft_token>' }}"
-    "{%- elif item['type'] == 'audio' -%}{{ '<audio_soft_token>' }}"
-    "{%- elif item['type'] == 'text' -%}{{ item['text'] | trim }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-    "{{ '<end_of_turn>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
-)
+GEMMA4_AUDIO_CHAT_TEMPLATE = gemma_chat_template({"image": "<image_soft_token>", "audio": "<audio_soft_token>"})
 _AUDIO_TOKENS = {"audio_token": "<audio_soft_token>", "boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>"}
 _VIDEO_TOKEN = "<|video|>"  # added by Gemma4Processor itself; added here first so that the vocabulary holds it
 
@@ -85,25 +68,6 @@ def register_tiny_processors() -> None:
     transformers.AutoProcessor.register(_TinyAudioChatConfig, TinyGemma4Processor, exist_ok=True)
 
 
-def _audio_tokenizer():
-    from transformers import PreTrainedTokenizerFast
-
-    from ..checkpoints import build_demo_tokenizer
-
-    demo = build_demo_tokenizer()
-    backend = demo.backend_tokenizer
-    backend.add_special_tokens([*_AUDIO_TOKENS.values(), _VIDEO_TOKEN])
-    extra = {name: getattr(demo, name) for name in ("boi_token", "eoi_token", "image_token")}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        extra_special_tokens={**extra, **_AUDIO_TOKENS},
-    )
-
-
 def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     """Write a tiny Gemma 4 checkpoint (images and audio; model, tokenizer, processors) to `directory`.
 
@@ -118,7 +82,7 @@ def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0) -
     """
     from ..weights import tiny_model
 
-    tokenizer = _audio_tokenizer()
+    tokenizer = build_demo_tokenizer(_AUDIO_TOKENS, [_VIDEO_TOKEN])
     processor = TinyGemma4Processor(
         transformers.Gemma4AudioFeatureExtractor(feature_size=GEMMA4_MEL_BINS),
         transformers.Gemma4ImageProcessorPil(
@@ -127,27 +91,13 @@ def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0) -
         tokenizer,
         chat_template=GEMMA4_AUDIO_CHAT_TEMPLATE,
     )
-    config = tiny_gemma4_config()
-    text = config.text_config
-    text.vocab_size = text.vocab_size_per_layer_input = len(tokenizer)
-    text.pad_token_id, text.bos_token_id, text.eos_token_id = (
-        tokenizer.pad_token_id,
-        tokenizer.bos_token_id,
-        tokenizer.eos_token_id,
-    )
-    for name in ("image_token", "boi_token", "eoi_token", "audio_token", "boa_token"):
-        setattr(config, f"{name}_id", getattr(tokenizer, f"{name}_id"))
+    config = adopt_demo_tokenizer(tiny_gemma4_config(), tokenizer)  # its vocabulary, image and special token ids
+    config.text_config.vocab_size_per_layer_input = len(tokenizer)
+    config.audio_token_id, config.boa_token_id = tokenizer.audio_token_id, tokenizer.boa_token_id
     config.eoa_token_index = tokenizer.eoa_token_id
     config.video_token_id = processor.video_token_id
     model = tiny_model(transformers.Gemma4ForConditionalGeneration, config, seed=seed)
-    end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    processor.save_pretrained(directory)
-    return directory
+    return save_chat_checkpoint(directory, model, processor, tokenizer)
 
 
 if __name__ == "__main__":  # `python -m vlmprep.testing.configs.serve <vlmprep serve arguments>`
