@@ -276,7 +276,7 @@ def check_conversations(family: str, max_examples: int, media: tuple = (IMAGE,))
             assume(bool(conversation.rows[0].image_seeds))
             assume(all(options.assistant in (None, "prompt_lookup", "drop_in_assistant") for options in calls))
         if FAMILY_CASES[family].padded_rows_follow_pad_states and len(conversation.rows) > 1:
-            refused = [o.use_prefix_store or o.cached_fraction is not None or o.reuse_returned_cache for o in calls]
+            refused = [o.cached_fraction is not None or o.reuse_returned_cache for o in calls]
             assume(not any(refused) and not any(o.chunk_size and o.output_attentions for o in calls))
         run_conversation(family, conversation)
 

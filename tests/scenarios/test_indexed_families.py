@@ -3,10 +3,10 @@
 MiniMax M3's sparse indexer scores every cached key, pad keys included, and picks key blocks by cache slot, so a
 left-padded row is not the row alone, upstream as in the drop-in (the conformance scenarios comparing each padded row
 with the row alone are skipped for it), and follows its pad tokens' states. Here: the drop-in's padded batches, chunked
-or not, equal upstream's `generate` on the same padded batch, step by step; the calls that could not (a cache or the
-prefix store holding pad tokens of another call, chunks under eager attention, where upstream's own chunked prefill
-differs from its unchunked one) are refused; and single rows long enough for the sparse selection to drop key blocks
-are exact chunked, cached and through the prefix store.
+or not, equal upstream's `generate` on the same padded batch, step by step; the calls that could not (a caller's cache
+holding pad tokens of another call; chunks under eager attention, where upstream's own chunked prefill differs from its
+unchunked one) are refused, and the prefix store never resumes such a batch; single rows long enough for the sparse
+selection to drop key blocks are exact chunked, cached and through the prefix store.
 """
 
 from __future__ import annotations
@@ -104,13 +104,14 @@ def test_minimax_m3_refuses_padded_batch_calls_it_cannot_make_exact():
         assert_close(ours_unchunked[0], unchunked[0])
         with pytest.raises(ValueError, match="MiniMax M3 VL.*chunked prefill under 'eager' attention"):
             ours.generate(**batch, max_new_tokens=1, prefill_chunk_size=4)
-    refused = {
-        "prefix_cache": PrefixCache(block_size=4),
-        "cache": cropped_cache(upstream, batch, 14),
-    }
-    for name, value in refused.items():
-        with pytest.raises(ValueError, match="MiniMax M3 VL.*cache or prefix store.*one row at a time"):
-            ours.generate(**batch, max_new_tokens=1, **{name: value})
+        # The prefix store never resumes a padded batch of this family: the call prefills it whole, exactly
+        store = PrefixCache(block_size=4)
+        for _ in range(2):
+            _, stored = generate_logits(ours, batch, max_new_tokens=1, prefix_cache=store)
+            assert_close(stored[0], unchunked[0])
+        assert store.stats.tokens_reused == 0
+    with pytest.raises(ValueError, match="MiniMax M3 VL.*a cache holding its pad tokens.*one row at a time"):
+        ours.generate(**batch, max_new_tokens=1, cache=cropped_cache(upstream, batch, 14))
 
 
 def test_minimax_m3_sparse_selection_exact_on_long_single_rows():
@@ -152,14 +153,12 @@ def test_minimax_m3_sparse_selection_exact_on_long_single_rows():
 
 
 def without_refused_padded_calls(conversation):
-    """The conversation with the calls the drop-in refuses for a padded batch left out: no caller's cache, no
-    prefix store, no chunks with attentions returned (eager attention)."""
+    """The conversation with the calls the drop-in refuses for a padded batch left out: no caller's cache, no chunks
+    with attentions returned (eager attention)."""
 
     def allowed(options):
         chunk_size = None if options.output_attentions else options.chunk_size
-        return dataclasses.replace(
-            options, use_prefix_store=False, cached_fraction=None, reuse_returned_cache=False, chunk_size=chunk_size
-        )
+        return dataclasses.replace(options, cached_fraction=None, reuse_returned_cache=False, chunk_size=chunk_size)
 
     continuations = tuple((row, allowed(options)) for row, options in conversation.continuations)
     return dataclasses.replace(conversation, first=allowed(conversation.first), continuations=continuations)

@@ -52,8 +52,8 @@ class FamilyCase:
         padded_rows_follow_pad_states: whether transformers' logits of a left-padded row follow its pad tokens' states
             (MiniMax M3's indexer scores pad keys) and its uncached forward of a padded batch numbers positions unlike
             its `generate`: the differential test checks padded rows against upstream's `generate` on the same batch
-            only, and draws padded batches without the calls the drop-in refuses for them (a caller's cache, the prefix
-            store, chunks under eager attention; the refusal: tests/scenarios/test_indexed_families.py).
+            only, and draws padded batches without the calls the drop-in refuses for them (a caller's cache, chunks
+            under eager attention; the refusal: tests/scenarios/test_indexed_families.py).
         slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
             placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
     """

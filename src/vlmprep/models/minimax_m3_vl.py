@@ -12,8 +12,9 @@ The indexer scores every cached key, padding included, so a left-padded row's lo
 (upstream too). Under SDPA a pad token attends to nothing and its state is the same in every forward; under any other
 attention (eager: uniformly over every key of the forward) it depends on which tokens the forward holds. So for a batch
 with padding the drop-in refuses what it cannot make equal to upstream's `generate` on the same batch
-(`_check_padded_batch_call`): a cache or prefix store holding the padding from another call, and chunked prefill
-without SDPA.
+(`_check_padded_batch_call`): a caller's cache holding the padding from another call, and chunked prefill without
+SDPA. The prefix store neither stores nor resumes such a batch (its indexer keys are restored into one unpadded row
+only), so it prefills the whole batch.
 """
 
 from typing import Any
@@ -63,8 +64,10 @@ class MiniMaxM3SparseForConditionalGeneration(
         # A pad token's state reaches the real tokens through the sparse layers' indexer (upstream scores pad keys
         # too). Under SDPA a pad query attends to nothing, so its state is the same in any forward; under eager
         # attention it attends uniformly to every key of its forward, so chunks give pad states unlike one forward
-        # (upstream's own chunked prefill too: ~0.1 on tiny models). A cache or a prefix-store entry holds pad states
-        # of another call (another prompt length, maybe another attention): upstream's `generate` recomputes them.
+        # (upstream's own chunked prefill too: ~0.1 on tiny models). A caller's cache holds pad states of another
+        # call (another prompt length, maybe another attention), which upstream's `generate` would recompute. The
+        # prefix store never resumes a padded batch of this family (`generation.prefix`: indexer keys are restored
+        # into one unpadded row only), so it is no cache here.
         config = kwargs.get("generation_config") or self.generation_config
         mask = kwargs.get("attention_mask")
         if mask is None and isinstance(input_ids, torch.Tensor) and config.pad_token_id is not None:
@@ -74,8 +77,8 @@ class MiniMaxM3SparseForConditionalGeneration(
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         chunk_size = kwargs.get("prefill_chunk_size", getattr(config, "prefill_chunk_size", None))
         attention = self.config.get_text_config()._attn_implementation
-        if cache is not None and cache.get_seq_length() > 0 or kwargs.get("prefix_cache") is not None:
-            reason = "a cache or prefix store holding its pad tokens from another call"
+        if cache is not None and cache.get_seq_length() > 0:
+            reason = "a cache holding its pad tokens from another call"
         elif chunk_size is not None and attention != "sdpa":
             reason = f"chunked prefill under {attention!r} attention (a pad token's state depends on its chunk)"
         else:
@@ -83,6 +86,6 @@ class MiniMaxM3SparseForConditionalGeneration(
         raise ValueError(
             f"MiniMax M3 VL cannot run this left-padded batch exactly with {reason}: its sparse indexer scores "
             "pad tokens' keys, so padded rows follow the pad tokens' states (upstream too). Pass the whole prompts "
-            "without `cache`/`prefix_cache`, prefill padded batches in one forward or under "
+            "without `cache` (a `prefix_cache` may stay), prefill padded batches in one forward or under "
             "`attn_implementation='sdpa'`, or generate one row at a time (no padding)."
         )
