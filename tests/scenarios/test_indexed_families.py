@@ -102,8 +102,16 @@ def test_minimax_m3_refuses_padded_batch_calls_it_cannot_make_exact():
         assert_close(chunked[0][1], unchunked[0][1])  # the unpadded row does not move
         _, ours_unchunked = generate_logits(ours, batch, max_new_tokens=1)
         assert_close(ours_unchunked[0], unchunked[0])
-        with pytest.raises(ValueError, match="MiniMax M3 VL.*chunked prefill under 'eager' attention"):
-            ours.generate(**batch, max_new_tokens=1, prefill_chunk_size=4)
+        for chunk_size in (1, 4):  # the call hypothesis found (chunks of 1, the prefix store, attentions returned)
+            with pytest.raises(ValueError, match="MiniMax M3 VL.*chunked prefill under 'eager' attention"):
+                ours.generate(
+                    **batch,
+                    max_new_tokens=1,
+                    prefill_chunk_size=chunk_size,
+                    prefix_cache=PrefixCache(block_size=4),
+                    output_attentions=True,
+                    return_dict_in_generate=True,
+                )
         # The prefix store never resumes a padded batch of this family: the call prefills it whole, exactly
         store = PrefixCache(block_size=4)
         for _ in range(2):

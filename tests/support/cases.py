@@ -46,9 +46,8 @@ class FamilyCase:
             the drop-in follows the forward: the differential test then checks every step against one uncached
             forward of the prompt and the answer so far, not against upstream's `generate`.
         padding_moves_upstream: whether transformers' own logits of a left-padded row differ from that row alone
-            (Inkling scales queries by each token's place in the cache, padding included; MiniMax M3's indexer anchors
-            key blocks to cache slots): the differential test then checks padded rows against upstream's uncached
-            forward of the same padded batch instead of each row alone.
+            (Inkling scales queries by each token's place in the cache, padding included): the differential test then
+            checks padded rows against upstream's uncached forward of the same padded batch instead of each row alone.
         padded_rows_follow_pad_states: whether transformers' logits of a left-padded row follow its pad tokens' states
             (MiniMax M3's indexer scores pad keys) and its uncached forward of a padded batch numbers positions unlike
             its `generate`: the differential test checks padded rows against upstream's `generate` on the same batch
