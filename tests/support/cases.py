@@ -46,9 +46,13 @@ class FamilyCase:
             the drop-in follows the forward: the differential test then checks every step against one uncached
             forward of the prompt and the answer so far, not against upstream's `generate`.
         padding_moves_upstream: whether transformers' own logits of a left-padded row differ from that row alone
-            (Inkling scales queries by each token's place in the cache, padding included; MiniMax M3's indexer anchors
-            key blocks to cache slots): the differential test then checks padded rows against upstream's uncached
-            forward of the same padded batch instead of each row alone.
+            (Inkling scales queries by each token's place in the cache, padding included): the differential test then
+            checks padded rows against upstream's uncached forward of the same padded batch instead of each row alone.
+        padded_rows_follow_pad_states: whether transformers' logits of a left-padded row follow its pad tokens' states
+            (MiniMax M3's indexer scores pad keys) and its uncached forward of a padded batch numbers positions unlike
+            its `generate`: the differential test checks padded rows against upstream's `generate` on the same batch
+            only, and draws padded batches without the calls the drop-in refuses for them (a caller's cache, chunks
+            under eager attention; the refusal: tests/scenarios/test_indexed_families.py).
         slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
             placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
     """
@@ -65,6 +69,7 @@ class FamilyCase:
     upstream_needs_items: bool = False
     upstream_decode_positions_differ: bool = False
     padding_moves_upstream: bool = False
+    padded_rows_follow_pad_states: bool = False
     slow: dict[str, str] = field(default_factory=dict)
 
     @property
