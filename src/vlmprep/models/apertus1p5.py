@@ -24,7 +24,7 @@ import transformers
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import inputs_with_encoded_audio
 from .layouts.code_rows import CodeRowsAndAudioLayout
 
 # Each clip's codes are one tensor of a tuple, as each image's.
@@ -177,20 +177,9 @@ class Apertus1p5ForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_values") is not None:
-            raise ValueError("Pass either `input_values` or encoded audio in `mm_encoder_outputs`, not both.")
         # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        for modality, placeholder in (("image", self.config.image_token_id), ("audio", self.config.audio_token_id)):
-            if encoded.get(modality) is not None:
-                mask = input_ids == placeholder
-                inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
-        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
-        return super().forward(**kwargs)
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"))
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Apertus1p5ForConditionalGeneration.forward)

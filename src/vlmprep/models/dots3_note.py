@@ -27,7 +27,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("chunk_sample_lengths",))
@@ -167,20 +167,9 @@ class Dots3NoteForConditionalGeneration(
             What upstream's forward returns.
         """
         self._check_indexed_continuation(args, kwargs)
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_features") is not None:
-            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
         # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        for modality in ("image", "video", "audio"):
-            if encoded.get(modality) is not None:
-                mask = input_ids == getattr(self.config, f"{modality}_token_id")
-                inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
-        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
-        return super().forward(**kwargs)
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "video", "audio"))
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     def _check_indexed_continuation(self, args: tuple, kwargs: dict[str, Any]) -> None:
         # Upstream's indexed attention keeps each query's `index_topk` best keys. A forward of several tokens after

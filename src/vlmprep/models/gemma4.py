@@ -21,7 +21,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows, select_audio_clips
+from .layouts.audio import ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
 from .layouts.stated_counts import PatchRowsAndAudioLayout
 
 _VIDEO = ModalityFacts(
@@ -202,33 +202,19 @@ class Gemma4ForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
+        # What `transformers.Gemma4Model.forward` does before its decoder: placeholders embedded as the pad token,
+        # per-layer inputs from those ids, then every modality's rows scattered in
+        pad = self.config.get_text_config().pad_token_id
+        placed = inputs_with_encoded_audio(
+            self, args, kwargs, placed=("image", "video", "audio"), keep_input_ids=True, placeholders_embedded_as=pad
+        )
+        if placed is None:
             return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        inputs_embeds, per_layer_inputs = self._embed_with_encoded_items(input_ids, encoded)
-        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, per_layer_inputs=per_layer_inputs)
-        kwargs["mm_encoder_outputs"] = None
-        return super().forward(**kwargs)
+        input_ids = placed.pop("input_ids")
+        if self.config.get_text_config().hidden_size_per_layer_input:
+            text_ids = ids_with_placeholders_as(self, input_ids, pad)
+            placed["per_layer_inputs"] = self.model.language_model.get_per_layer_inputs(text_ids, None)
+        return super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Gemma4ForConditionalGeneration.forward)
-
-    def _embed_with_encoded_items(self, input_ids: torch.Tensor, encoded: dict) -> tuple:
-        # What `transformers.Gemma4Model.forward` does before its decoder, with every modality's rows given encoded:
-        # placeholders embedded as the pad token, per-layer inputs from those ids, then the rows scattered in.
-        model = self.model
-        text_config = self.config.get_text_config()
-        masks = dict(zip(("image", "video", "audio"), model.get_placeholder_mask(input_ids), strict=True))
-        placeholders = masks["image"] | masks["video"] | masks["audio"]
-        llm_input_ids = input_ids.masked_fill(placeholders, text_config.pad_token_id)
-        inputs_embeds = model.get_input_embeddings()(llm_input_ids)
-        per_layer_inputs = None
-        if text_config.hidden_size_per_layer_input:
-            per_layer_inputs = model.language_model.get_per_layer_inputs(llm_input_ids, None)
-        for modality, mask in masks.items():
-            output = encoded.get(modality)
-            if output is None:
-                continue
-            inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, output, modality)
-        return inputs_embeds, per_layer_inputs

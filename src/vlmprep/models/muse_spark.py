@@ -22,7 +22,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_values",), ("input_values_mask",))
@@ -160,21 +160,12 @@ class MuseSparkForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_values") is not None:
-            raise ValueError("Pass either `input_values` or encoded audio in `mm_encoder_outputs`, not both.")
-        config = self.config
-        # As upstream's forward: every placeholder is embedded as id 0, then the items' rows replace it
-        placeholders = (input_ids == config.image_token_id) | (input_ids == config.video_token_id)
-        audio_mask = input_ids == config.audio_token_id
-        inputs_embeds = self.model.get_input_embeddings()(input_ids.masked_fill(placeholders | audio_mask, 0))
-        inputs_embeds = scatter_encoded_rows(inputs_embeds, audio_mask, encoded["audio"], "audio")
-        encoded = {name: output for name, output in encoded.items() if name != "audio"}
-        kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=encoded or None)
-        return super().forward(**kwargs)
+        # As upstream's forward: every placeholder is embedded as id 0, then the items' rows replace it; upstream
+        # places the image and video rows by the ids
+        placed = inputs_with_encoded_audio(
+            self, args, kwargs, placed=("audio",), keep_input_ids=True, placeholders_embedded_as=0
+        )
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.MuseSparkForConditionalGeneration.forward)

@@ -23,7 +23,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("input_features_mask",))
@@ -179,19 +179,9 @@ class NemotronH_Omni_Reasoning_V3(
         """
         if kwargs.get("pixel_values_videos") is not None:
             raise ValueError(_VIDEOS)
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_features") is not None:
-            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
         # What upstream's forward does before its language model: the ids embedded, then each modality's rows
-        inputs_embeds = self.get_input_embeddings()(input_ids)
-        for modality, token_id in (("image", self.config.image_token_id), ("audio", self.config.audio_token_id)):
-            if encoded.get(modality) is not None:
-                inputs_embeds = scatter_encoded_rows(inputs_embeds, input_ids == token_id, encoded[modality], modality)
-        kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
-        return super().forward(**kwargs)
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"), keep_input_ids=True)
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.NemotronH_Omni_Reasoning_V3.forward)

@@ -12,7 +12,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["input_ids_for_encoded_items", "scatter_encoded_rows", "select_audio_clips"]
+__all__ = [
+    "ids_with_placeholders_as",
+    "input_ids_for_encoded_items",
+    "inputs_with_encoded_audio",
+    "scatter_encoded_rows",
+    "select_audio_clips",
+]
 
 
 def select_audio_clips(
@@ -84,3 +90,73 @@ def scatter_encoded_rows(inputs_embeds: torch.Tensor, mask: torch.Tensor, output
         )
     mask = mask.unsqueeze(-1).expand_as(inputs_embeds)
     return inputs_embeds.masked_scatter(mask, rows.to(inputs_embeds.device, inputs_embeds.dtype))
+
+
+def ids_with_placeholders_as(model, input_ids: torch.Tensor, token_id: int) -> torch.Tensor:
+    """`input_ids` with the placeholders of every modality of `model` replaced by `token_id`.
+
+    Some upstream forwards embed each placeholder as another token (padding, id 0) before the items' rows replace it.
+
+    Args:
+        model: a drop-in (its `vision_facts` and config give the placeholder ids).
+        input_ids (`torch.Tensor`): the ids.
+        token_id (`int`): the id each placeholder is embedded as.
+
+    Returns:
+        `torch.Tensor`: the ids with the placeholders replaced.
+    """
+    placeholders = torch.zeros_like(input_ids, dtype=torch.bool)
+    for modality in model.vision_facts.modalities:
+        placeholders |= input_ids == modality.placeholder_id(model.config)
+    return input_ids.masked_fill(placeholders, token_id)
+
+
+def inputs_with_encoded_audio(
+    model,
+    args: tuple,
+    kwargs: dict[str, Any],
+    placed: tuple[str, ...],
+    keep_input_ids: bool = False,
+    placeholders_embedded_as: int | None = None,
+) -> dict[str, Any] | None:
+    """The keyword arguments for upstream's forward when `mm_encoder_outputs` holds encoded audio rows, else `None`.
+
+    Upstream's omni forwards encode audio from its raw inputs on every call and have no way to take it encoded, so
+    the drop-in builds the input embeddings as upstream's forward does first: the ids embedded (each placeholder as
+    `placeholders_embedded_as` where upstream does so), then the rows of the `placed` modalities scattered into their
+    placeholders. Upstream then places the other modalities' rows by the ids (`keep_input_ids`), or takes the
+    embeddings alone.
+
+    Args:
+        model: the drop-in (its audio facts name the raw audio input).
+        args (`tuple`): the forward's positional arguments.
+        kwargs (`dict[str, Any]`): its keyword arguments.
+        placed (`tuple[str, ...]`): the modalities whose encoded rows are scattered here (audio among them).
+        keep_input_ids (`bool`, *optional*, defaults to `False`): hand upstream the ids with the embeddings.
+        placeholders_embedded_as (`int`, *optional*): the id every placeholder is embedded as (default: itself).
+
+    Returns:
+        `dict[str, Any]` or `None`: the keyword arguments (`None` without encoded audio: call upstream as it is).
+    """
+    encoded = kwargs.get("mm_encoder_outputs") or {}
+    if encoded.get("audio") is None:
+        return None
+    input_ids = input_ids_for_encoded_items(args, kwargs)
+    raw_key = model.vision_facts.modality("audio").pixel_keys[0]
+    if kwargs.get(raw_key) is not None:
+        raise ValueError(f"Pass either `{raw_key}` or encoded audio in `mm_encoder_outputs`, not both.")
+    embedded_ids = input_ids
+    if placeholders_embedded_as is not None:
+        embedded_ids = ids_with_placeholders_as(model, input_ids, placeholders_embedded_as)
+    inputs_embeds = model.get_input_embeddings()(embedded_ids)
+    for modality in placed:
+        if encoded.get(modality) is not None:
+            mask = input_ids == model.vision_facts.modality(modality).placeholder_id(model.config)
+            inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
+    others = {name: output for name, output in encoded.items() if name not in placed}
+    return {
+        **kwargs,
+        "input_ids": input_ids if keep_input_ids else None,
+        "inputs_embeds": inputs_embeds,
+        "mm_encoder_outputs": others or None,
+    }

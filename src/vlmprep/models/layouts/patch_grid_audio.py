@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ...generation.facts import ModalityFacts
-from .audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .audio import inputs_with_encoded_audio
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 __all__ = ["PATCH_GRID_AUDIO_FACTS", "PatchGridAudioLayout"]
@@ -271,20 +271,5 @@ class PatchGridAudioLayout(PatchGridLayout):
         Returns:
             `tuple[tuple, dict[str, Any]]`: the positional and keyword arguments for upstream's forward.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return args, kwargs
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_features") is not None:
-            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        mask = input_ids == self.config.audio_token_id
-        inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded["audio"], "audio")
-        encoded = {name: output for name, output in encoded.items() if name != "audio"}
-        kwargs = {
-            **kwargs,
-            "input_ids": input_ids,
-            "inputs_embeds": inputs_embeds,
-            "mm_encoder_outputs": encoded or None,
-        }
-        return (), kwargs
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("audio",), keep_input_ids=True)
+        return (args, kwargs) if placed is None else ((), placed)
