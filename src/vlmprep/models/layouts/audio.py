@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "AudioModalityHooks",
     "ids_with_placeholders_as",
     "input_ids_for_encoded_items",
     "inputs_with_encoded_audio",
@@ -160,3 +161,80 @@ def inputs_with_encoded_audio(
         "inputs_embeds": inputs_embeds,
         "mm_encoder_outputs": others or None,
     }
+
+
+class AudioModalityHooks:
+    """The item hooks of the audio modality, for a family that adds audio clips to a layout of its images (listed
+    before that layout among the family's bases; the layout stays the family's layout).
+
+    Each hook hands `"audio"` to the family's own method (`audio_token_counts`, `select_audio_inputs`,
+    `check_audio_inputs`) and every other modality to the layout. A clip is one entry of the first raw audio input.
+    """
+
+    def audio_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
+        """Placeholders of each clip (`None`: without the inputs that give them); each family states its tower's.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+
+        Returns:
+            `list[int]` or `None`
+        """
+        raise NotImplementedError(f"{type(self).__name__} must say how many placeholders each audio clip fills.")
+
+    def count_audio_clips(self, model_kwargs: dict[str, Any]) -> int | None:
+        """How many clips the raw audio input holds (`None`: none passed).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+
+        Returns:
+            `int` or `None`
+        """
+        clips = model_kwargs.get(self.vision_facts.modality("audio").pixel_keys[0])
+        return None if clips is None else clips.shape[0]
+
+    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The raw audio inputs of the given clips (each family cuts them to what its tower reads).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            indices (`list[int]`): indices among the call's clips.
+
+        Returns:
+            `dict[str, Any]`: keyword arguments of `get_audio_features`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must say which inputs of a clip its audio tower reads.")
+
+    def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
+        """Raise a clear `ValueError` when the audio inputs do not fit the audio tower (a family states its shapes).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+        """
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
+        """Placeholders of each item: a clip's from `audio_token_counts`, the rest from the layout."""
+        if modality == "audio":
+            return self.audio_token_counts(model_kwargs)
+        return super().item_token_counts(model_kwargs, modality=modality)
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """How many items: clips from `count_audio_clips`, the rest from the layout."""
+        if modality == "audio":
+            return self.count_audio_clips(model_kwargs)
+        return super().count_items(model_kwargs, modality=modality)
+
+    def select_item_inputs(
+        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
+    ) -> dict[str, Any]:
+        """The inputs of the given items: clips from `select_audio_inputs`, the rest from the layout."""
+        if modality == "audio":
+            return self.select_audio_inputs(model_kwargs, indices)
+        return super().select_item_inputs(model_kwargs, indices, modality=modality)
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Check the inputs of `modality`: audio by `check_audio_inputs`, the rest by the layout."""
+        if modality == "audio":
+            return self.check_audio_inputs(model_kwargs)
+        return super().check_pixel_inputs(model_kwargs, modality=modality)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ...generation.facts import ModalityFacts
-from .audio import inputs_with_encoded_audio
+from .audio import AudioModalityHooks, inputs_with_encoded_audio
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 __all__ = ["PATCH_GRID_AUDIO_FACTS", "PatchGridAudioLayout"]
@@ -45,7 +45,7 @@ _VIDEO_WITHOUT_TRACK = (
 )
 
 
-class PatchGridAudioLayout(PatchGridLayout):
+class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
     """Family hooks of the Qwen-Omni thinkers (listed before `VisionPrepMixin`): patch grids and audio clips.
 
     A family states how its audio tower counts a clip's placeholders (`audio_placeholder_counts`); the rest is shared.
@@ -125,34 +125,27 @@ class PatchGridAudioLayout(PatchGridLayout):
                 position = end
         return videos, clips
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: an image's or video's merged grid, an audio clip's subsampled real frames.
+    def audio_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
+        """Placeholders of each audio clip: its subsampled real frames (`audio_placeholder_counts`).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
 
         Returns:
-            `list[int]` or `None` (without the inputs that give the counts)
+            `list[int]` or `None` (without `feature_attention_mask`)
         """
-        if modality != "audio":
-            return super().item_token_counts(model_kwargs, modality=modality)
         mask = model_kwargs.get("feature_attention_mask")
         return None if mask is None else self.audio_placeholder_counts(mask.sum(-1))
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Grid rows of images and videos; audio clips of `input_features`.
+    def count_audio_clips(self, model_kwargs: dict[str, Any]) -> int | None:
+        """Audio clips of `input_features`, whose real frames `feature_attention_mask` gives.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
 
         Returns:
             `int` or `None`
         """
-        if modality != "audio":
-            return super().count_items(model_kwargs, modality=modality)
-        features = model_kwargs.get("input_features")
         if (
             model_kwargs.get("audio_feature_lengths") is not None
             and model_kwargs.get("feature_attention_mask") is None
@@ -161,40 +154,32 @@ class PatchGridAudioLayout(PatchGridLayout):
                 "`audio_feature_lengths` was passed without `feature_attention_mask`: vlmprep reads each clip's real "
                 "frames from the mask. Pass the `feature_attention_mask` the feature extractor returned."
             )
-        return None if features is None else features.shape[0]
+        return super().count_audio_clips(model_kwargs)
 
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items: patch rows and grids, or audio clips cut to their real frames.
+    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The given audio clips, cut to their real frames.
 
         A clip's features do not depend on the padding of its batch (the tower reads its real frames only), so the
         clips are cut to the longest real one among them: the same clip hashes alike alone or padded.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+            indices (`list[int]`): indices among the call's clips.
 
         Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+            `dict[str, Any]`: keyword arguments of `get_audio_features`.
         """
-        if modality != "audio":
-            return super().select_item_inputs(model_kwargs, indices, modality=modality)
         features, mask = model_kwargs["input_features"][indices], model_kwargs["feature_attention_mask"][indices]
         frames = int(mask.sum(-1).max()) if mask.numel() else 0
         # `(clips, mel_bins, frames)`: the feature extractor pads at the end of the frames
         return {"input_features": features[..., :frames], "feature_attention_mask": mask[:, :frames]}
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+    def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower (`(clips, mel_bins, frames)` with a mask per frame).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
         """
-        if modality != "audio":
-            return super().check_pixel_inputs(model_kwargs, modality=modality)
         features, mask = model_kwargs.get("input_features"), model_kwargs.get("feature_attention_mask")
         bins = self.config.audio_config.num_mel_bins
         if features.ndim != 3 or features.shape[1] != bins:
