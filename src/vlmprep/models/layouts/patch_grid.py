@@ -131,7 +131,7 @@ class PatchGridLayout(FamilyHooks):
         return facts.per_item_keys[0], facts.pixel_keys[0]
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: its grid's `t * h * w`, merged `spatial_merge_size**2` to one.
+        """Placeholders of each item: `grid_token_counts` of its grid row.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
@@ -141,9 +141,21 @@ class PatchGridLayout(FamilyHooks):
             `list[int]` or `None` (no grids passed)
         """
         grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
-        if grid is None:
-            return None
-        return (grid.prod(-1) // self._grid_cells_per_token()).tolist()
+        return None if grid is None else self.grid_token_counts(grid, modality).tolist()
+
+    def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
+        """Placeholders of each item's `(t, h, w)` grid row: `t * h * w`, merged `spatial_merge_size**2` to one.
+
+        A layout or family whose runs hold other tokens, or merge otherwise, states its own arithmetic here.
+
+        Args:
+            grid (`torch.Tensor`): `(items, 3)` grid rows of `modality`.
+            modality (`str`): `"image"` or `"video"`.
+
+        Returns:
+            `torch.Tensor`: `(items,)` placeholder counts.
+        """
+        return grid.prod(-1) // self._grid_cells_per_token()
 
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Grid rows; the patch rows and size are checked against them first (a wrong size fails clearly here).
