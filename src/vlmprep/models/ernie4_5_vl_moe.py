@@ -37,14 +37,6 @@ class Ernie4_5_VLMoeForConditionalGeneration(
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None)
 
     def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
-        """As `PatchGridLayout`, except that a video's `temporal_merge_size` frames are merged into one.
-
-        Args:
-            grid (`torch.Tensor`): `(items, 3)` grid rows of `modality`.
-            modality (`str`): `"image"` or `"video"`.
-
-        Returns:
-            `torch.Tensor`: `(items,)` placeholder counts.
-        """
+        """As `PatchGridLayout.grid_token_counts`, except that a video's `temporal_merge_size` frames merge into one."""
         counts = super().grid_token_counts(grid, modality)
         return counts // self.config.vision_config.temporal_merge_size if modality == "video" else counts

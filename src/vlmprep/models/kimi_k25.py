@@ -38,14 +38,7 @@ class Kimi_K25ForConditionalGeneration(
     )
 
     def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
-        """Placeholders of each item: its grid's `h * w` over the merge kernel's area; the frames are pooled into one.
-
-        Args:
-            grid (`torch.Tensor`): `(items, 3)` grid rows of `modality`.
-            modality (`str`): `"image"` or `"video"`.
-
-        Returns:
-            `torch.Tensor`: `(items,)` placeholder counts.
-        """
+        """Placeholders of each item (`PatchGridLayout.grid_token_counts`): its grid's `h * w` over the merge kernel's
+        area; the frames are pooled into one."""
         kernel_height, kernel_width = self.config.vision_config.merge_kernel_size
         return grid[:, 1:].prod(-1) // (kernel_height * kernel_width)

@@ -28,15 +28,8 @@ class PatchGridFramedLayout(PatchGridLayout):
     )
 
     def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
-        """Placeholders of each image: its merged rows, each with a separator, then its begin and end tokens.
-
-        Args:
-            grid (`torch.Tensor`): `(images, 3)` grid rows.
-            modality (`str`): `"image"`.
-
-        Returns:
-            `torch.Tensor`: `(images,)` placeholder counts.
-        """
+        """Placeholders of each image (`PatchGridLayout.grid_token_counts`): its merged rows, each with a separator,
+        then its begin and end tokens."""
         merge = self.vision_config_names.merge_size_of(self.config.vision_config)
         rows, columns = grid[:, 0] * grid[:, 1] // merge, grid[:, 2] // merge
         return rows * (columns + 1) + 2

@@ -21,15 +21,8 @@ class PatchGridRowSeparatedLayout(PatchGridLayout):
     )
 
     def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
-        """Placeholders of each item: per frame, its merged rows, each followed by a newline.
-
-        Args:
-            grid (`torch.Tensor`): `(items, 3)` grid rows of `modality`.
-            modality (`str`): `"image"` or `"video"`.
-
-        Returns:
-            `torch.Tensor`: `(items,)` placeholder counts.
-        """
+        """Placeholders of each item (`PatchGridLayout.grid_token_counts`): per frame, its merged rows, each followed
+        by a newline."""
         merge = self.vision_config_names.merge_size_of(self.config.vision_config)
         rows, columns = grid[:, 0] * (grid[:, 1] // merge), grid[:, 2] // merge
         return rows * (columns + 1)
