@@ -23,6 +23,7 @@ import transformers
 
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import inputs_with_encoded_audio
 from .layouts.code_rows import CodeRowsAndAudioLayout
@@ -151,12 +152,10 @@ class Apertus1p5ForConditionalGeneration(
                 f"`input_values` has shape {tuple(values.shape)}, which this model's audio tokenizer does not take: "
                 "(num_clips, 1, samples) mono waveforms. Extract the audio with this model's feature extractor."
             )
-        if mask is None or tuple(mask.shape) != (values.shape[0], values.shape[-1]):
-            shape = None if mask is None else tuple(mask.shape)
-            raise ValueError(
-                f"`padding_mask` has shape {shape} but `input_values` needs one mask entry per sample, "
-                f"{(values.shape[0], values.shape[-1])}. Pass the `padding_mask` the feature extractor returned."
-            )
+        expected = (values.shape[0], values.shape[-1])
+        check_companion_input(
+            mask, "padding_mask", expected, "input_values", "one mask entry per sample", "the feature extractor"
+        )
         if bool((mask.long().sum(-1) == 0).any()) or bool((mask.long().diff(dim=-1) > 0).any()):
             raise ValueError(
                 "`padding_mask` must mark each clip's real samples first, then its padding (at least one real "

@@ -26,6 +26,7 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
@@ -115,12 +116,15 @@ class Dots3NoteForConditionalGeneration(
                 f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not take: "
                 f"(num_chunks, {bins} mel bins, frames). Extract the features with this model's feature extractor."
             )
-        if lengths is None or tuple(torch.as_tensor(lengths).shape) != (features.shape[0],):
-            shape = None if lengths is None else tuple(torch.as_tensor(lengths).shape)
-            raise ValueError(
-                f"`chunk_sample_lengths` has shape {shape} but `input_features` needs one entry per chunk, "
-                f"({features.shape[0]},). Pass the `chunk_sample_lengths` the feature extractor returned."
-            )
+        lengths = None if lengths is None else torch.as_tensor(lengths)
+        check_companion_input(
+            lengths,
+            "chunk_sample_lengths",
+            (features.shape[0],),
+            "input_features",
+            "one entry per chunk",
+            "the feature extractor",
+        )
         per_token = self._samples_per_token()
         tokens = int((torch.as_tensor(lengths).max() + per_token - 1) // per_token)
         if tokens * per_token // audio_config.hop_length > features.shape[-1]:

@@ -20,6 +20,7 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
 from .layouts.stated_counts import PatchRowsAndAudioLayout
@@ -186,12 +187,8 @@ class Gemma4ForConditionalGeneration(
                 f"`{pixel_key}` has shape {tuple(pixels.shape)} but this model's vision tower takes (num_images, "
                 f"max_patches, {patch_dim}): rows of flattened RGB patches. Preprocess with this model's processor."
             )
-        if positions is None or tuple(positions.shape) != (*pixels.shape[:2], 2):
-            shape = None if positions is None else tuple(positions.shape)
-            raise ValueError(
-                f"`{position_key}` has shape {shape} but `{pixel_key}` needs one (x, y) position per patch row, "
-                f"{(*pixels.shape[:2], 2)}. Pass the `{position_key}` the processor returned with the pixels."
-            )
+        expected = (*pixels.shape[:2], 2)
+        check_companion_input(positions, position_key, expected, pixel_key, "one (x, y) position per patch row")
 
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.

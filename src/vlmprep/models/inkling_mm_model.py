@@ -25,6 +25,7 @@ from typing import Any
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchItemsAndAudioLayout
@@ -76,11 +77,8 @@ class InklingForConditionalGeneration(
                     f"`audio_input_ids` holds levels outside [0, {audio_config.mel_vocab_size}): this model quantizes "
                     f"each mel bin into {audio_config.mel_vocab_size} levels. Process the audio with its processor."
                 )
-            if mask is not None and tuple(mask.shape) != tuple(levels.shape[:2]):
-                raise ValueError(
-                    f"`audio_input_ids_mask` has shape {tuple(mask.shape)} but `audio_input_ids` needs one entry per "
-                    f"frame, {tuple(levels.shape[:2])}. Pass the mask the processor returned."
-                )
+            expected, entry = tuple(levels.shape[:2]), "one entry per frame"
+            check_companion_input(mask, "audio_input_ids_mask", expected, "audio_input_ids", entry, required=False)
             return
         pixels, vision_config = model_kwargs.get("pixel_values"), self.config.vision_config
         size = vision_config.patch_size

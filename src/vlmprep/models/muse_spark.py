@@ -21,6 +21,7 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
@@ -121,11 +122,8 @@ class MuseSparkForConditionalGeneration(
                 f"(num_clips, samples) mono waveforms padded to a multiple of {per_token} samples. Extract the audio "
                 "with this model's feature extractor."
             )
-        if mask is not None and tuple(mask.shape) != tuple(values.shape):
-            raise ValueError(
-                f"`input_values_mask` has shape {tuple(mask.shape)} but `input_values` needs one mask entry per "
-                f"sample, {tuple(values.shape)}. Pass the mask the feature extractor returned."
-            )
+        entry, source = "one mask entry per sample", "the feature extractor"
+        check_companion_input(mask, "input_values_mask", values.shape, "input_values", entry, source, required=False)
 
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings here.

@@ -22,6 +22,7 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
@@ -149,11 +150,8 @@ class NemotronH_Omni_Reasoning_V3(
                     f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not "
                     f"take: (num_clips, frames, {bins} mel bins). Extract the features with this model's processor."
                 )
-            if mask is not None and tuple(mask.shape) != tuple(features.shape[:2]):
-                raise ValueError(
-                    f"`input_features_mask` has shape {tuple(mask.shape)} but `input_features` needs one entry per "
-                    f"frame, {tuple(features.shape[:2])}. Pass the mask the processor returned."
-                )
+            expected, entry = tuple(features.shape[:2]), "one entry per frame"
+            check_companion_input(mask, "input_features_mask", expected, "input_features", entry, required=False)
             return
         pixels, grids = model_kwargs.get("pixel_values"), model_kwargs.get("image_grid_hw")
         width = self.config.vision_config.num_channels * self.config.vision_config.patch_size**2

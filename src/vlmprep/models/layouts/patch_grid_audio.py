@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ...generation.facts import ModalityFacts
+from ...generation.validation import check_companion_input
 from .audio import AudioModalityHooks, inputs_with_encoded_audio
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
@@ -187,12 +188,10 @@ class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
                 f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not take: "
                 f"(num_clips, {bins} mel bins, frames). Extract the features with this model's feature extractor."
             )
-        if mask is None or tuple(mask.shape) != (features.shape[0], features.shape[2]):
-            shape = None if mask is None else tuple(mask.shape)
-            raise ValueError(
-                f"`feature_attention_mask` has shape {shape} but `input_features` needs one mask entry per frame, "
-                f"{(features.shape[0], features.shape[2])}. Pass the mask the feature extractor returned."
-            )
+        expected, entry = (features.shape[0], features.shape[2]), "one mask entry per frame"
+        check_companion_input(
+            mask, "feature_attention_mask", expected, "input_features", entry, "the feature extractor"
+        )
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor:
         """`(4, batch, seq)` positions of the whole prompt: text positions, then the 3 multimodal rope rows.

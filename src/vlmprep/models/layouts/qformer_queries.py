@@ -20,6 +20,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.validation import check_companion_input
 
 # Every Q-Former family: a fixed count per item (the learned queries), nothing per item besides the pixels.
 QFORMER_FACTS = VisionFacts(tokens_per_image_attr="num_query_tokens", per_image_keys=())
@@ -257,11 +258,10 @@ def check_instructions(model_kwargs: dict[str, Any], num_items: int | None, moda
             f"{num_items} {modality}(s): pass one row of Q-Former ids per {modality}, in prompt order (the processor "
             f"returns one per prompt, with its {modality})."
         )
-    if mask is not None and tuple(mask.shape) != tuple(instructions.shape):
-        raise ValueError(
-            f"`qformer_attention_mask` has shape {tuple(mask.shape)} but `qformer_input_ids` has "
-            f"{tuple(instructions.shape)}: pass the mask the processor returned with these ids."
-        )
+    entry = "one mask entry per id"
+    check_companion_input(
+        mask, "qformer_attention_mask", instructions.shape, "qformer_input_ids", entry, required=False
+    )
 
 
 def with_language_model_cache(output):
