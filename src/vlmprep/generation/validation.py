@@ -62,6 +62,22 @@ def check_companion_input(
         )
 
 
+def check_passed_with(model_kwargs: dict, key: str, needed: str, why: str | None = None) -> None:
+    """Raise when the input `key` is passed without `needed`, the input that says how to read it.
+
+    Args:
+        model_kwargs (`dict`): the call's inputs.
+        key (`str`): the input passed.
+        needed (`str`): the input it needs beside it.
+        why (`str`, *optional*): what `needed` tells, for the message.
+    """
+    if model_kwargs.get(key) is not None and model_kwargs.get(needed) is None:
+        reason = f": {why}" if why else ""
+        raise ValueError(
+            f"`{key}` was passed without `{needed}`{reason}. Pass both, as this model's processor returns them."
+        )
+
+
 def check_every_row_attends(attention_mask: torch.Tensor | None, needed_by: str) -> None:
     """Raise when a row of `attention_mask` is all zeros, for code that needs one attended token per row.
 

@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
-from ..generation.validation import check_companion_input
+from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
 from .layouts.audio import ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
 from .layouts.stated_counts import PatchRowsAndAudioLayout
@@ -116,13 +116,9 @@ class Gemma4ForConditionalGeneration(
         """
         if modality != "video" or model_kwargs.get("pixel_values_videos") is None:
             return super().count_items(model_kwargs, modality=modality)
-        frames = model_kwargs.get("num_frames_per_video")
-        if frames is None:
-            raise ValueError(
-                "`pixel_values_videos` holds the frames of every video concatenated: pass `num_frames_per_video` "
-                "(the video processor returns it) to split them per video."
-            )
-        return len(frames)
+        why = "it splits the frames of every video, concatenated, per video"
+        check_passed_with(model_kwargs, "pixel_values_videos", "num_frames_per_video", why)
+        return len(model_kwargs["num_frames_per_video"])
 
     def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"

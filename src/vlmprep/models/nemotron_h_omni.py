@@ -22,7 +22,7 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
-from ..generation.validation import check_companion_input
+from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
 from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
@@ -99,11 +99,8 @@ class NemotronH_Omni_Reasoning_V3(
             return None if features is None else features.shape[0]
         if model_kwargs.get("pixel_values") is None:
             return None
-        if model_kwargs.get("image_grid_hw") is None:
-            raise ValueError(
-                "`pixel_values` holds the flattened patches of every image: pass `image_grid_hw` (the image "
-                "processor returns it) to split them per image."
-            )
+        why = "it splits the flattened patches of every image per image"
+        check_passed_with(model_kwargs, "pixel_values", "image_grid_hw", why)
         return model_kwargs["image_grid_hw"].shape[0]
 
     def select_item_inputs(

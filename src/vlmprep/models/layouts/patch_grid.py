@@ -17,7 +17,7 @@ import torch
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
-from ...generation.validation import check_every_row_attends
+from ...generation.validation import check_every_row_attends, check_passed_with
 
 __all__ = [
     "MM_TOKEN_TYPES",
@@ -175,10 +175,7 @@ class PatchGridLayout(FamilyHooks):
             # Grids alone: enough for the positions of items the cache already holds (pixels are only needed for
             # items prefill encodes, which the mixin checks).
             return grid.shape[0]
-        if grid is None:
-            raise ValueError(
-                f"`{pixel_key}` was passed without `{grid_key}`. Pass both, as this model's processor returns them."
-            )
+        check_passed_with(model_kwargs, pixel_key, grid_key)
         expected = (int(grid.prod(-1).sum()), *self._pixel_row_shape())
         if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
             shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__

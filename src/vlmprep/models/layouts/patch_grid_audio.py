@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ...generation.facts import ModalityFacts
-from ...generation.validation import check_companion_input
+from ...generation.validation import check_companion_input, check_passed_with
 from .audio import AudioModalityHooks, inputs_with_encoded_audio
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
@@ -147,14 +147,8 @@ class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
         Returns:
             `int` or `None`
         """
-        if (
-            model_kwargs.get("audio_feature_lengths") is not None
-            and model_kwargs.get("feature_attention_mask") is None
-        ):
-            raise ValueError(
-                "`audio_feature_lengths` was passed without `feature_attention_mask`: vlmprep reads each clip's real "
-                "frames from the mask. Pass the `feature_attention_mask` the feature extractor returned."
-            )
+        why = "vlmprep reads each clip's real frames from the mask"
+        check_passed_with(model_kwargs, "audio_feature_lengths", "feature_attention_mask", why)
         return super().count_audio_clips(model_kwargs)
 
     def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
@@ -222,11 +216,7 @@ class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
                 "every clip's length, also of those already in the cache. Pass the audio inputs of every clip."
             )
         seconds = model_kwargs.get("video_second_per_grid")
-        if grids["video_grid_thw"] is not None and seconds is None:
-            raise ValueError(
-                "`video_grid_thw` was passed without `video_second_per_grid`: this model spaces a video's positions "
-                "by it. Pass it as this model's processor returns it."
-            )
+        check_passed_with(model_kwargs, "video_grid_thw", "video_second_per_grid", "it spaces a video's positions")
         mrope, rope_deltas = self.model.get_rope_index(
             input_ids,
             **grids,
