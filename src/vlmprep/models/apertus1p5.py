@@ -25,7 +25,7 @@ from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
 from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
-from .layouts.audio import inputs_with_encoded_audio
+from .layouts.audio import inputs_with_encoded_audio, select_audio_clips
 from .layouts.code_rows import CodeRowsAndAudioLayout
 
 # Each clip's codes are one tensor of a tuple, as each image's.
@@ -99,9 +99,7 @@ class Apertus1p5ForConditionalGeneration(
             `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
         """
         if modality == "audio":
-            values, mask = model_kwargs["input_values"][indices], model_kwargs["padding_mask"][indices]
-            samples = int(mask.long().sum(-1).max()) if mask.numel() else 0
-            return {"input_values": values[..., :samples], "padding_mask": mask[:, :samples]}
+            return select_audio_clips(model_kwargs, indices, "input_values", "padding_mask", frame_axis=-1)
         pixels, sizes = model_kwargs["pixel_values"][indices], model_kwargs["image_sizes"][indices]
         height, width = (int(side) for side in sizes.amax(0).tolist()) if len(indices) else (0, 0)
         cropped = torch.zeros(*pixels.shape[:2], height, width, dtype=pixels.dtype, device=pixels.device)

@@ -23,15 +23,17 @@ __all__ = [
 
 
 def select_audio_clips(
-    model_kwargs: dict[str, Any], indices: list[int], features_key: str, mask_key: str
+    model_kwargs: dict[str, Any], indices: list[int], features_key: str, mask_key: str, frame_axis: int = 1
 ) -> dict[str, Any]:
     """The features and masks of the given clips, cut to the longest real clip among them (padding at the end).
 
     Args:
         model_kwargs (`dict[str, Any]`): the call's inputs.
         indices (`list[int]`): indices among the call's clips.
-        features_key (`str`): the name of the `(num_clips, frames, mel_bins)` features.
-        mask_key (`str`): the name of the `(num_clips, frames)` mask of real frames.
+        features_key (`str`): the name of the features, e.g. `(num_clips, frames, mel_bins)`.
+        mask_key (`str`): the name of the `(num_clips, frames)` mask of real frames (or samples).
+        frame_axis (`int`, *optional*, defaults to `1`): the features' axis of frames (`-1`: `(clips, mel_bins,
+            frames)` features, or waveforms).
 
     Returns:
         `dict[str, Any]`: `{features_key: ..., mask_key: ...}` for those clips, in that order.
@@ -45,7 +47,7 @@ def select_audio_clips(
     # end), so frames after it are padding in every clip of the selection.
     last = torch.where(real, torch.arange(real.shape[-1], device=real.device) + 1, 0).amax(-1)
     frames = int(last.max()) if last.numel() else 0
-    return {features_key: features[:, :frames], mask_key: mask[:, :frames]}
+    return {features_key: features.narrow(frame_axis, 0, frames), mask_key: mask[:, :frames]}
 
 
 def input_ids_for_encoded_items(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:

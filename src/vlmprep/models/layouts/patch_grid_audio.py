@@ -28,7 +28,7 @@ import torch
 
 from ...generation.facts import ModalityFacts
 from ...generation.validation import check_companion_input, check_passed_with
-from .audio import AudioModalityHooks, inputs_with_encoded_audio
+from .audio import AudioModalityHooks, inputs_with_encoded_audio, select_audio_clips
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 __all__ = ["PATCH_GRID_AUDIO_FACTS", "PatchGridAudioLayout"]
@@ -164,10 +164,8 @@ class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
         Returns:
             `dict[str, Any]`: keyword arguments of `get_audio_features`.
         """
-        features, mask = model_kwargs["input_features"][indices], model_kwargs["feature_attention_mask"][indices]
-        frames = int(mask.sum(-1).max()) if mask.numel() else 0
         # `(clips, mel_bins, frames)`: the feature extractor pads at the end of the frames
-        return {"input_features": features[..., :frames], "feature_attention_mask": mask[:, :frames]}
+        return select_audio_clips(model_kwargs, indices, "input_features", "feature_attention_mask", frame_axis=-1)
 
     def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower (`(clips, mel_bins, frames)` with a mask per frame).
