@@ -22,7 +22,7 @@ import transformers
 from ..generation.facts import ModalityFacts, VisionFacts
 from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
-from .layouts.audio import ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
+from .layouts.audio import check_audio_tower, ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
 from .layouts.stated_counts import PatchRowsAndAudioLayout
 
 _VIDEO = ModalityFacts(
@@ -158,11 +158,7 @@ class Gemma4ForConditionalGeneration(
         """
         if modality == "audio":
             features, tower = model_kwargs.get("input_features"), self.model.audio_tower
-            if tower is None:
-                raise ValueError(
-                    "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove "
-                    "the audio from the prompt, or load a Gemma 4 checkpoint with audio."
-                )
+            check_audio_tower(tower, "Gemma 4")
             # Two stride-2 convolutions halve the mel bins twice; the projection reads `channels * bins / 4` values
             width = tower.config.subsampling_conv_channels[-1]
             expected = tower.subsample_conv_projection.input_proj_linear.in_features

@@ -24,7 +24,7 @@ import transformers
 from ..generation.facts import ModalityFacts, VisionFacts
 from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
-from .layouts.audio import inputs_with_encoded_audio
+from .layouts.audio import check_audio_tower, inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("input_features_mask",))
@@ -136,11 +136,7 @@ class NemotronH_Omni_Reasoning_V3(
         """
         if modality == "audio":
             features, mask = model_kwargs.get("input_features"), model_kwargs.get("input_features_mask")
-            if self.audio_tower is None:
-                raise ValueError(
-                    "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove the "
-                    "audio from the prompt, or load a Nemotron-H Omni checkpoint with audio."
-                )
+            check_audio_tower(self.audio_tower, "Nemotron-H Omni")
             bins = self.config.audio_config.num_mel_bins
             if features.ndim != 3 or features.shape[-1] != bins:
                 raise ValueError(

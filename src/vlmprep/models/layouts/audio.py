@@ -14,6 +14,7 @@ import torch
 
 __all__ = [
     "AudioModalityHooks",
+    "check_audio_tower",
     "ids_with_placeholders_as",
     "input_ids_for_encoded_items",
     "inputs_with_encoded_audio",
@@ -48,6 +49,20 @@ def select_audio_clips(
     last = torch.where(real, torch.arange(real.shape[-1], device=real.device) + 1, 0).amax(-1)
     frames = int(last.max()) if last.numel() else 0
     return {features_key: features.narrow(frame_axis, 0, frames), mask_key: mask[:, :frames]}
+
+
+def check_audio_tower(tower, family: str) -> None:
+    """Raise a clear `ValueError` when a prompt has audio but the checkpoint has no audio tower.
+
+    Args:
+        tower: the model's audio tower (`None` without `audio_config`).
+        family (`str`): the family's name, for the message.
+    """
+    if tower is None:
+        raise ValueError(
+            "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove the audio "
+            f"from the prompt, or load a {family} checkpoint with audio."
+        )
 
 
 def input_ids_for_encoded_items(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
