@@ -94,9 +94,8 @@ class NemotronH_Omni_Reasoning_V3(
         """
         if model_kwargs.get("pixel_values_videos") is not None:
             raise ValueError(_VIDEOS)
-        if modality == "audio":
-            features = model_kwargs.get("input_features")
-            return None if features is None else features.shape[0]
+        if modality == "audio":  # clips of `input_features`, as any modality by default
+            return super().count_items(model_kwargs, modality=modality)
         if model_kwargs.get("pixel_values") is None:
             return None
         why = "it splits the flattened patches of every image per image"
@@ -116,11 +115,8 @@ class NemotronH_Omni_Reasoning_V3(
         Returns:
             `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
         """
-        if modality == "audio":
-            selected = {"input_features": model_kwargs["input_features"][indices]}
-            if model_kwargs.get("input_features_mask") is not None:
-                selected["input_features_mask"] = model_kwargs["input_features_mask"][indices]
-            return selected
+        if modality == "audio":  # the clips' features and masks as given, as any modality by default
+            return super().select_item_inputs(model_kwargs, indices, modality=modality)
         grids = model_kwargs["image_grid_hw"]
         sizes = grids.prod(-1)
         first = torch.cumsum(sizes, 0) - sizes
