@@ -32,6 +32,7 @@ from transformers.generation.continuous_batching.scheduler import Scheduler
 from transformers.generation.continuous_batching.utils import attn_mask_is_needed
 
 from ..generation.spans import resolve_resume_point
+from .scheduler_swap import swap_scheduler
 
 _SLIDING = "sliding_attention"
 
@@ -73,14 +74,7 @@ def install_block_aware_scheduler(processor: ContinuousBatchProcessor) -> None:
     scheduler = processor.scheduler
     if isinstance(scheduler, BlockAwareScheduling):
         return  # a processor reused across sessions keeps its scheduler
-    if processor.offloading_manager.scheduler is not scheduler:
-        raise RuntimeError("The engine's offloading manager does not share the batch processor's scheduler.")
-    block_aware = _block_aware_class(type(scheduler))(
-        cache=scheduler.cache,
-        safety_margin=scheduler.safety_margin,
-        max_requests_per_batch=scheduler.max_requests_per_batch,
-    )
-    processor.scheduler = processor.offloading_manager.scheduler = block_aware
+    swap_scheduler(processor, _block_aware_class(type(scheduler)))
 
 
 def block_admission_error(model, items, max_batch_tokens: int) -> ValueError | None:

@@ -19,6 +19,7 @@ from transformers.generation.continuous_batching.requests import RequestStatus
 from transformers.generation.continuous_batching.scheduler import Scheduler
 
 from .partial_pages import PartialPageSharing
+from .scheduler_swap import swap_scheduler
 
 __all__ = ["EnginePrefillStats", "PrefillCounting", "install_prefill_counting"]
 
@@ -84,16 +85,8 @@ def install_prefill_counting(processor: ContinuousBatchProcessor, stats: EngineP
     """
     scheduler = processor.scheduler
     if not isinstance(scheduler, PrefillCounting):
-        if processor.offloading_manager.scheduler is not scheduler:
-            raise RuntimeError("The engine's offloading manager does not share the batch processor's scheduler.")
-        counting = _counting_class(type(scheduler))(
-            cache=scheduler.cache,
-            safety_margin=scheduler.safety_margin,
-            max_requests_per_batch=scheduler.max_requests_per_batch,
-        )
-        counting._counted = OrderedDict()
-        counting._partial_pages = OrderedDict()
-        counting._count_lock = threading.Lock()
-        processor.scheduler = processor.offloading_manager.scheduler = counting
-        scheduler = counting
+        scheduler = swap_scheduler(processor, _counting_class(type(scheduler)))
+        scheduler._counted = OrderedDict()
+        scheduler._partial_pages = OrderedDict()
+        scheduler._count_lock = threading.Lock()
     scheduler.prefill_stats = stats

@@ -31,6 +31,53 @@ def check_sequence_input(name: str, value: torch.Tensor | None, batch_size: int,
         )
 
 
+def check_companion_input(
+    value: torch.Tensor | None,
+    name: str,
+    expected: tuple[int, ...],
+    given_with: str,
+    entry: str,
+    source: str = "the processor",
+    required: bool = True,
+) -> None:
+    """Raise when an input that describes another one (its mask, lengths or positions) has not one `entry` per part of
+    it, as `expected`.
+
+    Args:
+        value (`torch.Tensor`, *optional*): the describing input; `None` passes unless `required`.
+        name (`str`): its name, for the message.
+        expected (`tuple[int, ...]`): the shape it needs.
+        given_with (`str`): the name of the input it describes.
+        entry (`str`): what it needs, e.g. `"one mask entry per frame"`.
+        source (`str`, *optional*, defaults to `"the processor"`): what returns both inputs together.
+        required (`bool`, *optional*, defaults to `True`): whether a missing `value` is refused.
+    """
+    if value is None and not required:
+        return
+    shape = None if value is None else tuple(value.shape)
+    if shape != tuple(expected):
+        raise ValueError(
+            f"`{name}` has shape {shape} but `{given_with}` needs {entry}, {tuple(expected)}. Pass the `{name}` "
+            f"{source} returned with it."
+        )
+
+
+def check_passed_with(model_kwargs: dict, key: str, needed: str, why: str | None = None) -> None:
+    """Raise when the input `key` is passed without `needed`, the input that says how to read it.
+
+    Args:
+        model_kwargs (`dict`): the call's inputs.
+        key (`str`): the input passed.
+        needed (`str`): the input it needs beside it.
+        why (`str`, *optional*): what `needed` tells, for the message.
+    """
+    if model_kwargs.get(key) is not None and model_kwargs.get(needed) is None:
+        reason = f": {why}" if why else ""
+        raise ValueError(
+            f"`{key}` was passed without `{needed}`{reason}. Pass both, as this model's processor returns them."
+        )
+
+
 def check_every_row_attends(attention_mask: torch.Tensor | None, needed_by: str) -> None:
     """Raise when a row of `attention_mask` is all zeros, for code that needs one attended token per row.
 

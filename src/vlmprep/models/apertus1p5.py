@@ -23,8 +23,9 @@ import transformers
 
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import inputs_with_encoded_audio, select_audio_clips
 from .layouts.code_rows import CodeRowsAndAudioLayout
 
 # Each clip's codes are one tensor of a tuple, as each image's.
@@ -98,9 +99,7 @@ class Apertus1p5ForConditionalGeneration(
             `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
         """
         if modality == "audio":
-            values, mask = model_kwargs["input_values"][indices], model_kwargs["padding_mask"][indices]
-            samples = int(mask.long().sum(-1).max()) if mask.numel() else 0
-            return {"input_values": values[..., :samples], "padding_mask": mask[:, :samples]}
+            return select_audio_clips(model_kwargs, indices, "input_values", "padding_mask", frame_axis=-1)
         pixels, sizes = model_kwargs["pixel_values"][indices], model_kwargs["image_sizes"][indices]
         height, width = (int(side) for side in sizes.amax(0).tolist()) if len(indices) else (0, 0)
         cropped = torch.zeros(*pixels.shape[:2], height, width, dtype=pixels.dtype, device=pixels.device)
@@ -151,12 +150,10 @@ class Apertus1p5ForConditionalGeneration(
                 f"`input_values` has shape {tuple(values.shape)}, which this model's audio tokenizer does not take: "
                 "(num_clips, 1, samples) mono waveforms. Extract the audio with this model's feature extractor."
             )
-        if mask is None or tuple(mask.shape) != (values.shape[0], values.shape[-1]):
-            shape = None if mask is None else tuple(mask.shape)
-            raise ValueError(
-                f"`padding_mask` has shape {shape} but `input_values` needs one mask entry per sample, "
-                f"{(values.shape[0], values.shape[-1])}. Pass the `padding_mask` the feature extractor returned."
-            )
+        expected = (values.shape[0], values.shape[-1])
+        check_companion_input(
+            mask, "padding_mask", expected, "input_values", "one mask entry per sample", "the feature extractor"
+        )
         if bool((mask.long().sum(-1) == 0).any()) or bool((mask.long().diff(dim=-1) > 0).any()):
             raise ValueError(
                 "`padding_mask` must mark each clip's real samples first, then its padding (at least one real "
@@ -177,20 +174,9 @@ class Apertus1p5ForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_values") is not None:
-            raise ValueError("Pass either `input_values` or encoded audio in `mm_encoder_outputs`, not both.")
         # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        for modality, placeholder in (("image", self.config.image_token_id), ("audio", self.config.audio_token_id)):
-            if encoded.get(modality) is not None:
-                mask = input_ids == placeholder
-                inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
-        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
-        return super().forward(**kwargs)
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"))
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Apertus1p5ForConditionalGeneration.forward)

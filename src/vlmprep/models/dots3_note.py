@@ -26,15 +26,16 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("chunk_sample_lengths",))
 
 
 class Dots3NoteForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Dots3NoteForConditionalGeneration
+    AudioModalityHooks, PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Dots3NoteForConditionalGeneration
 ):
     """Drop-in `transformers.Dots3NoteForConditionalGeneration` whose vision and audio towers run once, in input
     preparation.
@@ -61,46 +62,25 @@ class Dots3NoteForConditionalGeneration(
     def _samples_per_token(self) -> int:
         return self.config.audio_config.samples_per_token
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: an image's or video's merged grid, an audio chunk's started
-        `samples_per_token` samples.
+    def audio_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
+        """Placeholders of each audio chunk: its started `samples_per_token` samples.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
 
         Returns:
-            `list[int]` or `None` (without the inputs that give the counts)
+            `list[int]` or `None` (without `chunk_sample_lengths`)
         """
-        if modality != "audio":
-            return super().item_token_counts(model_kwargs, modality=modality)
         lengths = model_kwargs.get("chunk_sample_lengths")
         if lengths is None:
             return None
         if model_kwargs.get("input_features") is not None:  # counted from the lengths: check they fit the features
-            self.check_pixel_inputs(model_kwargs, modality="audio")
+            self.check_audio_inputs(model_kwargs)
         per_token = self._samples_per_token()
         return ((torch.as_tensor(lengths) + per_token - 1) // per_token).tolist()
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Grid rows of images and videos; audio chunks of `input_features`.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
-
-        Returns:
-            `int` or `None`
-        """
-        if modality != "audio":
-            return super().count_items(model_kwargs, modality=modality)
-        features = model_kwargs.get("input_features")
-        return None if features is None else features.shape[0]
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items: patch rows and grids, or audio chunks cut after their last token's frames.
+    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The given audio chunks, cut after their last token's frames.
 
         A chunk's rows do not depend on the frames after its real samples (the tower masks them and attends over its
         real frames only), so the chunks are cut to the frames of the longest among them: the same chunk hashes alike
@@ -108,14 +88,11 @@ class Dots3NoteForConditionalGeneration(
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+            indices (`list[int]`): indices among the call's chunks.
 
         Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+            `dict[str, Any]`: keyword arguments of `get_audio_features`.
         """
-        if modality != "audio":
-            return super().select_item_inputs(model_kwargs, indices, modality=modality)
         features = model_kwargs["input_features"][indices]
         lengths = torch.as_tensor(model_kwargs["chunk_sample_lengths"])[indices]
         per_token = self._samples_per_token()
@@ -124,16 +101,13 @@ class Dots3NoteForConditionalGeneration(
         frames = tokens * per_token // self.config.audio_config.hop_length
         return {"input_features": features[..., :frames], "chunk_sample_lengths": lengths}
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+    def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower: `(num_chunks, mel_bins, frames)` log-mel features
         holding every chunk's frames, with one `chunk_sample_lengths` entry per chunk.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
         """
-        if modality != "audio":
-            return super().check_pixel_inputs(model_kwargs, modality=modality)
         features, lengths = model_kwargs.get("input_features"), model_kwargs.get("chunk_sample_lengths")
         audio_config = self.config.audio_config
         bins = audio_config.feature_size
@@ -142,12 +116,15 @@ class Dots3NoteForConditionalGeneration(
                 f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not take: "
                 f"(num_chunks, {bins} mel bins, frames). Extract the features with this model's feature extractor."
             )
-        if lengths is None or tuple(torch.as_tensor(lengths).shape) != (features.shape[0],):
-            shape = None if lengths is None else tuple(torch.as_tensor(lengths).shape)
-            raise ValueError(
-                f"`chunk_sample_lengths` has shape {shape} but `input_features` needs one entry per chunk, "
-                f"({features.shape[0]},). Pass the `chunk_sample_lengths` the feature extractor returned."
-            )
+        lengths = None if lengths is None else torch.as_tensor(lengths)
+        check_companion_input(
+            lengths,
+            "chunk_sample_lengths",
+            (features.shape[0],),
+            "input_features",
+            "one entry per chunk",
+            "the feature extractor",
+        )
         per_token = self._samples_per_token()
         tokens = int((torch.as_tensor(lengths).max() + per_token - 1) // per_token)
         if tokens * per_token // audio_config.hop_length > features.shape[-1]:
@@ -167,20 +144,9 @@ class Dots3NoteForConditionalGeneration(
             What upstream's forward returns.
         """
         self._check_indexed_continuation(args, kwargs)
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_features") is not None:
-            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
         # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        for modality in ("image", "video", "audio"):
-            if encoded.get(modality) is not None:
-                mask = input_ids == getattr(self.config, f"{modality}_token_id")
-                inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
-        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
-        return super().forward(**kwargs)
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "video", "audio"))
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     def _check_indexed_continuation(self, args: tuple, kwargs: dict[str, Any]) -> None:
         # Upstream's indexed attention keeps each query's `index_topk` best keys. A forward of several tokens after

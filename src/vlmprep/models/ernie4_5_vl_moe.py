@@ -7,8 +7,7 @@ video, so a video is one run of `t * h * w / (spatial_merge_size**2 * temporal_m
 placeholders and their start/end tokens), a per-token input cut with each prefill chunk and part of the prefix keys.
 """
 
-from typing import Any
-
+import torch
 import transformers
 
 from .base import VisionPrepMixin
@@ -37,17 +36,7 @@ class Ernie4_5_VLMoeForConditionalGeneration(
     # One frame per patch row; the resampler merges a video's frames in pairs instead.
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None)
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """As `PatchGridLayout`, except that a video's `temporal_merge_size` frames are merged into one.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `list[int]` or `None` (no grids passed)
-        """
-        counts = super().item_token_counts(model_kwargs, modality)
-        if modality != "video" or counts is None:
-            return counts
-        return [count // self.config.vision_config.temporal_merge_size for count in counts]
+    def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
+        """As `PatchGridLayout.grid_token_counts`, except that a video's `temporal_merge_size` frames merge into one."""
+        counts = super().grid_token_counts(grid, modality)
+        return counts // self.config.vision_config.temporal_merge_size if modality == "video" else counts

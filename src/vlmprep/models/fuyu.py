@@ -15,6 +15,7 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
+from .layouts.patch_items_and_audio import check_one_patch_per_placeholder
 from .layouts.stated_counts import LinearPatchesLayout
 
 
@@ -104,12 +105,5 @@ class FuyuForCausalLM(LinearPatchesLayout, VisionPrepMixin, transformers.FuyuFor
             spans (`list[ItemSpan]`): the prompt's spans, one per placeholder.
             modality (`str`, *optional*, defaults to `"image"`): Fuyu has images only.
         """
-        patches = self.count_items(model_kwargs, modality=modality)
-        placeholders = len({span.item_index for span in spans})
-        if patches != placeholders:
-            raise ValueError(
-                f"`pixel_values` holds {patches} image patches but the prompt has {placeholders} image placeholder "
-                "tokens (one per patch, each row of an image's patches ended by a newline token). Pass the patches "
-                "of every image of the prompt, in prompt order (also of those already in the cache), as the "
-                "processor makes them together with the prompt, or fix the prompt."
-            )
+        placement = "one per patch, each row of an image's patches ended by a newline token"
+        check_one_patch_per_placeholder(self, model_kwargs, spans, placement)

@@ -20,8 +20,9 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows, select_audio_clips
+from .layouts.audio import check_audio_tower, ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
 from .layouts.stated_counts import PatchRowsAndAudioLayout
 
 _VIDEO = ModalityFacts(
@@ -115,13 +116,9 @@ class Gemma4ForConditionalGeneration(
         """
         if modality != "video" or model_kwargs.get("pixel_values_videos") is None:
             return super().count_items(model_kwargs, modality=modality)
-        frames = model_kwargs.get("num_frames_per_video")
-        if frames is None:
-            raise ValueError(
-                "`pixel_values_videos` holds the frames of every video concatenated: pass `num_frames_per_video` "
-                "(the video processor returns it) to split them per video."
-            )
-        return len(frames)
+        why = "it splits the frames of every video, concatenated, per video"
+        check_passed_with(model_kwargs, "pixel_values_videos", "num_frames_per_video", why)
+        return len(model_kwargs["num_frames_per_video"])
 
     def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
@@ -161,11 +158,7 @@ class Gemma4ForConditionalGeneration(
         """
         if modality == "audio":
             features, tower = model_kwargs.get("input_features"), self.model.audio_tower
-            if tower is None:
-                raise ValueError(
-                    "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove "
-                    "the audio from the prompt, or load a Gemma 4 checkpoint with audio."
-                )
+            check_audio_tower(tower, "Gemma 4")
             # Two stride-2 convolutions halve the mel bins twice; the projection reads `channels * bins / 4` values
             width = tower.config.subsampling_conv_channels[-1]
             expected = tower.subsample_conv_projection.input_proj_linear.in_features
@@ -186,12 +179,8 @@ class Gemma4ForConditionalGeneration(
                 f"`{pixel_key}` has shape {tuple(pixels.shape)} but this model's vision tower takes (num_images, "
                 f"max_patches, {patch_dim}): rows of flattened RGB patches. Preprocess with this model's processor."
             )
-        if positions is None or tuple(positions.shape) != (*pixels.shape[:2], 2):
-            shape = None if positions is None else tuple(positions.shape)
-            raise ValueError(
-                f"`{position_key}` has shape {shape} but `{pixel_key}` needs one (x, y) position per patch row, "
-                f"{(*pixels.shape[:2], 2)}. Pass the `{position_key}` the processor returned with the pixels."
-            )
+        expected = (*pixels.shape[:2], 2)
+        check_companion_input(positions, position_key, expected, pixel_key, "one (x, y) position per patch row")
 
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
@@ -202,33 +191,19 @@ class Gemma4ForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
+        # What `transformers.Gemma4Model.forward` does before its decoder: placeholders embedded as the pad token,
+        # per-layer inputs from those ids, then every modality's rows scattered in
+        pad = self.config.get_text_config().pad_token_id
+        placed = inputs_with_encoded_audio(
+            self, args, kwargs, placed=("image", "video", "audio"), keep_input_ids=True, placeholders_embedded_as=pad
+        )
+        if placed is None:
             return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        inputs_embeds, per_layer_inputs = self._embed_with_encoded_items(input_ids, encoded)
-        kwargs.update(input_ids=None, inputs_embeds=inputs_embeds, per_layer_inputs=per_layer_inputs)
-        kwargs["mm_encoder_outputs"] = None
-        return super().forward(**kwargs)
+        input_ids = placed.pop("input_ids")
+        if self.config.get_text_config().hidden_size_per_layer_input:
+            text_ids = ids_with_placeholders_as(self, input_ids, pad)
+            placed["per_layer_inputs"] = self.model.language_model.get_per_layer_inputs(text_ids, None)
+        return super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Gemma4ForConditionalGeneration.forward)
-
-    def _embed_with_encoded_items(self, input_ids: torch.Tensor, encoded: dict) -> tuple:
-        # What `transformers.Gemma4Model.forward` does before its decoder, with every modality's rows given encoded:
-        # placeholders embedded as the pad token, per-layer inputs from those ids, then the rows scattered in.
-        model = self.model
-        text_config = self.config.get_text_config()
-        masks = dict(zip(("image", "video", "audio"), model.get_placeholder_mask(input_ids), strict=True))
-        placeholders = masks["image"] | masks["video"] | masks["audio"]
-        llm_input_ids = input_ids.masked_fill(placeholders, text_config.pad_token_id)
-        inputs_embeds = model.get_input_embeddings()(llm_input_ids)
-        per_layer_inputs = None
-        if text_config.hidden_size_per_layer_input:
-            per_layer_inputs = model.language_model.get_per_layer_inputs(llm_input_ids, None)
-        for modality, mask in masks.items():
-            output = encoded.get(modality)
-            if output is None:
-                continue
-            inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, output, modality)
-        return inputs_embeds, per_layer_inputs

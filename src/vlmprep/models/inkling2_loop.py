@@ -1,11 +1,8 @@
 """Inkling2-Loop: Inkling2's images and decoder layers, some of them run several times per forward (looped), each
 pass with its own cache layer.
 
-`pixel_values` has one row per placeholder, `(merge * patch, merge * patch, channels)` pixels, with one
-`image_grid_thw` row per image counted in placeholders: an image is one run of `t * h * w` placeholders
-(`Inkling2Processor.replace_image_token`). Its features depend only on its own rows (a class token and attention
-within the image). The decoder's positions are plain 1D; its convolution and linear-attention states carry from one
-prefill chunk to the next in transformers' own cache layers.
+Images, positions and recurrent states are as in `inkling2.py` (layout `token_grid_text_positions`): one run of
+`t * h * w` placeholders per image, one pixel row each.
 """
 
 import transformers

@@ -22,12 +22,12 @@ text-only loader's key renames.
 import inspect
 from typing import Any
 
-import torch
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchItemsAndAudioLayout
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("audio_input_ids",), ("audio_input_ids_mask",))
@@ -77,11 +77,8 @@ class InklingForConditionalGeneration(
                     f"`audio_input_ids` holds levels outside [0, {audio_config.mel_vocab_size}): this model quantizes "
                     f"each mel bin into {audio_config.mel_vocab_size} levels. Process the audio with its processor."
                 )
-            if mask is not None and tuple(mask.shape) != tuple(levels.shape[:2]):
-                raise ValueError(
-                    f"`audio_input_ids_mask` has shape {tuple(mask.shape)} but `audio_input_ids` needs one entry per "
-                    f"frame, {tuple(levels.shape[:2])}. Pass the mask the processor returned."
-                )
+            expected, entry = tuple(levels.shape[:2]), "one entry per frame"
+            check_companion_input(mask, "audio_input_ids_mask", expected, "audio_input_ids", entry, required=False)
             return
         pixels, vision_config = model_kwargs.get("pixel_values"), self.config.vision_config
         size = vision_config.patch_size
@@ -101,24 +98,10 @@ class InklingForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("audio_input_ids") is not None:
-            raise ValueError("Pass either `audio_input_ids` or encoded audio in `mm_encoder_outputs`, not both.")
-        kwargs.update(input_ids=None, inputs_embeds=self._embed_with_encoded_items(input_ids, encoded))
-        kwargs["mm_encoder_outputs"] = None
-        return super().forward(**kwargs)
+        # What `transformers.InklingModel.forward` does before its decoder: the ids embedded (placeholders too), then
+        # the image rows and the audio rows scattered into their placeholders.
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"))
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.InklingForConditionalGeneration.forward)
-
-    def _embed_with_encoded_items(self, input_ids: torch.Tensor, encoded: dict) -> torch.Tensor:
-        # What `transformers.InklingModel.forward` does before its decoder: the ids embedded (placeholders too), then
-        # the image rows and the audio rows scattered into their placeholders.
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        for modality, token_id in (("image", self.config.image_token_id), ("audio", self.config.audio_token_id)):
-            if encoded.get(modality) is not None:
-                inputs_embeds = scatter_encoded_rows(inputs_embeds, input_ids == token_id, encoded[modality], modality)
-        return inputs_embeds

@@ -7,8 +7,7 @@ The tower pools a chunk's frames into one (`temporal_merge`), so an item of grid
 `h * w / (kernel_h * kernel_w)` placeholders whatever its `t`. The decoder (DeepSeek-V3's) has plain 1D positions.
 """
 
-from typing import Any
-
+import torch
 import transformers
 
 from .base import VisionPrepMixin
@@ -38,18 +37,8 @@ class Kimi_K25ForConditionalGeneration(
         merge_size="merge_kernel_size", temporal_patch_size=None, channels=None, flat_patches=False
     )
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: its grid's `h * w` over the merge kernel's area; the frames are pooled into one.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `list[int]` or `None` (no grids passed)
-        """
-        grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
-        if grid is None:
-            return None
+    def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
+        """Placeholders of each item (`PatchGridLayout.grid_token_counts`): its grid's `h * w` over the merge kernel's
+        area; the frames are pooled into one."""
         kernel_height, kernel_width = self.config.vision_config.merge_kernel_size
-        return (grid[:, 1:].prod(-1) // (kernel_height * kernel_width)).tolist()
+        return grid[:, 1:].prod(-1) // (kernel_height * kernel_width)

@@ -2,9 +2,7 @@
 Qwen3.5's hybrid decoder: Gated DeltaNet layers between attention layers, 1D positions), read by default in the "4x"
 downsample mode (no window merger: 4x more placeholders per view) and with tied word embeddings.
 
-An image is its global view then its slices, each view one run of placeholders (`layouts/multi_run.py`,
-`packed_views`); a video frame likewise. The decoder's recurrent and convolution states live in transformers' own
-cache layers, which carry them across prefill chunks and which the prefix cache snapshots (docs/prefix_cache.md).
+Images, videos and the decoder's states are as in `minicpmv4_6.py` (layout `packed_views`).
 """
 
 import transformers

@@ -21,15 +21,19 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts
+from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_values",), ("input_values_mask",))
 
 
 class MuseSparkForConditionalGeneration(
-    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.MuseSparkForConditionalGeneration
+    AudioModalityHooks,
+    PatchGridPerFrameTextPositionsLayout,
+    VisionPrepMixin,
+    transformers.MuseSparkForConditionalGeneration,
 ):
     """Drop-in `transformers.MuseSparkForConditionalGeneration` whose vision and audio towers run once, in input
     preparation.
@@ -65,60 +69,36 @@ class MuseSparkForConditionalGeneration(
         per_token = self._samples_per_token()
         return ((samples + per_token - 1) // per_token).tolist()
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: an image's merged grid, a video's per frame, an audio clip's started
-        `samples_per_token` real samples.
+    def audio_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
+        """Placeholders of each audio clip: its started `samples_per_token` real samples.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
 
         Returns:
-            `list` or `None` (without the inputs that give the counts)
+            `list[int]` or `None` (without the audio inputs)
         """
-        if modality != "audio":
-            return super().item_token_counts(model_kwargs, modality=modality)
         values, mask = model_kwargs.get("input_values"), model_kwargs.get("input_values_mask")
         if mask is not None:
             if values is not None:  # counted from the mask: a mask of other samples would miscount
-                self.check_pixel_inputs(model_kwargs, modality="audio")
+                self.check_audio_inputs(model_kwargs)
             return self._audio_tokens(mask.long().sum(-1))
         # Without a mask upstream reads every sample as real
         return None if values is None else self._audio_tokens(torch.full((values.shape[0],), values.shape[-1]))
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Grid rows of images and videos; audio clips of `input_values`.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
-
-        Returns:
-            `int` or `None`
-        """
-        if modality != "audio":
-            return super().count_items(model_kwargs, modality=modality)
-        values = model_kwargs.get("input_values")
-        return None if values is None else values.shape[0]
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items: patch rows and grids, or audio clips cut after their last token's samples.
+    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The given audio clips, cut after their last token's samples.
 
         The tower is causal, so a clip's rows do not depend on samples after them: the clips are cut to the longest
         real clip among them, rounded up to whole tokens, and the same clip hashes alike alone or padded.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+            indices (`list[int]`): indices among the call's clips.
 
         Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+            `dict[str, Any]`: keyword arguments of `get_audio_features`.
         """
-        if modality != "audio":
-            return super().select_item_inputs(model_kwargs, indices, modality=modality)
         values, mask = model_kwargs["input_values"][indices], model_kwargs.get("input_values_mask")
         if mask is None:
             return {"input_values": values}
@@ -127,16 +107,13 @@ class MuseSparkForConditionalGeneration(
         samples = tokens * self._samples_per_token()
         return {"input_values": values[:, :samples], "input_values_mask": mask[:, :samples]}
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+    def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower: `(num_clips, samples)` waveforms, whole tokens of
         samples, with a mask per sample.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
         """
-        if modality != "audio":
-            return super().check_pixel_inputs(model_kwargs, modality=modality)
         values, mask = model_kwargs.get("input_values"), model_kwargs.get("input_values_mask")
         per_token = self._samples_per_token()
         if values.ndim != 2 or values.shape[-1] % per_token:
@@ -145,11 +122,8 @@ class MuseSparkForConditionalGeneration(
                 f"(num_clips, samples) mono waveforms padded to a multiple of {per_token} samples. Extract the audio "
                 "with this model's feature extractor."
             )
-        if mask is not None and tuple(mask.shape) != tuple(values.shape):
-            raise ValueError(
-                f"`input_values_mask` has shape {tuple(mask.shape)} but `input_values` needs one mask entry per "
-                f"sample, {tuple(values.shape)}. Pass the mask the feature extractor returned."
-            )
+        entry, source = "one mask entry per sample", "the feature extractor"
+        check_companion_input(mask, "input_values_mask", values.shape, "input_values", entry, source, required=False)
 
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings here.
@@ -160,21 +134,12 @@ class MuseSparkForConditionalGeneration(
         Returns:
             What upstream's forward returns.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_values") is not None:
-            raise ValueError("Pass either `input_values` or encoded audio in `mm_encoder_outputs`, not both.")
-        config = self.config
-        # As upstream's forward: every placeholder is embedded as id 0, then the items' rows replace it
-        placeholders = (input_ids == config.image_token_id) | (input_ids == config.video_token_id)
-        audio_mask = input_ids == config.audio_token_id
-        inputs_embeds = self.model.get_input_embeddings()(input_ids.masked_fill(placeholders | audio_mask, 0))
-        inputs_embeds = scatter_encoded_rows(inputs_embeds, audio_mask, encoded["audio"], "audio")
-        encoded = {name: output for name, output in encoded.items() if name != "audio"}
-        kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=encoded or None)
-        return super().forward(**kwargs)
+        # As upstream's forward: every placeholder is embedded as id 0, then the items' rows replace it; upstream
+        # places the image and video rows by the ids
+        placed = inputs_with_encoded_audio(
+            self, args, kwargs, placed=("audio",), keep_input_ids=True, placeholders_embedded_as=0
+        )
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.MuseSparkForConditionalGeneration.forward)

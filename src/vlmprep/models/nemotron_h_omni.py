@@ -22,8 +22,9 @@ import torch
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
-from .layouts.audio import input_ids_for_encoded_items, scatter_encoded_rows
+from .layouts.audio import check_audio_tower, inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
 
 _AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("input_features_mask",))
@@ -93,16 +94,12 @@ class NemotronH_Omni_Reasoning_V3(
         """
         if model_kwargs.get("pixel_values_videos") is not None:
             raise ValueError(_VIDEOS)
-        if modality == "audio":
-            features = model_kwargs.get("input_features")
-            return None if features is None else features.shape[0]
+        if modality == "audio":  # clips of `input_features`, as any modality by default
+            return super().count_items(model_kwargs, modality=modality)
         if model_kwargs.get("pixel_values") is None:
             return None
-        if model_kwargs.get("image_grid_hw") is None:
-            raise ValueError(
-                "`pixel_values` holds the flattened patches of every image: pass `image_grid_hw` (the image "
-                "processor returns it) to split them per image."
-            )
+        why = "it splits the flattened patches of every image per image"
+        check_passed_with(model_kwargs, "pixel_values", "image_grid_hw", why)
         return model_kwargs["image_grid_hw"].shape[0]
 
     def select_item_inputs(
@@ -118,11 +115,8 @@ class NemotronH_Omni_Reasoning_V3(
         Returns:
             `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
         """
-        if modality == "audio":
-            selected = {"input_features": model_kwargs["input_features"][indices]}
-            if model_kwargs.get("input_features_mask") is not None:
-                selected["input_features_mask"] = model_kwargs["input_features_mask"][indices]
-            return selected
+        if modality == "audio":  # the clips' features and masks as given, as any modality by default
+            return super().select_item_inputs(model_kwargs, indices, modality=modality)
         grids = model_kwargs["image_grid_hw"]
         sizes = grids.prod(-1)
         first = torch.cumsum(sizes, 0) - sizes
@@ -138,22 +132,15 @@ class NemotronH_Omni_Reasoning_V3(
         """
         if modality == "audio":
             features, mask = model_kwargs.get("input_features"), model_kwargs.get("input_features_mask")
-            if self.audio_tower is None:
-                raise ValueError(
-                    "The prompt has audio but this checkpoint has no audio tower (`audio_config` is None): remove the "
-                    "audio from the prompt, or load a Nemotron-H Omni checkpoint with audio."
-                )
+            check_audio_tower(self.audio_tower, "Nemotron-H Omni")
             bins = self.config.audio_config.num_mel_bins
             if features.ndim != 3 or features.shape[-1] != bins:
                 raise ValueError(
                     f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not "
                     f"take: (num_clips, frames, {bins} mel bins). Extract the features with this model's processor."
                 )
-            if mask is not None and tuple(mask.shape) != tuple(features.shape[:2]):
-                raise ValueError(
-                    f"`input_features_mask` has shape {tuple(mask.shape)} but `input_features` needs one entry per "
-                    f"frame, {tuple(features.shape[:2])}. Pass the mask the processor returned."
-                )
+            expected, entry = tuple(features.shape[:2]), "one entry per frame"
+            check_companion_input(mask, "input_features_mask", expected, "input_features", entry, required=False)
             return
         pixels, grids = model_kwargs.get("pixel_values"), model_kwargs.get("image_grid_hw")
         width = self.config.vision_config.num_channels * self.config.vision_config.patch_size**2
@@ -179,19 +166,9 @@ class NemotronH_Omni_Reasoning_V3(
         """
         if kwargs.get("pixel_values_videos") is not None:
             raise ValueError(_VIDEOS)
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return super().forward(*args, **kwargs)
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_features") is not None:
-            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
         # What upstream's forward does before its language model: the ids embedded, then each modality's rows
-        inputs_embeds = self.get_input_embeddings()(input_ids)
-        for modality, token_id in (("image", self.config.image_token_id), ("audio", self.config.audio_token_id)):
-            if encoded.get(modality) is not None:
-                inputs_embeds = scatter_encoded_rows(inputs_embeds, input_ids == token_id, encoded[modality], modality)
-        kwargs.update(input_ids=input_ids, inputs_embeds=inputs_embeds, mm_encoder_outputs=None)
-        return super().forward(**kwargs)
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"), keep_input_ids=True)
+        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.NemotronH_Omni_Reasoning_V3.forward)

@@ -54,23 +54,18 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
         """
         return _get_feat_extract_output_lengths(frames, self.config.audio_config.n_window).tolist()
 
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The layout's item inputs; an audio clip's windows come padded as upstream pads the call's clips.
+    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The layout's clip inputs, their windows padded as upstream pads the call's clips.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+            indices (`list[int]`): indices among the call's clips.
 
         Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`; for audio with the tower's precomputed
+            `dict[str, Any]`: keyword arguments of `get_audio_features`, with the tower's precomputed
             `padded_feature`, `chunk_lengths` and `valid_indices`.
         """
-        inputs = super().select_item_inputs(model_kwargs, indices, modality=modality)
-        if modality != "audio":
-            return inputs
+        inputs = super().select_audio_inputs(model_kwargs, indices)
         longest = self._longest_window(model_kwargs)
         return {**inputs, **self._padded_windows(inputs["input_features"], inputs["feature_attention_mask"], longest)}
 

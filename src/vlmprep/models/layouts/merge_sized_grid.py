@@ -16,6 +16,7 @@ import torch
 
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
+from ...generation.validation import check_companion_input
 from .patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
 
 __all__ = ["MERGE_SIZED_GRID_FACTS", "MergeSizedGridLayout"]
@@ -64,12 +65,8 @@ class MergeSizedGridLayout(PatchGridTextPositionsLayout):
 
     def _kept_mask(self, model_kwargs: dict[str, Any], rows: list[int]) -> torch.Tensor | None:
         mask = model_kwargs.get("video_compression_mask")
-        if mask is not None and tuple(mask.shape) != (sum(rows),):
-            raise ValueError(
-                f"`video_compression_mask` has shape {tuple(mask.shape)} but the videos of `video_grid_thw` and "
-                f"`video_merge_sizes` have {sum(rows)} merged rows (one mask entry per row of every video). Pass the "
-                "mask the processor returned with these videos."
-            )
+        entry = "(with `video_merge_sizes`) one mask entry per merged row of every video"
+        check_companion_input(mask, "video_compression_mask", (sum(rows),), "video_grid_thw", entry, required=False)
         return mask
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:

@@ -30,6 +30,7 @@ from ...generation import VisionFacts
 from ...generation.decode_positions import text_after_items
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.validation import check_passed_with
 from .patch_grid import PatchGridLayout
 
 __all__ = [
@@ -131,10 +132,7 @@ class PackedViewsLayout(FamilyHooks):
         pixels, sizes = model_kwargs.get(pixel_key), model_kwargs.get(sizes_key)
         if pixels is None and sizes is None:
             return None
-        if sizes is None:
-            raise ValueError(
-                f"`{pixel_key}` was passed without `{sizes_key}`. Pass both, as this model's processor returns them."
-            )
+        check_passed_with(model_kwargs, pixel_key, sizes_key)
         if pixels is not None:
             self._check_packed_pixels(pixels, sizes, modality, model_kwargs)
         return sizes.shape[0]
@@ -314,9 +312,8 @@ class GlobalAndLocalViewsLayout(FamilyHooks):
             `int` or `None` (no pixels passed)
         """
         pixels, local = model_kwargs.get("pixel_values"), model_kwargs.get("pixel_values_local")
+        check_passed_with(model_kwargs, "pixel_values_local", "pixel_values", "each image's global view")
         if pixels is None:
-            if local is not None:
-                raise ValueError("`pixel_values_local` was passed without `pixel_values` (each image's global view).")
             return None
         for key, value in (("pixel_values", pixels), ("pixel_values_local", local)):
             if value is not None and (not isinstance(value, torch.Tensor) or value.ndim != 4):

@@ -17,7 +17,7 @@ import torch
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
-from ...generation.validation import check_every_row_attends
+from ...generation.validation import check_every_row_attends, check_passed_with
 
 __all__ = [
     "MM_TOKEN_TYPES",
@@ -131,7 +131,7 @@ class PatchGridLayout(FamilyHooks):
         return facts.per_item_keys[0], facts.pixel_keys[0]
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: its grid's `t * h * w`, merged `spatial_merge_size**2` to one.
+        """Placeholders of each item: `grid_token_counts` of its grid row.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
@@ -141,9 +141,21 @@ class PatchGridLayout(FamilyHooks):
             `list[int]` or `None` (no grids passed)
         """
         grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
-        if grid is None:
-            return None
-        return (grid.prod(-1) // self._grid_cells_per_token()).tolist()
+        return None if grid is None else self.grid_token_counts(grid, modality).tolist()
+
+    def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
+        """Placeholders of each item's `(t, h, w)` grid row: `t * h * w`, merged `spatial_merge_size**2` to one.
+
+        A layout or family whose runs hold other tokens, or merge otherwise, states its own arithmetic here.
+
+        Args:
+            grid (`torch.Tensor`): `(items, 3)` grid rows of `modality`.
+            modality (`str`): `"image"` or `"video"`.
+
+        Returns:
+            `torch.Tensor`: `(items,)` placeholder counts.
+        """
+        return grid.prod(-1) // self._grid_cells_per_token()
 
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
         """Grid rows; the patch rows and size are checked against them first (a wrong size fails clearly here).
@@ -163,10 +175,7 @@ class PatchGridLayout(FamilyHooks):
             # Grids alone: enough for the positions of items the cache already holds (pixels are only needed for
             # items prefill encodes, which the mixin checks).
             return grid.shape[0]
-        if grid is None:
-            raise ValueError(
-                f"`{pixel_key}` was passed without `{grid_key}`. Pass both, as this model's processor returns them."
-            )
+        check_passed_with(model_kwargs, pixel_key, grid_key)
         expected = (int(grid.prod(-1).sum()), *self._pixel_row_shape())
         if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
             shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from ...generation.facts import ModalityFacts
-from .audio import input_ids_for_encoded_items, scatter_encoded_rows
+from ...generation.validation import check_companion_input, check_passed_with
+from .audio import AudioModalityHooks, inputs_with_encoded_audio, select_audio_clips
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 __all__ = ["PATCH_GRID_AUDIO_FACTS", "PatchGridAudioLayout"]
@@ -45,7 +46,7 @@ _VIDEO_WITHOUT_TRACK = (
 )
 
 
-class PatchGridAudioLayout(PatchGridLayout):
+class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
     """Family hooks of the Qwen-Omni thinkers (listed before `VisionPrepMixin`): patch grids and audio clips.
 
     A family states how its audio tower counts a clip's placeholders (`audio_placeholder_counts`); the rest is shared.
@@ -125,76 +126,53 @@ class PatchGridAudioLayout(PatchGridLayout):
                 position = end
         return videos, clips
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: an image's or video's merged grid, an audio clip's subsampled real frames.
+    def audio_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
+        """Placeholders of each audio clip: its subsampled real frames (`audio_placeholder_counts`).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
 
         Returns:
-            `list[int]` or `None` (without the inputs that give the counts)
+            `list[int]` or `None` (without `feature_attention_mask`)
         """
-        if modality != "audio":
-            return super().item_token_counts(model_kwargs, modality=modality)
         mask = model_kwargs.get("feature_attention_mask")
         return None if mask is None else self.audio_placeholder_counts(mask.sum(-1))
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Grid rows of images and videos; audio clips of `input_features`.
+    def count_audio_clips(self, model_kwargs: dict[str, Any]) -> int | None:
+        """Audio clips of `input_features`, whose real frames `feature_attention_mask` gives.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
 
         Returns:
             `int` or `None`
         """
-        if modality != "audio":
-            return super().count_items(model_kwargs, modality=modality)
-        features = model_kwargs.get("input_features")
-        if (
-            model_kwargs.get("audio_feature_lengths") is not None
-            and model_kwargs.get("feature_attention_mask") is None
-        ):
-            raise ValueError(
-                "`audio_feature_lengths` was passed without `feature_attention_mask`: vlmprep reads each clip's real "
-                "frames from the mask. Pass the `feature_attention_mask` the feature extractor returned."
-            )
-        return None if features is None else features.shape[0]
+        why = "vlmprep reads each clip's real frames from the mask"
+        check_passed_with(model_kwargs, "audio_feature_lengths", "feature_attention_mask", why)
+        return super().count_audio_clips(model_kwargs)
 
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items: patch rows and grids, or audio clips cut to their real frames.
+    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
+        """The given audio clips, cut to their real frames.
 
         A clip's features do not depend on the padding of its batch (the tower reads its real frames only), so the
         clips are cut to the longest real one among them: the same clip hashes alike alone or padded.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
+            indices (`list[int]`): indices among the call's clips.
 
         Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
+            `dict[str, Any]`: keyword arguments of `get_audio_features`.
         """
-        if modality != "audio":
-            return super().select_item_inputs(model_kwargs, indices, modality=modality)
-        features, mask = model_kwargs["input_features"][indices], model_kwargs["feature_attention_mask"][indices]
-        frames = int(mask.sum(-1).max()) if mask.numel() else 0
         # `(clips, mel_bins, frames)`: the feature extractor pads at the end of the frames
-        return {"input_features": features[..., :frames], "feature_attention_mask": mask[:, :frames]}
+        return select_audio_clips(model_kwargs, indices, "input_features", "feature_attention_mask", frame_axis=-1)
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+    def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower (`(clips, mel_bins, frames)` with a mask per frame).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose inputs to check.
         """
-        if modality != "audio":
-            return super().check_pixel_inputs(model_kwargs, modality=modality)
         features, mask = model_kwargs.get("input_features"), model_kwargs.get("feature_attention_mask")
         bins = self.config.audio_config.num_mel_bins
         if features.ndim != 3 or features.shape[1] != bins:
@@ -202,12 +180,10 @@ class PatchGridAudioLayout(PatchGridLayout):
                 f"`input_features` has shape {tuple(features.shape)}, which this model's audio tower does not take: "
                 f"(num_clips, {bins} mel bins, frames). Extract the features with this model's feature extractor."
             )
-        if mask is None or tuple(mask.shape) != (features.shape[0], features.shape[2]):
-            shape = None if mask is None else tuple(mask.shape)
-            raise ValueError(
-                f"`feature_attention_mask` has shape {shape} but `input_features` needs one mask entry per frame, "
-                f"{(features.shape[0], features.shape[2])}. Pass the mask the feature extractor returned."
-            )
+        expected, entry = (features.shape[0], features.shape[2]), "one mask entry per frame"
+        check_companion_input(
+            mask, "feature_attention_mask", expected, "input_features", entry, "the feature extractor"
+        )
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor:
         """`(4, batch, seq)` positions of the whole prompt: text positions, then the 3 multimodal rope rows.
@@ -238,11 +214,7 @@ class PatchGridAudioLayout(PatchGridLayout):
                 "every clip's length, also of those already in the cache. Pass the audio inputs of every clip."
             )
         seconds = model_kwargs.get("video_second_per_grid")
-        if grids["video_grid_thw"] is not None and seconds is None:
-            raise ValueError(
-                "`video_grid_thw` was passed without `video_second_per_grid`: this model spaces a video's positions "
-                "by it. Pass it as this model's processor returns it."
-            )
+        check_passed_with(model_kwargs, "video_grid_thw", "video_second_per_grid", "it spaces a video's positions")
         mrope, rope_deltas = self.model.get_rope_index(
             input_ids,
             **grids,
@@ -271,20 +243,5 @@ class PatchGridAudioLayout(PatchGridLayout):
         Returns:
             `tuple[tuple, dict[str, Any]]`: the positional and keyword arguments for upstream's forward.
         """
-        encoded = kwargs.get("mm_encoder_outputs") or {}
-        if encoded.get("audio") is None:
-            return args, kwargs
-        input_ids = input_ids_for_encoded_items(args, kwargs)
-        if kwargs.get("input_features") is not None:
-            raise ValueError("Pass either `input_features` or encoded audio in `mm_encoder_outputs`, not both.")
-        inputs_embeds = self.model.get_input_embeddings()(input_ids)
-        mask = input_ids == self.config.audio_token_id
-        inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded["audio"], "audio")
-        encoded = {name: output for name, output in encoded.items() if name != "audio"}
-        kwargs = {
-            **kwargs,
-            "input_ids": input_ids,
-            "inputs_embeds": inputs_embeds,
-            "mm_encoder_outputs": encoded or None,
-        }
-        return (), kwargs
+        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("audio",), keep_input_ids=True)
+        return (args, kwargs) if placed is None else ((), placed)

@@ -27,22 +27,12 @@ class PatchGridFramedLayout(PatchGridLayout):
         "multimodal rope positions with an image-index axis"
     )
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each image: its merged rows, each with a separator, then its begin and end tokens.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`.
-
-        Returns:
-            `list[int]` or `None` (no grids passed)
-        """
-        grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
-        if grid is None:
-            return None
+    def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
+        """Placeholders of each image (`PatchGridLayout.grid_token_counts`): its merged rows, each with a separator,
+        then its begin and end tokens."""
         merge = self.vision_config_names.merge_size_of(self.config.vision_config)
         rows, columns = grid[:, 0] * grid[:, 1] // merge, grid[:, 2] // merge
-        return (rows * (columns + 1) + 2).tolist()
+        return rows * (columns + 1) + 2
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
         """The model's multimodal rope axes alone, `(len(mrope_section), batch, seq)`, as upstream's generate passes

@@ -3,7 +3,7 @@ of each frame, and its positions are the model's own multimodal rope (`get_rope_
 
 from __future__ import annotations
 
-from typing import Any
+import torch
 
 from .patch_grid import PatchGridLayout
 
@@ -20,19 +20,9 @@ class PatchGridRowSeparatedLayout(PatchGridLayout):
         "multimodal rope positions"
     )
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: per frame, its merged rows, each followed by a newline.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `list[int]` or `None` (no grids passed)
-        """
-        grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
-        if grid is None:
-            return None
+    def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
+        """Placeholders of each item (`PatchGridLayout.grid_token_counts`): per frame, its merged rows, each followed
+        by a newline."""
         merge = self.vision_config_names.merge_size_of(self.config.vision_config)
         rows, columns = grid[:, 0] * (grid[:, 1] // merge), grid[:, 2] // merge
-        return (rows * (columns + 1)).tolist()
+        return rows * (columns + 1)

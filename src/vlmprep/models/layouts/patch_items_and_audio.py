@@ -20,7 +20,28 @@ import torch
 from ...generation.hooks import FamilyHooks
 from .audio import select_audio_clips
 
-__all__ = ["PatchItemsAndAudioLayout"]
+__all__ = ["PatchGridHWAndPaddedAudioLayout", "PatchItemsAndAudioLayout", "check_one_patch_per_placeholder"]
+
+
+def check_one_patch_per_placeholder(model, model_kwargs: dict[str, Any], spans: list, placement: str) -> None:
+    """Raise a clear `ValueError` unless the pixel inputs hold one patch per image placeholder of the prompt.
+
+    A family whose items are image patches (Fuyu, Inkling) says what the user passed: patches of images, not images.
+
+    Args:
+        model: the drop-in (its `count_items` counts the patches).
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        spans (`list[ItemSpan]`): the prompt's image spans, one per placeholder.
+        placement (`str`): how the prompt places the patches, for the message (e.g. `"one per patch"`).
+    """
+    patches = model.count_items(model_kwargs, modality="image")
+    placeholders = len({span.item_index for span in spans})
+    if patches != placeholders:
+        raise ValueError(
+            f"`{model.vision_facts.pixel_keys[0]}` holds {patches} image patches but the prompt has {placeholders} "
+            f"image placeholder tokens ({placement}). Pass the patches of every image of the prompt, in prompt order "
+            "(also of those already in the cache), as the processor makes them with the prompt, or fix the prompt."
+        )
 
 
 class PatchItemsAndAudioLayout(FamilyHooks):
@@ -96,15 +117,7 @@ class PatchItemsAndAudioLayout(FamilyHooks):
         """
         if modality != "image":
             return super().check_item_count(model_kwargs, spans, modality=modality)
-        patches = self.count_items(model_kwargs, modality=modality)
-        placeholders = len({span.item_index for span in spans})
-        if patches != placeholders:
-            raise ValueError(
-                f"`{self.vision_facts.pixel_keys[0]}` holds {patches} image patches but the prompt has {placeholders} "
-                "image placeholder tokens (one per patch). Pass the patches of every image of the prompt, in prompt "
-                "order (also of those already in the cache), as the processor makes them with the prompt, or fix "
-                "the prompt."
-            )
+        check_one_patch_per_placeholder(self, model_kwargs, spans, "one per patch")
 
 
 class PatchGridHWAndPaddedAudioLayout(FamilyHooks):

@@ -21,6 +21,7 @@ import torch
 
 from ...generation.hooks import FamilyHooks
 from ...generation.spans import find_runs
+from ...generation.validation import check_passed_with
 
 __all__ = ["PooledCropsLayout"]
 
@@ -116,12 +117,8 @@ class PooledCropsLayout(FamilyHooks):
             )
         if model_kwargs.get("pixel_values") is None:
             return None
-        if model_kwargs.get("image_grids") is None:
-            raise ValueError(
-                "`pixel_values` came without `image_grids`: pass every image input the processor returns "
-                "(`image_grids`, `image_token_pooling`, `image_num_crops`), which say which crops and patches each "
-                "image's tokens pool."
-            )
+        why = "with `image_token_pooling` and `image_num_crops`, it says which crops and patches each image pools"
+        check_passed_with(model_kwargs, "pixel_values", "image_grids", why)
         return model_kwargs["image_grids"].shape[0]
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:

@@ -20,6 +20,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.validation import check_companion_input
 
 # Every Q-Former family: a fixed count per item (the learned queries), nothing per item besides the pixels.
 QFORMER_FACTS = VisionFacts(tokens_per_image_attr="num_query_tokens", per_image_keys=())
@@ -170,6 +171,71 @@ class QFormerQueriesLayout(FamilyHooks):
             inputs["attention_mask"] = torch.ones(shape, dtype=torch.long, device=tokens.device)
         return {key: value for key, value in inputs.items() if value is not None or key in pixel_keys}
 
+    def generate(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        **kwargs,
+    ):
+        """Upstream's `generate` signature (`pixel_values` first), run by vlmprep's `generate`.
+
+        Args:
+            pixel_values (`torch.Tensor`, *optional*): `(num_images, C, H, W)`.
+            input_ids (`torch.LongTensor`, *optional*):
+                the prompt, each image a run of `num_query_tokens` placeholders; without it, as upstream, each image
+                is captioned from its placeholders followed by the decoder's BOS token.
+            attention_mask (`torch.LongTensor`, *optional*): the prompt's mask.
+            kwargs: what vlmprep's `generate` takes (generation options, `prefix_cache`, `cache_salt`, ...);
+                `interpolate_pos_encoding` only `False`.
+
+        Returns:
+            What transformers' `generate` returns: the prompt's ids followed by the generated ones.
+        """
+        inputs = self.caption_prompt(pixel_values, input_ids, {"attention_mask": attention_mask, **kwargs})
+        return super().generate(inputs.pop("input_ids"), **inputs)
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        cache=None,
+        position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        inputs_embeds: torch.Tensor | None = None,
+        mm_encoder_outputs: dict | None = None,
+        **kwargs,
+    ):
+        """Upstream's forward (BLIP-2's signature), which also takes calls without an item (decoding steps, text-only
+        prefill chunks).
+
+        The language model's inputs (`cache`, `position_ids`, `use_cache`, `logits_to_keep`) are named here, so that
+        `generate` sees the forward takes them; upstream's forward hands them to the language model.
+
+        Args:
+            pixel_values, input_ids, attention_mask, cache, position_ids, use_cache, logits_to_keep, inputs_embeds,
+            mm_encoder_outputs, kwargs:
+                what upstream's forward (`Blip2ForConditionalGeneration`) takes; `pixel_values` may be `None`.
+
+        Returns:
+            upstream's output, with the language model's `cache` at the top.
+        """
+        inputs = self.prepare_query_forward(
+            {
+                "pixel_values": pixel_values,
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "cache": cache,
+                "position_ids": position_ids,
+                "use_cache": use_cache,
+                "inputs_embeds": inputs_embeds,
+                "mm_encoder_outputs": mm_encoder_outputs,
+            }
+        )
+        return with_language_model_cache(super().forward(**inputs, logits_to_keep=logits_to_keep, **kwargs))
+
 
 def check_instructions(model_kwargs: dict[str, Any], num_items: int | None, modality: str = "image") -> None:
     """Raise unless the Q-Former's instruction (`qformer_input_ids`, one row per item) comes with the items.
@@ -192,11 +258,10 @@ def check_instructions(model_kwargs: dict[str, Any], num_items: int | None, moda
             f"{num_items} {modality}(s): pass one row of Q-Former ids per {modality}, in prompt order (the processor "
             f"returns one per prompt, with its {modality})."
         )
-    if mask is not None and tuple(mask.shape) != tuple(instructions.shape):
-        raise ValueError(
-            f"`qformer_attention_mask` has shape {tuple(mask.shape)} but `qformer_input_ids` has "
-            f"{tuple(instructions.shape)}: pass the mask the processor returned with these ids."
-        )
+    entry = "one mask entry per id"
+    check_companion_input(
+        mask, "qformer_attention_mask", instructions.shape, "qformer_input_ids", entry, required=False
+    )
 
 
 def with_language_model_cache(output):
@@ -247,8 +312,7 @@ class InstructedQueriesLayout(QFormerQueriesLayout):
         """
         instructions = {"qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask}
         kwargs.update({key: value for key, value in instructions.items() if value is not None})
-        inputs = self.caption_prompt(pixel_values, input_ids, {"attention_mask": attention_mask, **kwargs})
-        return super().generate(inputs.pop("input_ids"), **inputs)
+        return super().generate(pixel_values, input_ids, attention_mask, **kwargs)
 
     def forward(
         self,
@@ -276,19 +340,18 @@ class InstructedQueriesLayout(QFormerQueriesLayout):
         Returns:
             upstream's output, with the language model's `cache` at the top.
         """
-        inputs = self.prepare_query_forward(
-            {
-                "pixel_values": pixel_values,
-                "qformer_input_ids": qformer_input_ids,
-                "qformer_attention_mask": qformer_attention_mask,
-                "input_ids": input_ids,
-                "attention_mask": attention_mask,
-                "cache": cache,
-                "position_ids": position_ids,
-                "use_cache": use_cache,
-                "inputs_embeds": inputs_embeds,
-                "mm_encoder_outputs": mm_encoder_outputs,
-            }
+        # The Q-Former's inputs go to upstream as they are (upstream's forward requires `qformer_input_ids`)
+        instructions = {"qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask}
+        return super().forward(
+            pixel_values,
+            input_ids,
+            attention_mask,
+            cache,
+            position_ids,
+            use_cache,
+            logits_to_keep,
+            inputs_embeds,
+            mm_encoder_outputs,
+            **instructions,
+            **kwargs,
         )
-        inputs.setdefault("qformer_input_ids", None)  # upstream's forward requires the argument
-        return with_language_model_cache(super().forward(**inputs, logits_to_keep=logits_to_keep, **kwargs))

@@ -17,6 +17,7 @@ from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.validation import check_companion_input
 from .vision_patches import vision_patch_count
 
 __all__ = [
@@ -184,9 +185,5 @@ def _real_tiles(model_kwargs: dict[str, Any]) -> torch.Tensor:
             "`pixel_attention_mask` `(batch_size, tiles)` is needed with `pixel_values`: it marks the real tiles. "
             "Pass the processor's output as it is."
         )
-    if tuple(mask.shape) != tuple(pixel_values.shape[:2]):
-        raise ValueError(
-            f"`pixel_attention_mask` has shape {tuple(mask.shape)} but `pixel_values` has {tuple(pixel_values.shape[:2])} "
-            "(batch_size, tiles): pass the processor's mask, one flag per tile."
-        )
+    check_companion_input(mask, "pixel_attention_mask", pixel_values.shape[:2], "pixel_values", "one flag per tile")
     return mask.to(torch.bool)
