@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import importlib.util
 import inspect
 import json
@@ -187,7 +188,11 @@ def _transformers_serve_command(started: list):
         register()  # only now: `--help` or refused arguments leave transformers' auto classes as they were
         # `non_blocking` (a hidden option of transformers' command) runs uvicorn in a thread: this process then
         # stops it cleanly and reads its models' stats before they are freed.
-        started.append(VisionPrepServe(policy=policy, **{**kwargs, "non_blocking": True}))
+        server = VisionPrepServe(policy=policy, **{**kwargs, "non_blocking": True})
+        # A full collection would scan every object of the loaded model and libraries (~0.2 s for a small model, in
+        # the middle of some request): what exists once the server is up lives as long as it, so it is not scanned.
+        gc.freeze()
+        started.append(server)
 
     # typer builds the options from the signature and help text: those of `transformers serve`, and the policy's.
     upstream = inspect.signature(Serve)
