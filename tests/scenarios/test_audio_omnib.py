@@ -21,16 +21,10 @@ from test_audio import test_five_turn_chat_with_image_and_audio_feeds_only_new_t
 from test_audio import test_two_clips_behind_identical_ids_never_share_prefix_kv as _identical_ids
 
 from conftest import model_pair
+from support.caller_caches import cropped_cache
 from support.chat import run_chat
 from support.generation_checks import assert_bad_clips_refused_then_exact
-from support.references import (
-    Prompt,
-    assert_close,
-    cropped_cache,
-    generate_batch_matching_upstream,
-    generate_logits,
-    uncached_logits,
-)
+from support.references import Prompt, assert_close, generate_batch_matching_upstream, generate_logits, uncached_logits
 from vlmprep import Dots3NoteForConditionalGeneration, PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_dots3_note_config

@@ -13,16 +13,8 @@ import torch
 from transformers import DynamicCache
 
 from conftest import ALL_FAMILIES, model_pair
-from support.references import (
-    SYSTEM,
-    USER,
-    Prompt,
-    assert_close,
-    cache_of,
-    collate,
-    generate_logits,
-    reference_next_logits,
-)
+from support.caller_caches import cache_of
+from support.references import SYSTEM, USER, Prompt, assert_close, collate, generate_logits, reference_next_logits
 from support.registry import GLM_MROPE_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
 from vlmprep.generation.validation import cached_key_shape
 from vlmprep.testing import IMAGE, VIDEO

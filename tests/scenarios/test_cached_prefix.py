@@ -11,17 +11,16 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
+from support.caller_caches import cropped_cache, truncated_cache
 from support.references import (
     SYSTEM,
     USER,
     Prompt,
     assert_close,
     assert_same_steps,
-    cropped_cache,
     generate_logits,
     generate_new_image_turn,
     reference_next_logits,
-    truncated_cache,
 )
 from support.registry import scenario
 from vlmprep.testing import IMAGE, VisionRunCounter

@@ -14,13 +14,13 @@ import transformers
 
 import vlmprep
 from conftest import model_pair
+from support.caller_caches import cropped_cache
 from support.references import (
     SYSTEM,
     USER,
     Prompt,
     assert_close,
     assert_same_steps,
-    cropped_cache,
     encoder_runs,
     generate_batch_matching_upstream,
     generate_logits,

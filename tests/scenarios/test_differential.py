@@ -34,8 +34,9 @@ from transformers import DynamicCache
 
 import vlmprep
 from conftest import model_pair
+from support.caller_caches import cropped_cache
 from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
-from support.references import ATOL, Prompt, assert_close, collate, continued, cropped_cache, eager_attention
+from support.references import ATOL, Prompt, assert_close, collate, continued, eager_attention
 from support.registry import FAMILY_CASES, scenario
 from vlmprep.testing import AUDIO, IMAGE
 

@@ -20,6 +20,7 @@ from hypothesis import given, seed, settings
 from test_differential import CI_EXAMPLES, COMMON_SETTINGS, run_conversation
 
 from conftest import model_pair
+from support.caller_caches import cropped_cache
 from support.chat import run_chat, turn_image_seeds
 from support.differential_strategies import conversations
 from support.references import (
@@ -27,7 +28,6 @@ from support.references import (
     Prompt,
     assert_close,
     collate,
-    cropped_cache,
     eager_attention,
     generate_logits,
     no_placeholder_answers,

@@ -16,11 +16,11 @@ import transformers
 
 import vlmprep
 from conftest import model_pair
+from support.caller_caches import cropped_cache
 from support.references import (
     Prompt,
     assert_close,
     assert_same_steps,
-    cropped_cache,
     encoder_runs,
     generate_logits,
     no_placeholder_answers,

@@ -16,6 +16,7 @@ from transformers import CompileConfig, GenerationMixin
 
 import vlmprep
 from conftest import model_pair
+from support.caller_caches import cache_of
 from support.references import (
     NO_SPECIAL_TOKENS,
     SYSTEM,
@@ -23,7 +24,6 @@ from support.references import (
     Prompt,
     assert_same_steps,
     assert_steps_match_upstream,
-    cache_of,
     generate_logits,
 )
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_gemma3_config

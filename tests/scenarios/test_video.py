@@ -11,14 +11,13 @@ import pytest
 import torch
 
 from conftest import model_pair
+from support.caller_caches import cache_of, cropped_cache
 from support.references import (
     SYSTEM,
     USER,
     Prompt,
     assert_close,
     assert_same_steps,
-    cache_of,
-    cropped_cache,
     encoder_runs,
     generate_batch_matching_upstream,
     generate_logits,

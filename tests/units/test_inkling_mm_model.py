@@ -10,6 +10,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import model_pair
+from support.caller_caches import first_tokens_cache
 from support.chat import run_chat
 from support.generation_checks import (
     GENERATION_MODES,
@@ -25,7 +26,6 @@ from support.references import (
     assert_close,
     assert_same_steps,
     collate,
-    first_tokens_cache,
     generate_logits,
     uncached_logits,
 )

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import model_pair
+from support.caller_caches import cache_of
 from support.families.cases_molmo2 import image_inputs
 from support.references import (
     SYSTEM,
@@ -15,7 +16,6 @@ from support.references import (
     Prompt,
     assert_close,
     assert_same_steps,
-    cache_of,
     generate_logits,
     reference_next_logits,
 )

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import model_pair
-from support.references import SYSTEM, USER, Prompt, cropped_cache
+from support.caller_caches import cropped_cache
+from support.references import SYSTEM, USER, Prompt
 from vlmprep.testing import IMAGE
 
 
