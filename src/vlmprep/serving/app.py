@@ -155,19 +155,19 @@ class RequestGuard:
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected_authorization):
                 return await _answer(send, 401, "a valid `Authorization: Bearer <api key>` header is required")
-        body, status = await _read_body(receive, self.policy.max_request_bytes)
+        chunks, status = await _read_body(receive, self.policy.max_request_bytes)
         if status is not None:
             limit = self.policy.max_request_bytes
             return await _answer(send, status, f"the request body is over --max-request-bytes ({limit})")
         request_id = uuid.uuid4().hex  # never the client's X-Request-ID: the engine keys its requests by it
         scope.setdefault("state", {})["request_id"] = request_id
-        replayed = False
+        pending = list(enumerate(chunks or [b""], 1))
 
         async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
+            # The chunks as they came (joined once, by whoever reads the body: a multi-megabyte copy less)
+            if pending:
+                number, chunk = pending.pop(0)
+                return {"type": "http.request", "body": chunk, "more_body": number < len(chunks)}
             return await receive()
 
         async def send_with_id(message):
@@ -179,19 +179,19 @@ class RequestGuard:
         await self.app(scope, replay, send_with_id)
 
 
-async def _read_body(receive, limit: int) -> tuple[bytes, int | None]:
+async def _read_body(receive, limit: int) -> tuple[list[bytes], int | None]:
     chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b"", 499
+            return [], 499
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            return b"", 413
+            return [], 413
         chunks.append(chunk)
         if not message.get("more_body"):
-            return b"".join(chunks), None
+            return chunks, None
 
 
 async def _answer(send, status: int, message: str) -> None:

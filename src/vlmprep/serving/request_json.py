@@ -45,7 +45,10 @@ def parse_json_body(body: bytes) -> Any:
     pieces, strings, offset = [], {}, 0
     for start, end in spans:  # [start, end) is the string's text, between its quotes
         name = f"{marker}{len(strings)}"
-        strings[name] = str(memoryview(body)[start:end], "ascii")
+        try:
+            strings[name] = str(memoryview(body)[start:end], "ascii")
+        except UnicodeDecodeError:  # not ASCII: its JSON text may be UTF-8 or escapes; `json.loads` decides
+            return json.loads(body)
         pieces += [body[offset:start], json.dumps(name)[1:-1].encode()]
         offset = end
     pieces.append(body[offset:])
@@ -69,17 +72,17 @@ def _liftable_spans(body: bytes) -> list[tuple[int, int]]:
         search = end + 1
         if end - start < LIFT_MIN_CHARS or _escaped(body, quote) or _is_key(body, end + 1):
             continue
-        if _plain_ascii(body, start, end):
+        if _plain_text(body, start, end):
             spans.append((start, end))
     return spans
 
 
-def _plain_ascii(body: bytes, start: int, end: int) -> bool:
-    # Printable ASCII without backslashes: its JSON text is its value (no escapes, nothing `json.loads` refuses)
+def _plain_text(body: bytes, start: int, end: int) -> bool:
+    # No backslashes and no control characters: its JSON text is its value (no escapes, nothing `json.loads`
+    # refuses); whether it is ASCII, the decoding tells
     if body.find(b"\\", start, end) != -1:
         return False
-    codes = np.frombuffer(body, dtype=np.uint8, count=end - start, offset=start)
-    return bool(codes.min() >= 0x20 and codes.max() < 0x80)
+    return bool(np.frombuffer(body, dtype=np.uint8, count=end - start, offset=start).min() >= 0x20)
 
 
 def _escaped(body: bytes, quote: int) -> bool:
