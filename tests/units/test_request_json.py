@@ -84,3 +84,54 @@ def test_deep_nesting_is_left_to_json_loads():
 def test_a_clients_string_cannot_pass_for_a_lifted_one():
     body = json.dumps({"u": URL, "fake": "\x00vlmprep-lifted-0", "also": "\x00vlmprep-lifted-"}).encode()
     assert parse_json_body(body) == json.loads(body)
+
+
+def test_the_app_reads_a_body_sent_in_many_chunks_whole():
+    import asyncio
+
+    from vlmprep.serving.app import build_app
+    from vlmprep.serving.policy import ServingPolicy
+
+    received = []
+
+    class Handler:
+        async def handle_request(self, body, request_id, request=None):
+            from fastapi.responses import JSONResponse
+
+            received.append(body)
+            return JSONResponse({})
+
+    class State:
+        def is_cb_alive(self):
+            return True
+
+    app = build_app(None, Handler(), State(), ServingPolicy())
+    body = json.dumps(chat(URL, URL)).encode()
+    chunks = [body[start : start + 65536] for start in range(0, len(body), 65536)]
+    sent = []
+
+    async def receive():
+        if chunks:
+            chunk = chunks.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+        await asyncio.sleep(60)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "headers": [(b"content-type", b"application/json")],
+        "query_string": b"",
+        "scheme": "http",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 1),
+        "http_version": "1.1",
+        "root_path": "",
+    }
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 200 and received == [json.loads(body)]
