@@ -93,11 +93,13 @@ def load_request_image_cached(url: object, policy: ServingPolicy, media_cache=No
         return _decode(request_media_bytes(url, policy), policy), None
     from .media_cache import media_key
 
-    if isinstance(url, str) and url.startswith("data:"):
-        payload = data_url_payload(url)
-        key = base64_media_key(payload, policy, salt, media_cache=media_cache)
-        if key is not None:
-            return media_cache.decoded(key, lambda: _decode(base64_media_bytes(payload, policy), policy)), key
+    if isinstance(url, str) and url.startswith("data:") and url.isascii():  # not ASCII: refused as read below
+        # A URL equal to a recent one is recognized whole (its key is its payload's, checked and hashed the first
+        # time): its multi-megabyte payload is not even copied out of it
+        key = media_cache.text_key(url, (salt, "image"), lambda: base64_media_key(data_url_payload(url), policy, salt))
+        return media_cache.decoded(
+            key, lambda: _decode(base64_media_bytes(data_url_payload(url), policy), policy)
+        ), key
     data = request_media_bytes(url, policy)
     key = media_key(data, salt)
     return media_cache.decoded(key, lambda: _decode(data, policy)), key
