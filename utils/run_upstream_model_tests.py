@@ -69,13 +69,13 @@ def pytest_pycollect_makemodule(module_path, parent) -> None:
 
 
 def passed_tests(junit_xml: pathlib.Path) -> tuple[set[str], dict[str, str]]:
-    """The passing test ids of a JUnit report, and the first line of each failure or error.
+    """The passing test ids of a JUnit report, and the first line of each failure, error or skip reason.
 
     Args:
         junit_xml (`pathlib.Path`): pytest's `--junitxml` output.
 
     Returns:
-        `tuple[set[str], dict[str, str]]`: passed ids; failed id -> first line of its message.
+        `tuple[set[str], dict[str, str]]`: passed ids; id of a test that did not pass -> first line of its message.
     """
     passed, failed = set(), {}
     if not junit_xml.exists():
@@ -85,9 +85,10 @@ def passed_tests(junit_xml: pathlib.Path) -> tuple[set[str], dict[str, str]]:
         outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
         if outcome is None:
             passed.add(test_id)
-        elif outcome.tag != "skipped":
+        else:
             first_lines = (outcome.get("message") or "").strip().splitlines()
-            failed[test_id] = first_lines[0][:300] if first_lines else ""
+            skipped = "skipped: " if outcome.tag == "skipped" else ""
+            failed[test_id] = skipped + (first_lines[0][:300] if first_lines else "")
     return passed, failed
 
 
