@@ -98,7 +98,9 @@ def run_family(tree: pathlib.Path, family: str, swap: bool, timeout: int, out_di
     report.unlink(missing_ok=True)
     env = dict(os.environ, **{SWAP_ENV: "1" if swap else "0"})
     utils_dir = str(pathlib.Path(__file__).resolve().parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [utils_dir, env.get("PYTHONPATH", "")]))
+    # The tests run inside the tree: a relative entry (`PYTHONPATH=src`) must keep naming the vlmprep checkout's.
+    given = [os.path.abspath(entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    env["PYTHONPATH"] = os.pathsep.join([utils_dir, *given])
     test_file = f"tests/models/{family}/test_modeling_{family}.py"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "run_upstream_model_tests"]
     command += [test_file, f"--junitxml={report}", "-o", "junit_family=xunit1"]
