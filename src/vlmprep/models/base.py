@@ -54,3 +54,21 @@ class VisionPrepMixin(VisionPrepGenerationMixin, ContinuousBatchingMixin):
             `str` or `None`
         """
         return None
+
+    # transformers decides whether `set_attn_implementation` / `set_experts_implementation` (and the matching
+    # `from_pretrained` arguments) may switch a class by reading the source of the class's module (`inspect.getsource`
+    # of `cls.__module__`, looking for `@use_experts_implementation` and the attention interface). A drop-in's module is
+    # vlmprep's, which runs none of that code: ask the transformers class it derives from, whose modeling code runs.
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        return _transformers_class(cls)._can_set_attn_implementation()
+
+    @classmethod
+    def _can_set_experts_implementation(cls) -> bool:
+        return _transformers_class(cls)._can_set_experts_implementation()
+
+
+def _transformers_class(cls: type) -> type:
+    """The first class of `cls`'s MRO defined in transformers' own model code (the one a drop-in derives from)."""
+    return next(base for base in cls.__mro__ if base.__module__.startswith("transformers.models."))

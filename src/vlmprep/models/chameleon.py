@@ -21,15 +21,22 @@ from .base import VisionPrepMixin
 from .layouts.stated_counts import FixedImageLayout
 
 
+def vq_grid_side(pixels: int, config: transformers.ChameleonConfig) -> int:
+    """Codes along one side of an image `pixels` wide: each of the VQ-VAE's downsamplings (one per channel multiplier
+    after the first) halves a side, rounding down (a stride-2 convolution after padding one pixel)."""
+    for _ in range(len(config.vq_config.channel_multiplier) - 1):
+        pixels //= 2
+    return pixels
+
+
 def vq_image_tokens(config: transformers.ChameleonConfig) -> int:
-    """Tokens per image: the VQ-VAE's latent grid, `resolution` halved once per channel multiplier after the first.
+    """Tokens per image of the VQ-VAE's `resolution`: its latent grid.
 
     The processor states it as `image_seq_length` (1024 for 512 px and `(1, 1, 2, 2, 4)`); the model never reads
-    that, so the count comes from the VQ-VAE that makes the codes.
+    that, so the count comes from the VQ-VAE that makes the codes. Images of another size get another count
+    (`ChameleonForConditionalGeneration.item_token_counts`).
     """
-    vq_config = config.vq_config
-    side = vq_config.resolution // 2 ** (len(vq_config.channel_multiplier) - 1)
-    return side * side
+    return vq_grid_side(config.vq_config.resolution, config) ** 2
 
 
 class ChameleonForConditionalGeneration(
@@ -53,11 +60,29 @@ class ChameleonForConditionalGeneration(
     # a wrong size is caught as a wrong count of feature rows); `pooler_output` is `(images, tokens, dim)`.
     vision_facts = VisionFacts(per_image_keys=(), tokens_per_image=vq_image_tokens)
 
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
-        """Raise a clear `ValueError` when `pixel_values` are not `(images, in_channels, resolution, resolution)`.
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
+        """Tokens per image, from the size of the pixels passed (the VQ-VAE codes any size: `resolution` is only the
+        processor's target, and transformers' own tests feed 10 px images to a 512 px config); without pixels, those
+        of `resolution`.
 
-        The VQ-VAE has no vision config; its `vq_config` states the channels and the resolution the processor resizes
-        to (another size would give another number of codes than the prompt's placeholders).
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): Chameleon has images only.
+
+        Returns:
+            `int` or `None`
+        """
+        pixel_values = model_kwargs.get("pixel_values")
+        if modality != "image" or not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
+            return super().item_token_counts(model_kwargs, modality)
+        height, width = pixel_values.shape[-2:]
+        return vq_grid_side(height, self.config) * vq_grid_side(width, self.config)
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` when `pixel_values` are not `(images, in_channels, height, width)`.
+
+        The VQ-VAE has no vision config; its `vq_config` states the channels. Any size is coded (the count of codes
+        follows it, `item_token_counts`), as upstream's VQ-VAE codes any size.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -65,6 +90,7 @@ class ChameleonForConditionalGeneration(
         """
         pixel_values = model_kwargs.get("pixel_values")
         if isinstance(pixel_values, torch.Tensor):
-            vq_config = self.config.vq_config
-            tower = SimpleNamespace(num_channels=vq_config.in_channels, image_size=vq_config.resolution)
+            tower = SimpleNamespace(
+                num_channels=self.config.vq_config.in_channels, image_size=tuple(pixel_values.shape[-2:])
+            )
             check_pixel_shapes(pixel_values, tower)

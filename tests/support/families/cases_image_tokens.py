@@ -36,7 +36,19 @@ def build_chameleon_inputs(config, segments: list, image_seeds: list[int]) -> di
     return framed_image_inputs(segments, image_seeds, [config.image_token_id] * vq_image_tokens(config))
 
 
-register(FamilyCase("chameleon", build_chameleon_inputs, per_token_keys=()))
+register(
+    FamilyCase(
+        "chameleon",
+        build_chameleon_inputs,
+        per_token_keys=(),
+        skip={
+            "bad_input_wrong_resolution": (
+                "the VQ-VAE codes images of any size, as upstream's (the count of codes follows the size: a prompt "
+                "built for another size is refused by its placeholder count; tests/units/test_chameleon_pixel_size.py)"
+            )
+        },
+    )
+)
 
 
 def build_janus_inputs(config, segments: list, image_seeds: list[int]) -> dict:
