@@ -36,7 +36,7 @@ import vlmprep
 from conftest import model_pair
 from support.caller_caches import cropped_cache
 from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
-from support.references import ATOL, Prompt, assert_close, collate, continued, eager_attention
+from support.references import ATOL, Prompt, assert_close, collate, continued, eager_attention, greedy_output
 from support.registry import FAMILY_CASES, scenario
 from vlmprep.testing import AUDIO, IMAGE
 
@@ -100,15 +100,7 @@ def build_inputs(ours, rows: list[Row]) -> tuple[dict, list[Prompt]]:
 
 
 def greedy(model, inputs: dict, max_new_tokens: int, **kwargs):
-    return model.generate(
-        **inputs,
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        output_logits=True,
-        return_dict_in_generate=True,
-        suppress_tokens=suppressed_tokens(model),
-        **kwargs,
-    )
+    return greedy_output(model, inputs, max_new_tokens, suppress_tokens=suppressed_tokens(model), **kwargs)
 
 
 def callers_cache(upstream, inputs: dict, fraction: float) -> DynamicCache:

@@ -206,9 +206,9 @@ def no_placeholder_answers(model) -> dict:
     return {"suppress_tokens": sorted({i for i in ids if i is not None})}
 
 
-def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
-    """(sequences, per-step logits) of a greedy generate."""
-    out = model.generate(
+def greedy_output(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
+    """The output of a greedy generate, with its per-step logits."""
+    return model.generate(
         **inputs,
         max_new_tokens=max_new_tokens,
         do_sample=False,
@@ -216,6 +216,11 @@ def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
         return_dict_in_generate=True,
         **kwargs,
     )
+
+
+def generate_logits(model, inputs: dict, max_new_tokens: int = 3, **kwargs):
+    """(sequences, per-step logits) of a greedy generate."""
+    out = greedy_output(model, inputs, max_new_tokens, **kwargs)
     return out.sequences, out.logits
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from conftest import model_pair
-from support.references import NO_SPECIAL_TOKENS, Prompt, assert_close, continued
+from support.references import NO_SPECIAL_TOKENS, Prompt, assert_close, continued, greedy_output
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE
 
@@ -16,15 +16,7 @@ REPEATING_TEXT = [[5, 6, 7, 8], IMAGE, [9, 5, 6]]
 
 
 def greedy(model, inputs: dict, max_new_tokens: int, **kwargs):
-    return model.generate(
-        **inputs,
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        output_logits=True,
-        return_dict_in_generate=True,
-        **NO_SPECIAL_TOKENS,
-        **kwargs,
-    )
+    return greedy_output(model, inputs, max_new_tokens, **NO_SPECIAL_TOKENS, **kwargs)
 
 
 def first_forward_lengths(model):
