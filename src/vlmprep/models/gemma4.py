@@ -207,3 +207,5 @@ class Gemma4ForConditionalGeneration(
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Gemma4ForConditionalGeneration.forward)
+    # ...and its annotations, where transformers' own model tests read the output type (`router_logits`)
+    forward.__annotations__ = dict(transformers.Gemma4ForConditionalGeneration.forward.__annotations__)

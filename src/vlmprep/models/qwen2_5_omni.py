@@ -45,3 +45,5 @@ class Qwen2_5OmniThinkerForConditionalGeneration(
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward)
+    # ...and its annotations, where transformers' own model tests read the output type (`router_logits`)
+    forward.__annotations__ = dict(transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward.__annotations__)

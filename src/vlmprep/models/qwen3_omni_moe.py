@@ -121,3 +121,5 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
 
     # Upstream's parameters: `generate` validates its kwargs against the forward's signature
     forward.__signature__ = inspect.signature(transformers.Qwen3OmniMoeThinkerForConditionalGeneration.forward)
+    # ...and its annotations, where transformers' own model tests read the output type (`router_logits`)
+    forward.__annotations__ = dict(transformers.Qwen3OmniMoeThinkerForConditionalGeneration.forward.__annotations__)
