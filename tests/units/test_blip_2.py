@@ -41,6 +41,19 @@ def test_text_only_prompt_matches_the_language_model():
         torch.testing.assert_close(step_actual, step_expected, atol=1e-5, rtol=0)
 
 
+def test_forward_without_return_dict_gives_upstreams_tuple():
+    from support.references import Prompt
+    from vlmprep.testing import IMAGE
+
+    upstream, ours = model_pair("blip-2")
+    inputs = Prompt(ours.config, [IMAGE, [5, 6, 7]]).inputs()
+    with torch.no_grad():
+        expected = upstream(**inputs, return_dict=False)
+        actual = ours(**inputs, return_dict=False)
+    assert isinstance(actual, tuple) and len(actual) == len(expected)
+    torch.testing.assert_close(actual[0], expected[0], atol=1e-5, rtol=0)
+
+
 def test_interpolated_positions_are_refused():
     _, ours = model_pair("blip-2")
     with pytest.raises(ValueError, match="interpolate_pos_encoding"):

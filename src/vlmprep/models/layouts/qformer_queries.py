@@ -272,8 +272,10 @@ def with_language_model_cache(output):
         output (`ModelOutput`): the family's forward output, with `language_model_outputs`.
 
     Returns:
-        `ModelOutput`: the same output, those fields added.
+        `ModelOutput`: the same output, those fields added (a tuple, from `return_dict=False`, as it is).
     """
+    if not hasattr(output, "language_model_outputs"):
+        return output
     for name in ("cache", "hidden_states", "attentions"):
         value = getattr(output.language_model_outputs, name, None)
         if value is not None:
