@@ -79,9 +79,13 @@ def _start_server(
     modes: tuple[str, ...] = ("--continuous-batching",),
     env: dict | None = None,
 ) -> subprocess.Popen:
-    """`kind` is "vlmprep" (`python -m vlmprep.serving`, from `src`) or "transformers" (`transformers serve`)."""
-    server = [sys.executable, "-m", "vlmprep.serving"] if kind == "vlmprep" else ["transformers", "serve"]
-    options = [str(checkpoint), *modes, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    """`kind` is "vlmprep" (`python -m vlmprep.serving`, from `src`), "transformers" (`transformers serve`) or
+    "receive-only" (`bench_receive_only.py`: no model, the cost of receiving a request)."""
+    if kind == "receive-only":
+        server, options = [sys.executable, str(Path(__file__).with_name("bench_receive_only.py")), str(port)], []
+    else:
+        server = [sys.executable, "-m", "vlmprep.serving"] if kind == "vlmprep" else ["transformers", "serve"]
+        options = [str(checkpoint), *modes, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
     env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
     with open(log_path, "w") as log:
         process = subprocess.Popen([*server, *options], env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -3,11 +3,13 @@
 The chat app's way: every turn re-sends the whole conversation, earlier images as base64 PNG data URLs of photo size
 (1280x960), earlier answers as the server gave them. The checkpoint is `bench_serving.py`'s `small` LLaVA (decoder
 hidden size 512, 4 layers, the tiny vision tower). The servers (vlmprep sequential, vlmprep with continuous batching
-and its default 16-token pages, the same with 256-token pages, transformers serve) are all up at once, each on its own
+and its default 16-token pages, the same with 256-token pages, transformers serve, and a server that only receives:
+`bench_receive_only.py`, the cost of each turn's bytes before any work) are all up at once, each on its own
 loopback port and warmed up with one chat of other images; then the chat runs `--repeat` times (new images each time,
 the same for every server), the servers taking turns chat by chat, so that a change of load on a shared machine falls
 on all of them alike. Reported: the median time to first token (first streamed content chunk) per turn, the answers'
-agreement, the load average before and after, and the vlmprep servers' cache counters (`VLMPREP_SERVE_STATS`).
+agreement, the load average before and after, the vlmprep servers' cache counters (`VLMPREP_SERVE_STATS`), and each
+server's turn 5 minus turn 2 (turn 5 re-sends one photo more) beside how much turn 2 varies from chat to chat.
 
 Usage:
 
@@ -45,6 +47,7 @@ TURNS = (
     (None, "Say it in one word."),
 )
 PHOTO_SIZE = (1280, 960)
+RECEIVE_ONLY = "receive only"
 SERVERS = {
     "vlmprep": ("vlmprep", ()),
     "vlmprep --continuous-batching": ("vlmprep", ("--continuous-batching",)),
@@ -55,6 +58,8 @@ SERVERS = {
         ("--continuous-batching", "--cb-block-size", "256", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "2048"),
     ),
     "transformers serve": ("transformers", ()),
+    # No model: what receiving each turn's request costs (every re-sent photo's bytes); its answers are placeholders
+    RECEIVE_ONLY: ("receive-only", ()),
 }
 
 
@@ -145,13 +150,28 @@ def format_table(results: dict) -> str:
         cells = "  ".join(f"{medians[name][turn]:>36.3f}" for name in names)
         ratios = (
             " / ".join(
-                f"{reference[turn] / medians[name][turn]:.1f}x" for name in names if name != "transformers serve"
+                f"{reference[turn] / medians[name][turn]:.1f}x"
+                for name in names
+                if name not in ("transformers serve", RECEIVE_ONLY)
             )
             if reference
             else ""
         )
         lines.append(f"{turn + 1:>4}  {cells}  {ratios}")
+    # Turn 5 re-sends one photo more than turn 2: the receive-only server's difference is what those bytes cost
+    lines.append(
+        "turn 5 - turn 2 (s): "
+        + ", ".join(f"{name} {medians[name][4] - medians[name][1]:+.4f}" for name in names)
+        + "; turn-2 spread (s): "
+        + ", ".join(f"{name} {_spread([run[1] for run in results[name]['ttfts_s']]):.4f}" for name in names)
+    )
     return "\n".join(lines)
+
+
+def _spread(values: list[float]) -> float:
+    """The interquartile range of `values` (what one turn's time varies by from chat to chat)."""
+    quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return quartiles[2] - quartiles[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} stats: {json.dumps(stats)}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    answers = [result["answers"] for result in results.values()]
+    answers = [result["answers"] for name, result in results.items() if name != RECEIVE_ONLY]
     same = all(other == answers[0] for other in answers)
     print("same answers:", "yes" if same else "NO")
     return 0 if same else 1
