@@ -15,7 +15,6 @@ placeholders itself, exactly as upstream's forward does, and hands upstream the 
 without the ids).
 """
 
-import inspect
 from typing import Any
 
 import torch
@@ -24,7 +23,7 @@ import transformers
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.audio import inputs_with_encoded_audio, select_audio_clips
 from .layouts.code_rows import CodeRowsAndAudioLayout
 
@@ -165,6 +164,7 @@ class Apertus1p5ForConditionalGeneration(
         # decoder) leaves out: key the encoder cache on every weight.
         return super()._encoder_cache_identity(part="model")
 
+    @keeps_upstream_interface(transformers.Apertus1p5ForConditionalGeneration.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
 
@@ -177,6 +177,3 @@ class Apertus1p5ForConditionalGeneration(
         # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
         placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"))
         return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.Apertus1p5ForConditionalGeneration.forward)

@@ -6,12 +6,15 @@ here, where the drop-ins are built, so that imports point down (models -> batchi
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 from transformers import PreTrainedConfig
 
 from ..batching.mixin import ContinuousBatchingMixin
 from ..generation.mixin import VisionPrepGenerationMixin
 
-__all__ = ["VisionPrepMixin"]
+__all__ = ["VisionPrepMixin", "keeps_upstream_interface"]
 
 
 class VisionPrepMixin(VisionPrepGenerationMixin, ContinuousBatchingMixin):
@@ -72,3 +75,40 @@ class VisionPrepMixin(VisionPrepGenerationMixin, ContinuousBatchingMixin):
 def _transformers_class(cls: type) -> type:
     """The first class of `cls`'s MRO defined in transformers' own model code (the one a drop-in derives from)."""
     return next(base for base in cls.__mro__ if base.__module__.startswith("transformers.models."))
+
+
+def keeps_upstream_interface(upstream_forward: Callable) -> Callable[[Callable], Callable]:
+    """A decorator for a drop-in's `forward` that wraps upstream's `(*args, **kwargs)`: the wrapper shows upstream's
+    signature and annotations.
+
+    `generate` validates its kwargs against the forward's signature, and transformers' own model tests read the output
+    type from the forward's annotations (`test_moe_models_record_router_logits`); a bare `(*args, **kwargs)` has
+    neither.
+
+    Args:
+        upstream_forward (`Callable`): the transformers class's `forward`.
+
+    Returns:
+        `Callable`: the decorator, which returns the wrapper it is given, with upstream's interface.
+
+    Example:
+
+    ```python
+    >>> import inspect, transformers
+    >>> from vlmprep.models.base import keeps_upstream_interface
+    >>> class Model(transformers.Gemma3ForConditionalGeneration):
+    ...     @keeps_upstream_interface(transformers.Gemma3ForConditionalGeneration.forward)
+    ...     def forward(self, *args, **kwargs):
+    ...         return super().forward(*args, **kwargs)
+    >>> "pixel_values" in inspect.signature(Model.forward).parameters
+    True
+
+    ```
+    """
+
+    def decorate(forward: Callable) -> Callable:
+        forward.__signature__ = inspect.signature(upstream_forward)
+        forward.__annotations__ = dict(upstream_forward.__annotations__)
+        return forward
+
+    return decorate

@@ -47,10 +47,11 @@ class ChameleonForConditionalGeneration(
     Example:
 
     ```python
+    >>> import torch
     >>> from vlmprep.models.chameleon import ChameleonForConditionalGeneration
     >>> from vlmprep.testing.configs import tiny_chameleon_config
     >>> model = ChameleonForConditionalGeneration(tiny_chameleon_config()).eval()
-    >>> model.item_token_counts({})  # a 16 px image, halved twice by the VQ-VAE: a 4x4 grid of codes
+    >>> model.item_token_counts({"pixel_values": torch.zeros(1, 3, 16, 16)})  # halved twice by the VQ-VAE: 4x4 codes
     16
 
     ```
@@ -62,8 +63,12 @@ class ChameleonForConditionalGeneration(
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | list | None:
         """Tokens per image, from the size of the pixels passed (the VQ-VAE codes any size: `resolution` is only the
-        processor's target, and transformers' own tests feed 10 px images to a 512 px config); without pixels, those
-        of `resolution`.
+        processor's target, and transformers' own tests feed 10 px images to a 512 px config).
+
+        Without pixels (a continuation whose images are all in the passed cache; an assistant model, from which
+        transformers pops them) the size is unknown: `None`, each placeholder run one image (the processor puts
+        `<racm3:break>` and `<eoss>` around each), which is all such a call needs, since no image is encoded then. A
+        run after the cache without pixels is refused by the mixin, which names the missing `pixel_values`.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -73,6 +78,8 @@ class ChameleonForConditionalGeneration(
             `int` or `None`
         """
         pixel_values = model_kwargs.get("pixel_values")
+        if modality == "image" and pixel_values is None:
+            return None
         if modality != "image" or not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
             return super().item_token_counts(model_kwargs, modality)
         height, width = pixel_values.shape[-2:]

@@ -18,7 +18,6 @@ past `index_topk` is not exact upstream (see `_check_indexed_continuation`), so 
 store is not used with indexed layers (their indexer keys are not stored), and continuous batching refuses them.
 """
 
-import inspect
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +26,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
 
@@ -134,6 +133,7 @@ class Dots3NoteForConditionalGeneration(
                 "lengths the feature extractor returned together."
             )
 
+    @keeps_upstream_interface(transformers.Dots3NoteForConditionalGeneration.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
 
@@ -169,6 +169,3 @@ class Dots3NoteForConditionalGeneration(
                 "prompt in one forward (no `prefill_chunk_size`, no cache of a shorter prefix), or keep prompts "
                 "within `index_topk` tokens."
             )
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.Dots3NoteForConditionalGeneration.forward)

@@ -13,7 +13,6 @@ embeddings itself, exactly as upstream's forward does (placeholders embedded as 
 padded ids, each modality's rows scattered into its placeholders), and hands upstream `inputs_embeds`.
 """
 
-import inspect
 from typing import Any
 
 import torch
@@ -21,7 +20,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
 from ..generation.validation import check_companion_input, check_passed_with
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.audio import check_audio_tower, ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
 from .layouts.stated_counts import PatchRowsAndAudioLayout
 
@@ -182,6 +181,7 @@ class Gemma4ForConditionalGeneration(
         expected = (*pixels.shape[:2], 2)
         check_companion_input(positions, position_key, expected, pixel_key, "one (x, y) position per patch row")
 
+    @keeps_upstream_interface(transformers.Gemma4ForConditionalGeneration.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
 
@@ -204,8 +204,3 @@ class Gemma4ForConditionalGeneration(
             text_ids = ids_with_placeholders_as(self, input_ids, pad)
             placed["per_layer_inputs"] = self.model.language_model.get_per_layer_inputs(text_ids, None)
         return super().forward(**placed)
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.Gemma4ForConditionalGeneration.forward)
-    # ...and its annotations, where transformers' own model tests read the output type (`router_logits`)
-    forward.__annotations__ = dict(transformers.Gemma4ForConditionalGeneration.forward.__annotations__)

@@ -19,14 +19,13 @@ decoder's MLP and expert weights fused (`w13`, interleaved), which `InklingForCa
 text-only loader's key renames.
 """
 
-import inspect
 from typing import Any
 
 import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.audio import inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchItemsAndAudioLayout
 
@@ -89,6 +88,7 @@ class InklingForConditionalGeneration(
                 f"(num_patches, {', '.join(map(str, patch))}). Preprocess the images with this model's processor."
             )
 
+    @keeps_upstream_interface(transformers.InklingForConditionalGeneration.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
 
@@ -102,6 +102,3 @@ class InklingForConditionalGeneration(
         # the image rows and the audio rows scattered into their placeholders.
         placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"))
         return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.InklingForConditionalGeneration.forward)

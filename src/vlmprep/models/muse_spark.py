@@ -13,7 +13,6 @@ placeholder as id 0) and scatters the rows into the audio placeholders, then han
 with the ids (which place the image and video rows).
 """
 
-import inspect
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +21,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
 from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
 
@@ -125,6 +124,7 @@ class MuseSparkForConditionalGeneration(
         entry, source = "one mask entry per sample", "the feature extractor"
         check_companion_input(mask, "input_values_mask", values.shape, "input_values", entry, source, required=False)
 
+    @keeps_upstream_interface(transformers.MuseSparkForConditionalGeneration.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings here.
 
@@ -140,6 +140,3 @@ class MuseSparkForConditionalGeneration(
             self, args, kwargs, placed=("audio",), keep_input_ids=True, placeholders_embedded_as=0
         )
         return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.MuseSparkForConditionalGeneration.forward)

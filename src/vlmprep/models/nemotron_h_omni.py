@@ -15,7 +15,6 @@ frames reuse the image placeholder with no token types to tell them apart, and `
 inside the forward: videos are refused, not supported yet.
 """
 
-import inspect
 from typing import Any
 
 import torch
@@ -23,7 +22,7 @@ import transformers
 
 from ..generation.facts import ModalityFacts, VisionFacts
 from ..generation.validation import check_companion_input, check_passed_with
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.audio import check_audio_tower, inputs_with_encoded_audio
 from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
 
@@ -155,6 +154,7 @@ class NemotronH_Omni_Reasoning_V3(
                 f"{int(grids.prod(-1).sum())}: pass the grids the image processor returned with the pixels."
             )
 
+    @keeps_upstream_interface(transformers.NemotronH_Omni_Reasoning_V3.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
 
@@ -169,6 +169,3 @@ class NemotronH_Omni_Reasoning_V3(
         # What upstream's forward does before its language model: the ids embedded, then each modality's rows
         placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"), keep_input_ids=True)
         return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.NemotronH_Omni_Reasoning_V3.forward)

@@ -7,11 +7,9 @@ into one run of audio placeholders. Positions are multimodal rope over the whole
 clip rows in the input embeddings itself, as upstream's forward does.
 """
 
-import inspect
-
 import transformers
 
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.patch_grid_audio import PatchGridAudioLayout
 
 
@@ -31,6 +29,7 @@ class Qwen2_5OmniThinkerForConditionalGeneration(
     ```
     """
 
+    @keeps_upstream_interface(transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings first.
 
@@ -42,8 +41,3 @@ class Qwen2_5OmniThinkerForConditionalGeneration(
         """
         args, kwargs = self.place_encoded_audio(args, kwargs)
         return super().forward(*args, **kwargs)
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward)
-    # ...and its annotations, where transformers' own model tests read the output type (`router_logits`)
-    forward.__annotations__ = dict(transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward.__annotations__)

@@ -13,14 +13,13 @@ every clip of the call, as upstream's forward of the whole prompt pads them, and
 of a second or more (one full window of 100 frames) pad every clip alike.
 """
 
-import inspect
 from typing import Any
 
 import torch
 import transformers
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
 
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.patch_grid_audio import PatchGridAudioLayout
 
 
@@ -107,6 +106,7 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
         valid_indices = real_rows.flatten().nonzero().squeeze(-1)
         return {"padded_feature": padded, "chunk_lengths": chunk_lengths, "valid_indices": valid_indices}
 
+    @keeps_upstream_interface(transformers.Qwen3OmniMoeThinkerForConditionalGeneration.forward)
     def forward(self, *args, **kwargs):
         """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings first.
 
@@ -118,8 +118,3 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
         """
         args, kwargs = self.place_encoded_audio(args, kwargs)
         return super().forward(*args, **kwargs)
-
-    # Upstream's parameters: `generate` validates its kwargs against the forward's signature
-    forward.__signature__ = inspect.signature(transformers.Qwen3OmniMoeThinkerForConditionalGeneration.forward)
-    # ...and its annotations, where transformers' own model tests read the output type (`router_logits`)
-    forward.__annotations__ = dict(transformers.Qwen3OmniMoeThinkerForConditionalGeneration.forward.__annotations__)
