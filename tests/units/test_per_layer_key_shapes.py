@@ -1,8 +1,10 @@
-"""Gemma 4 with its full-attention layers' own head dimension (every real one: 256 and 512), against the plain class.
+"""Decoders whose layers cache keys of different shapes, against the plain class: Gemma 4's full-attention layers have
+their own head dimension (every real one: 256 and 512), Dots 3 Note's sliding layers their own latent width.
 
-Such a config is heterogeneous (transformers' `per_layer_config`) and raises on a global `head_dim` read, which the
-drop-in's check of a caller's cache used to do: any `generate` given a cache (a continuation, the drop-in as an
-assistant model) failed where the plain class continues. A cache of another model is still refused, layer by layer.
+Such a config is heterogeneous (transformers' `per_layer_config`) and raises on a global `head_dim` (`kv_lora_rank`)
+read, which the drop-in's check of a caller's cache used to do: any `generate` given a cache (a continuation, the
+drop-in as an assistant model) failed where the plain class continues. A cache of another model is still refused,
+layer by layer. The conformance scenarios run both tiny configs through every cached path.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import vlmprep
 from conftest import model_pair
 from support.references import NO_SPECIAL_TOKENS, Prompt, assert_close, assert_same_steps, greedy_output
 from vlmprep.generation.validation import cached_key_shapes
-from vlmprep.testing import AUDIO, IMAGE, tiny_model
+from vlmprep.testing import AUDIO, IMAGE, tiny_config, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
 TURN_1 = [[3, 4, 5], IMAGE, [6], AUDIO, [7, 8]]
@@ -61,10 +63,13 @@ def returned_cache(upstream, prompt: Prompt):
 
 
 def test_the_tiny_configs_have_per_layer_key_shapes():
-    upstream, _ = model_pair("gemma4")
-    text = upstream.config.get_text_config(decoder=True)
+    # As the released configs: the suite's cached paths fail where a key shape is read globally
+    text = tiny_config("gemma4").get_text_config(decoder=True)
     assert text.per_layer_attributes == {"head_dim"}
     assert cached_key_shapes(text) == [(1, 16), (1, 32)]
+    text = tiny_config("dots3_note").get_text_config(decoder=True)
+    assert text.per_layer_attributes == {"kv_lora_rank"}
+    assert cached_key_shapes(text) == [(1, 16), (1, 8)]
     shared = kv_shared_config().get_text_config(decoder=True)
     assert cached_key_shapes(shared) == [(1, 16), (2, 32), (1, 16), (2, 32)]
     # The cache really stores them: the shared layers hold nothing (they read the first two's KV)
