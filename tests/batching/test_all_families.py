@@ -32,6 +32,7 @@ REFUSED = {
     "minicpmv4_7": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "minicpm_ocr": r"\['linear_attention'\] layers, which transformers' paged cache does not hold",
     "kimi_k25": "latent attention",
+    "gemma4": r"layers differ in \['head_dim'\]",
     "ernie4_5_vl_moe": "moe_mm_token_type_ids",
     "blip-2": "not adapted to the continuous-batching engine",
     "instructblip": "not adapted to the continuous-batching engine",

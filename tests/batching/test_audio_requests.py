@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from cb_models import (
     assert_engine_matches_references,
     cb_pair,
@@ -13,17 +14,32 @@ from cb_models import (
     greedy,
 )
 
+import vlmprep
 from support.families.cases_qomni import qwen3_omni_clip
 from support.registry import FAMILY_CASES
-from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, VIDEO
-from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START
+from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, VIDEO, tiny_model
+from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START, tiny_gemma4_config
 
 AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
+_ONE_HEAD_DIM_GEMMA4: list = []
+
+
+def _engine_pair(family: str):
+    if family != "gemma4":
+        return cb_pair(family)
+    # The suite's Gemma 4 gives its full-attention layer its own head dimension, as every real one does, which
+    # transformers' paged cache cannot hold (refused: test below). With one head dimension it runs in the engine.
+    if not _ONE_HEAD_DIM_GEMMA4:
+        upstream = tiny_model(transformers.Gemma4ForConditionalGeneration, tiny_gemma4_config(global_head_dim=16))
+        ours = vlmprep.Gemma4ForConditionalGeneration(upstream.config).eval()
+        ours.load_state_dict(upstream.state_dict())
+        _ONE_HEAD_DIM_GEMMA4.extend((upstream.eval(), ours))
+    return tuple(_ONE_HEAD_DIM_GEMMA4)
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)
 def test_audio_requests_in_the_engine(family):
-    upstream, ours = cb_pair(family)
+    upstream, ours = _engine_pair(family)
     build, config = FAMILY_CASES[family].build_inputs, upstream.config
     requests = [
         build(config, [[3, 4, 5], AUDIO, [6, 7]], [1]),
@@ -32,6 +48,13 @@ def test_audio_requests_in_the_engine(family):
         build(config, [[15, 16], AUDIO, [17], VIDEO, [18]], [1, 4]),  # a clip, then a video (runs per frame)
     ]
     assert_engine_matches_references(upstream, ours, requests, 4, max_batch_tokens=8)
+
+
+def test_gemma4_with_its_own_full_attention_head_dim_is_refused():
+    # Plain transformers' engine fails on it too, with a bare `AmbiguousGlobalPerLayerAttributeError`
+    upstream, ours = cb_pair("gemma4")
+    with pytest.raises(ValueError, match=r"layers differ in \['head_dim'\].*paged cache does not hold"):
+        ours.generate_batch([[3, 4, 5]], generation_config=greedy(2), progress_bar=False)
 
 
 def test_qwen3_omni_short_clips_and_a_video_between_integer_positions():

@@ -179,10 +179,17 @@ def _server_content(items) -> list[dict]:
     return content
 
 
-@pytest.fixture(scope="module")
-def audio_chat(tmp_path_factory):
+_AUDIO_CHATS: dict = {}
+
+
+def audio_chat(tmp_path_factory, global_head_dim: int = 32):
+    """A tiny Gemma 4 checkpoint (built once per head dimension of its full-attention layer), the test's
+    conversations, and the plain transformers class's answers to them."""
+    if global_head_dim in _AUDIO_CHATS:
+        return _AUDIO_CHATS[global_head_dim]
     register_tiny_processors()
-    checkpoint = build_gemma4_audio_checkpoint(tmp_path_factory.mktemp("gemma4_audio") / "checkpoint")
+    directory = tmp_path_factory.mktemp("gemma4_audio") / "checkpoint"
+    checkpoint = build_gemma4_audio_checkpoint(directory, global_head_dim=global_head_dim)
     processor = transformers.AutoProcessor.from_pretrained(checkpoint)
     assert isinstance(processor, TinyGemma4Processor)
     model = transformers.Gemma4ForConditionalGeneration.from_pretrained(checkpoint).eval()
@@ -193,16 +200,19 @@ def audio_chat(tmp_path_factory):
     # The tiny model must be able to fail: another clip, another answer
     swapped = [("audio", clips["chirp"]), *conversations["audio"][1:]]
     assert _reference_answer(model, processor, swapped) != expected["audio"]
-    return checkpoint, conversations, expected
+    _AUDIO_CHATS[global_head_dim] = (checkpoint, conversations, expected)
+    return _AUDIO_CHATS[global_head_dim]
 
 
 @needs_serving
 # The engine's audio requests are checked in process (tests/batching/test_audio_requests.py); through a second server
 # (~30 s on this machine) they run with `make test-slow`
 @pytest.mark.parametrize("mode", ["sequential", pytest.param("continuous_batching", marks=pytest.mark.slow)])
-def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_path, audio_chat, mode):
-    checkpoint, conversations, expected = audio_chat
+def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_path, tmp_path_factory, mode):
     sequential = mode == "sequential"
+    # A real Gemma 4's full-attention layers have their own head dimension, which transformers' paged cache cannot
+    # hold (the engine refuses it: tests/batching/test_audio_requests.py); the engine's server gets one head dimension
+    checkpoint, conversations, expected = audio_chat(tmp_path_factory, 32 if sequential else 16)
     port, stats_path, log = free_loopback_port(), tmp_path / "stats.json", tmp_path / "server.log"
     env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     # The tiny checkpoint's processor class is registered by this module's entry point, which then runs `vlmprep serve`

@@ -16,7 +16,7 @@ from conftest import ALL_FAMILIES, model_pair
 from support.caller_caches import cache_of
 from support.references import SYSTEM, USER, Prompt, assert_close, collate, generate_logits, reference_next_logits
 from support.registry import GLM_MROPE_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
-from vlmprep.generation.validation import cached_key_shape
+from vlmprep.generation.validation import cached_key_shapes
 from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
@@ -24,28 +24,22 @@ SHORT_SYSTEM = [2, 10, 11, 12, 13]
 PATCH_GRID_FAMILIES = [*QWEN_FAMILIES, "glm4v"]
 
 
-def _filled_cache(num_layers: int, heads: int, head_dim: int, length: int, batch: int = 1) -> DynamicCache:
+def _filled_cache(key_shapes: list[tuple[int, int]], length: int, batch: int = 1) -> DynamicCache:
+    """A cache of `length` zero keys and values per layer, layer `i` with `key_shapes[i]`'s heads and head dim."""
     cache = DynamicCache()
-    for layer in range(num_layers):
+    for layer, (heads, head_dim) in enumerate(key_shapes):
         states = torch.zeros(batch, heads, length, head_dim)
         cache.update(states, states.clone(), layer)
     return cache
 
 
-def _text_config(model):
-    return model.config.get_text_config(decoder=True)
-
-
-def _cache_layers(model) -> int:
-    """Cache layers of the model's decoder: one per layer, or per pass of a looped layer (Inkling2-Loop)."""
-    config = _text_config(model)
-    return getattr(config, "total_num_hidden_layers", None) or config.num_hidden_layers
-
-
-def _key_shape(model) -> tuple[int, int]:
-    """`(heads, last dimension)` of the keys the model caches: its own statement (GLM-5-Next caches a compressed
-    latent), or the text config's key-value heads and head dimension."""
-    return model.cached_key_shape() or cached_key_shape(_text_config(model))
+def _key_shapes(model) -> list[tuple[int, int]]:
+    """`(heads, last dimension)` of the keys each cache layer of the model holds: its own statement for every layer
+    (GLM-5-Next caches a compressed latent), or each layer's key-value heads and head dimension (Gemma 4's
+    full-attention layers have their own); one per layer, or per pass of a looped layer (Inkling2-Loop)."""
+    text_config = model.config.get_text_config(decoder=True)
+    stated = model.cached_key_shape()
+    return [stated] * len(cached_key_shapes(text_config)) if stated else cached_key_shapes(text_config)
 
 
 def _pixel_inputs(prompt: Prompt) -> dict:
@@ -103,18 +97,18 @@ def _case_placeholders_without_pixels(model, prompt):
 
 
 def _case_cache_longer_than_prompt(model, prompt):
-    cache = _filled_cache(_cache_layers(model), *_key_shape(model), prompt.length + 2)
+    cache = _filled_cache(_key_shapes(model), prompt.length + 2)
     return {**prompt.inputs(), "cache": cache}, "the cache already holds"
 
 
 def _case_cache_from_other_layer_count(model, prompt):
-    cache = _filled_cache(_cache_layers(model) + 1, *_key_shape(model), 3)
+    shapes = _key_shapes(model)
+    cache = _filled_cache([*shapes, shapes[-1]], 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 
 def _case_cache_from_other_head_shape(model, prompt):
-    heads, head_dim = _key_shape(model)
-    cache = _filled_cache(_cache_layers(model), heads + 1, head_dim * 2, 3)
+    cache = _filled_cache([(heads + 1, head_dim * 2) for heads, head_dim in _key_shapes(model)], 3)
     return {**prompt.inputs(), "cache": cache}, "made by another model"
 
 

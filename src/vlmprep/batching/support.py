@@ -12,6 +12,16 @@ from ..utils._engine_compat import engine_hook_problems
 
 # Attention implementations the engine runs with a mask it builds (plain eager becomes "paged|eager" in the engine)
 _MASKED_ATTENTION = ("sdpa", "eager", "paged|eager")
+# Decoder attributes transformers' paged cache reads once for every layer (`find_head_dim`, its memory estimate), and
+# the latent width the check below reads
+_ENGINE_GLOBAL_ATTRIBUTES = {
+    "head_dim",
+    "num_key_value_heads",
+    "num_attention_heads",
+    "hidden_size",
+    "sliding_window",
+    "kv_lora_rank",
+}
 
 
 def check_batching_support(model, with_items: bool = True) -> None:
@@ -59,6 +69,16 @@ def check_batching_support(model, with_items: bool = True) -> None:
         raise ValueError(
             f"{name}'s decoder has {other_layers} layers, which transformers' paged cache does not hold (it keeps "
             "attention layers only), also for text. Use `generate` for this model."
+        )
+    per_layer = sorted(set(getattr(model.config.get_text_config(), "per_layer_attributes", None) or ()))
+    if set(per_layer) & _ENGINE_GLOBAL_ATTRIBUTES:
+        # Plain transformers fails here too, with `AmbiguousGlobalPerLayerAttributeError` from its paged cache
+        raise ValueError(
+            f"{name}'s decoder layers differ in {per_layer} (its config's `per_layer_config`, e.g. Gemma 4's "
+            "full-attention layers with their own head dimension), which transformers' paged cache does not hold (it "
+            "reads one `num_key_value_heads`, `head_dim` and `num_attention_heads` for every layer), also for text. Use "
+            "`generate` "
+            "for this model."
         )
     if "moe_mm_token_type_ids" in inspect.signature(model.forward).parameters:
         raise ValueError(

@@ -220,8 +220,8 @@ class FamilyHooks:
         """`(heads, last dimension)` of the keys this model's attention layers store in a cache, or `None`.
 
         A caller's cache is checked against it (one made by another model is refused). The default `None` stands
-        for the text config's key-value heads and head dimension; a decoder that caches something else (a
-        compressed latent) says what.
+        for each layer's key-value heads and head dimension (from `per_layer_config` where the layers differ, as
+        Gemma 4's); a decoder that caches something else in every layer (a compressed latent) says what.
 
         Returns:
             `tuple[int, int]` or `None`

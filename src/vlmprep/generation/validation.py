@@ -100,7 +100,7 @@ def cached_key_shape(text_config: PreTrainedConfig) -> tuple[int, int]:
     """`(heads, head_dim)` of the keys a decoder layer of this config writes to its cache.
 
     Args:
-        text_config (`PreTrainedConfig`): the decoder's config.
+        text_config (`PreTrainedConfig`): the decoder's config, or one layer's (`per_layer_config[i]`).
 
     Returns:
         `tuple[int, int]`
@@ -113,6 +113,32 @@ def cached_key_shape(text_config: PreTrainedConfig) -> tuple[int, int]:
     return num_kv_heads, head_dim
 
 
+def _num_cache_layers(text_config: PreTrainedConfig) -> int:
+    # A decoder that loops layers keeps one cache layer per pass (Inkling2-Loop's `total_num_hidden_layers`)
+    return getattr(text_config, "total_num_hidden_layers", None) or text_config.num_hidden_layers
+
+
+def cached_key_shapes(text_config: PreTrainedConfig) -> list[tuple[int, int]]:
+    """`(heads, head_dim)` of the keys each cache layer of this decoder holds, one entry per cache layer.
+
+    A heterogeneous config (transformers' `per_layer_config`: Gemma 4's full-attention layers have their own head
+    dimension, and key-value heads where `attention_k_eq_v`) refuses to answer per-layer attributes globally, so each
+    layer's shape comes from its own layer config.
+
+    Args:
+        text_config (`PreTrainedConfig`): the decoder's config.
+
+    Returns:
+        `list[tuple[int, int]]`
+    """
+    num_cache_layers = _num_cache_layers(text_config)
+    if not getattr(text_config, "per_layer_attributes", None):
+        return [cached_key_shape(text_config)] * num_cache_layers
+    layer_configs = text_config.per_layer_config
+    # One pass over the layers per loop: a cache layer of a later pass has the shape of its layer in the first pass
+    return [cached_key_shape(layer_configs[index % len(layer_configs)]) for index in range(num_cache_layers)]
+
+
 def check_cache_matches_model(
     cache, config: PreTrainedConfig, batch_size: int, key_shape: tuple[int, int] | None = None
 ) -> None:
@@ -123,30 +149,31 @@ def check_cache_matches_model(
         config (`PreTrainedConfig`): the model's config.
         batch_size (`int`): rows of `input_ids`.
         key_shape (`tuple[int, int]`, *optional*):
-            `(heads, last dimension)` of the keys the model caches (`FamilyHooks.cached_key_shape`); by default the
-            text config's key-value heads and head dimension.
+            `(heads, last dimension)` of the keys the model caches in every layer (`FamilyHooks.cached_key_shape`);
+            by default each layer's key-value heads and head dimension (`cached_key_shapes`).
     """
     text_config = config.get_text_config(decoder=True)
     layers = getattr(cache, "layers", None)
     if not layers or cache.get_seq_length() == 0:
         return
-    # A decoder that loops layers keeps one cache layer per pass (Inkling2-Loop's `total_num_hidden_layers`)
-    expected_layers = getattr(text_config, "total_num_hidden_layers", None) or text_config.num_hidden_layers
+    expected_layers = _num_cache_layers(text_config)
+    expected_shapes = cached_key_shapes(text_config) if key_shape is None else [key_shape] * expected_layers
     if len(layers) != expected_layers:
         raise ValueError(
             f"The cache has {len(layers)} layers but this model's decoder has {expected_layers}: it was made by "
             "another model. Pass a cache filled by this model, or none."
         )
-    num_kv_heads, head_dim = cached_key_shape(text_config) if key_shape is None else key_shape
     for index, layer in enumerate(layers):
+        # Layers that hold no keys (KV-shared layers reading another layer's, recurrent layers) have nothing to check
         keys = getattr(layer, "keys", None)
         if not isinstance(keys, torch.Tensor) or keys.ndim != 4 or keys.numel() == 0:
             continue
+        num_kv_heads, head_dim = expected_shapes[index]
         if keys.shape[1] != num_kv_heads or keys.shape[-1] != head_dim:
             raise ValueError(
                 f"Cache layer {index} holds keys of shape {tuple(keys.shape)} (heads={keys.shape[1]}, "
-                f"head_dim={keys.shape[-1]}) but this model expects heads={num_kv_heads}, head_dim={head_dim}: it "
-                "was made by another model. Pass a cache filled by this model, or none."
+                f"head_dim={keys.shape[-1]}) but this model expects heads={num_kv_heads}, head_dim={head_dim} in "
+                "that layer: it was made by another model. Pass a cache filled by this model, or none."
             )
         if keys.shape[0] != batch_size:
             raise ValueError(

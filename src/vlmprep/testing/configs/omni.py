@@ -28,7 +28,7 @@ GEMMA4_MEL_BINS = 16  # the audio tower's input projection is sized for 16 bins 
 
 
 def tiny_gemma4_config(
-    sliding_window: int = 6, with_audio: bool = True, bidirectional: str | None = "vision"
+    sliding_window: int = 6, with_audio: bool = True, bidirectional: str | None = "vision", global_head_dim: int = 32
 ) -> transformers.Gemma4Config:
     """A tiny Gemma 4 config: one sliding and one full attention layer with per-layer inputs, a 2-layer vision tower
     and (by default) a 2-layer audio tower.
@@ -38,6 +38,9 @@ def tiny_gemma4_config(
         with_audio (`bool`, *optional*, defaults to `True`): `False` builds a checkpoint without an audio tower.
         bidirectional (`str`, *optional*, defaults to `"vision"`):
             `use_bidirectional_attention`: `"vision"` makes each image run bidirectional on the sliding layer.
+        global_head_dim (`int`, *optional*, defaults to 32):
+            Head dimension of the full-attention layer. Unlike the sliding layer's 16, as in every real Gemma 4 (256
+            and 512): the config is then heterogeneous (`per_layer_config`) and refuses to answer `head_dim` globally.
 
     Returns:
         `transformers.Gemma4Config`
@@ -45,7 +48,7 @@ def tiny_gemma4_config(
     text = tiny_text_config(
         None,
         head_dim=16,
-        global_head_dim=16,
+        global_head_dim=global_head_dim,
         sliding_window=sliding_window,
         layer_types=["sliding_attention", "full_attention"],
         vocab_size_per_layer_input=128,

@@ -162,7 +162,9 @@ def tiny_dots3_note_config() -> transformers.Dots3NoteConfig:
     return transformers.Dots3NoteConfig(
         **tiny_text_config(None, num_attention_heads=2, num_key_value_heads=2, head_dim=16),
         **latent_attention,
-        **{f"swa_{name}": value for name, value in latent_attention.items()},
+        # The sliding layer's latent is narrower than the indexed layer's, as in the released config (1024 and 512):
+        # the config is then heterogeneous (`per_layer_config`) and refuses to answer `kv_lora_rank` globally.
+        **{f"swa_{name}": value for name, value in {**latent_attention, "kv_lora_rank": 8}.items()},
         v_head_dim=8,
         swa_v_head_dim=8,
         swa_head_dim=16,

@@ -68,7 +68,7 @@ def register_tiny_processors() -> None:
     transformers.AutoProcessor.register(_TinyAudioChatConfig, TinyGemma4Processor, exist_ok=True)
 
 
-def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
+def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0, global_head_dim: int = 32) -> Path:
     """Write a tiny Gemma 4 checkpoint (images and audio; model, tokenizer, processors) to `directory`.
 
     The weights are `vlmprep.testing.tiny_model`'s; the caller checks that its answers depend on the audio clip.
@@ -76,6 +76,9 @@ def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0) -
     Args:
         directory (`str` or `os.PathLike`): where to write; created (with parents) when missing.
         seed (`int`, *optional*, defaults to 0): seed of the random weights.
+        global_head_dim (`int`, *optional*, defaults to 32):
+            Head dimension of the full-attention layer (`tiny_gemma4_config`'s); 16, the sliding layer's, gives a
+            config transformers' paged cache (`--continuous-batching`) can hold.
 
     Returns:
         `Path`: `directory`.
@@ -91,7 +94,9 @@ def build_gemma4_audio_checkpoint(directory: str | os.PathLike, seed: int = 0) -
         tokenizer,
         chat_template=GEMMA4_AUDIO_CHAT_TEMPLATE,
     )
-    config = adopt_demo_tokenizer(tiny_gemma4_config(), tokenizer)  # its vocabulary, image and special token ids
+    config = adopt_demo_tokenizer(
+        tiny_gemma4_config(global_head_dim=global_head_dim), tokenizer
+    )  # its vocabulary, image and special token ids
     config.text_config.vocab_size_per_layer_input = len(tokenizer)
     config.audio_token_id, config.boa_token_id = tokenizer.audio_token_id, tokenizer.boa_token_id
     config.eoa_token_index = tokenizer.eoa_token_id
