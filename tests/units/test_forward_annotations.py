@@ -4,7 +4,10 @@ model tests read the output type from `forward.__annotations__` (`test_moe_model
 import pytest
 import transformers
 
+from vlmprep.models.blip_2 import Blip2ForConditionalGeneration
 from vlmprep.models.gemma4 import Gemma4ForConditionalGeneration
+from vlmprep.models.instructblip import InstructBlipForConditionalGeneration
+from vlmprep.models.instructblipvideo import InstructBlipVideoForConditionalGeneration
 from vlmprep.models.qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
 from vlmprep.models.qwen3_omni_moe import Qwen3OmniMoeThinkerForConditionalGeneration
 
@@ -15,6 +18,9 @@ from vlmprep.models.qwen3_omni_moe import Qwen3OmniMoeThinkerForConditionalGener
         Gemma4ForConditionalGeneration,
         Qwen2_5OmniThinkerForConditionalGeneration,
         Qwen3OmniMoeThinkerForConditionalGeneration,
+        Blip2ForConditionalGeneration,
+        InstructBlipForConditionalGeneration,
+        InstructBlipVideoForConditionalGeneration,
     ],
 )
 def test_forward_keeps_upstream_annotations(drop_in):
