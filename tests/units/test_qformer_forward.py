@@ -83,3 +83,25 @@ def test_generate_from_inputs_embeds_equals_upstream(family, with_ids):
     assert torch.equal(actual.sequences, expected.sequences)
     for step_actual, step_expected in zip(actual.scores, expected.scores, strict=True):
         torch.testing.assert_close(step_actual, step_expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_language_model_gets_upstreams_positions_in_a_left_padded_batch(family):
+    # Rope is relative and OPT numbers tokens from the mask itself, so the logits alone would not show other positions
+    upstream, ours = model_pair(family)
+    config = ours.config
+    prompts = [Prompt(config, [[2, 5, 6], IMAGE, [7, 8, 9]]), Prompt(config, [[2], IMAGE, [7]], seed=5)]
+    inputs = collate(prompts, config.text_config.pad_token_id)
+    positions = {}
+    for model in (upstream, ours):
+        seen = positions[model] = []
+        hook = model.language_model.register_forward_pre_hook(
+            lambda module, args, kwargs, seen=seen: seen.append(kwargs.get("position_ids")), with_kwargs=True
+        )
+        try:
+            model.generate(**inputs, max_new_tokens=2, do_sample=False)
+        finally:
+            hook.remove()
+    assert len(positions[ours]) == len(positions[upstream]) == 2
+    for actual, expected in zip(positions[ours], positions[upstream], strict=True):
+        assert torch.equal(actual, expected)
