@@ -105,3 +105,18 @@ def test_language_model_gets_upstreams_positions_in_a_left_padded_batch(family):
     assert len(positions[ours]) == len(positions[upstream]) == 2
     for actual, expected in zip(positions[ours], positions[upstream], strict=True):
         assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_use_cache_false_decodes_as_upstream(family):
+    # Upstream's language model generates from input embeddings, which always caches: each step's hidden states
+    # cover the new token only
+    upstream, ours = model_pair(family)
+    inputs = _inputs(ours.config)
+    options = {**GREEDY, "use_cache": False, "output_hidden_states": True}
+    expected, actual = upstream.generate(**inputs, **options), ours.generate(**inputs, **options)
+    assert torch.equal(actual.sequences[:, -3:], expected.sequences[:, -3:])
+    shapes = [[tuple(layer.shape) for layer in step] for step in actual.hidden_states]
+    assert shapes == [[tuple(layer.shape) for layer in step] for step in expected.hidden_states]
+    for step_actual, step_expected in zip(actual.scores, expected.scores, strict=True):
+        torch.testing.assert_close(step_actual, step_expected, atol=1e-5, rtol=0)

@@ -109,7 +109,9 @@ class QFormerQueriesLayout(FamilyHooks):
         item is captioned from its placeholders followed by the decoder's BOS token; every token is attended unless
         a mask says otherwise (transformers' default would mask the decoder's pad id, which upstream never does).
         The language model's `position_ids` are numbered from the mask, as its own `generate` (upstream's) does: the
-        forward has upstream's parameters, which do not name them, so `generate` would not make them.
+        forward has upstream's parameters, which do not name them, so `generate` would not make them. Decoding always
+        caches, as upstream's (its language model's `generate` from input embeddings ignores `use_cache=False`), so
+        the hidden states and attentions returned per step are the same.
 
         Args:
             pixel_values (`torch.Tensor`, *optional*): the items' pixels.
@@ -133,6 +135,7 @@ class QFormerQueriesLayout(FamilyHooks):
             kwargs["pixel_values"] = pixel_values
         if kwargs.get("attention_mask") is None and input_ids is not None:
             kwargs["attention_mask"] = torch.ones_like(input_ids)
+        kwargs["use_cache"] = True
         mask = kwargs.get("attention_mask")
         if mask is None:
             kwargs.pop("attention_mask", None)
