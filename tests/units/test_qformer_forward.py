@@ -8,6 +8,7 @@ import inspect
 
 import pytest
 import torch
+from transformers import CompileConfig
 
 from conftest import model_pair
 from support.references import Prompt, collate
@@ -118,5 +119,21 @@ def test_use_cache_false_decodes_as_upstream(family):
     assert torch.equal(actual.sequences[:, -3:], expected.sequences[:, -3:])
     shapes = [[tuple(layer.shape) for layer in step] for step in actual.hidden_states]
     assert shapes == [[tuple(layer.shape) for layer in step] for step in expected.hidden_states]
+    for step_actual, step_expected in zip(actual.scores, expected.scores, strict=True):
+        torch.testing.assert_close(step_actual, step_expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_static_cache_compiles_the_whole_models_forward_with_upstreams_outputs():
+    # Upstream compiles its language model's forward (its `generate` runs the language model's); the drop-in's
+    # `generate` runs the whole model, whose forward is compiled: transformers' compile tests look at the former
+    upstream, ours = model_pair("instructblip")
+    compile_config = CompileConfig(fullgraph=True, dynamic=False)
+    compile_config._compile_all_devices = True  # compile on CPU too
+    options = {**GREEDY, "cache_implementation": "static", "compile_config": compile_config}
+    inputs = _inputs(ours.config)
+    expected, actual = upstream.generate(**inputs, **options), ours.generate(**inputs, **options)
+    assert hasattr(ours, "_compiled_call") and hasattr(upstream.language_model, "_compiled_call")
+    assert torch.equal(actual.sequences, expected.sequences)
     for step_actual, step_expected in zip(actual.scores, expected.scores, strict=True):
         torch.testing.assert_close(step_actual, step_expected, atol=1e-5, rtol=0)
