@@ -71,7 +71,7 @@ class QFormerQueriesLayout(FamilyHooks):
         return (
             f"this checkpoint's language model ({config.text_config.model_type}) is an encoder-decoder, whose encoder "
             "takes the items and the prompt together: there is no decoder-only prefill to prepare. Load it with "
-            f"`transformers.{upstream}`."
+            f"`transformers.{upstream}` (`vlmprep.AutoModelForImageTextToText` does)."
         )
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
