@@ -64,6 +64,12 @@ NOT_READ = {
     "qwen3_omni_moe_thinker": {"audio_feature_lengths", "use_audio_in_video"},
     # The density router's training targets: a loss term, as `labels` (the router's logits never reach the logits)
     "granite_docling": {"router_labels"},
+    # Upstream's forward parameters: an encoder-decoder language model's inputs (Flan-T5 checkpoints are refused), and
+    # how pixels are encoded (`generate` refuses `interpolate_pos_encoding=True`)
+    **dict.fromkeys(
+        ("blip-2", "instructblip", "instructblipvideo"),
+        {"decoder_input_ids", "decoder_attention_mask", "interpolate_pos_encoding"},
+    ),
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).

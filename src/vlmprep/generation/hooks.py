@@ -37,6 +37,10 @@ class FamilyHooks:
     """
 
     vision_facts: VisionFacts = VisionFacts()
+    # Inputs of the language model that the family's forward takes through its keyword arguments without naming them
+    # (the Q-Former families: their forward has upstream's parameters and hands the rest to the language model).
+    # `generate` inspects the forward's named parameters only; these are taken too (`VisionPrepGenerationMixin`).
+    language_model_kwargs: tuple[str, ...] = ()
 
     def _modality_facts(self, name: str) -> ModalityFacts:
         return self.vision_facts.modality(name)

@@ -3,7 +3,8 @@
 `generate` calls the hooks below in this order (numbers follow `GenerationMixin.generate`'s own steps):
 
 0. `generate` itself only splits off the opt-in `prefix_cache` and stores the finished rows afterwards.
-1. `_validate_model_kwargs`: vlmprep's own generate kwargs (`cache_salt`) are not model inputs.
+1. `_validate_model_kwargs`: vlmprep's own generate kwargs (`cache_salt`) are not model inputs; the language model's
+   inputs a family's forward takes through its keyword arguments (`FamilyHooks.language_model_kwargs`) are.
 4. `_prepare_position_ids_for_generation`: families with multimodal rope never read `rope_deltas` left on the model.
 4. `_maybe_prepare_encoder_kwargs_for_generation`: the images are prepared here, from the image spans that lie
    after the cache's length: inputs checked, the cache rolled back out of any bidirectional block it ends in, and
@@ -12,6 +13,7 @@
    the resume point, plus the plan), so every upstream path that runs the rest of the prompt in one forward is
    exact unchanged: assisted decoding, `use_cache=False`, an assistant model copying these kwargs.
 5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
+6. `_supports_logits_to_keep`: also where the forward takes `logits_to_keep` through its keyword arguments.
 9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block); each runs through
    upstream's own unchunked prefill with exactly the feature rows of the placeholders in its slice.
 
@@ -26,9 +28,8 @@ from typing import Any
 import torch
 from transformers import GenerationMixin
 
-from ..cache.identity import any_module_training, check_cache_salt
+from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
-from ..utils.logging import get_logger
 from .assisted import assistant_model_of, first_assisted_forward_inputs
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
@@ -42,7 +43,6 @@ from .validation import check_no_block_after_cache_in_static_cache, check_prefil
 VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item_hints")
 # Inputs that run along the sequence, cut at each prefill chunk's end.
 CHUNKED_INPUT_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
-logger = get_logger(__name__)
 
 
 class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
@@ -90,18 +90,8 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         Returns:
             What transformers' `generate` returns.
         """
-        if prefix_cache is not None and not isinstance(prefix_cache, PrefixCache):
-            raise TypeError(
-                f"`prefix_cache` must be a vlmprep.PrefixCache or None, got {prefix_cache!r}. Pass a store, e.g. "
-                "`prefix_cache=PrefixCache()`, and keep it across calls to reuse prefixes."
-            )
-        store = prefix_cache if prefix_cache is not None else self.prefix_cache
-        if store is None or any_module_training(self):
-            if store is not None:
-                logger.warning_once(
-                    "The prefix cache is not used with the model in train mode (dropout changes the KV); this call "
-                    "prefills the whole prompt."
-                )
+        store = self._prefix_store_of_call(prefix_cache)  # `None` in train mode (warned)
+        if store is None:
             return super().generate(*args, **kwargs)
         request = PrefixRequest(store, assisted=assistant_model_of(args, kwargs) is not None)
         output = super().generate(*args, vlmprep_prefix_request=request, **kwargs)
@@ -111,8 +101,10 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
     # -- Step 1: `GenerationMixin._validate_model_kwargs` ---------------------------------------------------------
 
     def _validate_model_kwargs(self, model_kwargs: dict[str, Any]):
-        # Replaces the upstream check only to let vlmprep's own kwargs through; they are popped in step 4.
-        own = {key: model_kwargs.pop(key) for key in VLMPREP_GENERATE_KWARGS if key in model_kwargs}
+        # Replaces the upstream check only to let vlmprep's own kwargs through (they are popped in step 4), and the
+        # language model's inputs a forward takes without naming them (upstream checks the forward's names only).
+        passed = (*VLMPREP_GENERATE_KWARGS, *self.language_model_kwargs)
+        own = {key: model_kwargs.pop(key) for key in passed if key in model_kwargs}
         try:
             return super()._validate_model_kwargs(model_kwargs)
         finally:
@@ -193,6 +185,13 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         if isinstance(planned, PlannedEncoderOutputs):
             model_kwargs["mm_encoder_outputs"] = planned.expand(expand_size)
         return input_ids, model_kwargs
+
+    # -- Step 6: `GenerationMixin._supports_logits_to_keep` ------------------------------------------------------
+
+    def _supports_logits_to_keep(self) -> bool:
+        # Upstream reads the forward's named parameters; a forward that hands `logits_to_keep` to its language model
+        # through its keyword arguments takes it too, so prefill computes the logits `generate` reads only.
+        return super()._supports_logits_to_keep() or "logits_to_keep" in self.language_model_kwargs
 
     # -- Every forward: `GenerationMixin.prepare_inputs_for_generation` -------------------------------------------
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from ..cache.encoder_cache import DEFAULT_MAX_BYTES, EncoderCache
-from ..cache.identity import cache_identity
+from ..cache.identity import any_module_training, cache_identity
 from ..cache.prefix_cache import PrefixCache
+from ..utils.logging import get_logger
 
 _UNSET = object()
+logger = get_logger(__name__)
 
 
 class ModelCachesMixin:
@@ -46,3 +48,19 @@ class ModelCachesMixin:
         if store is not None and not isinstance(store, PrefixCache):
             raise TypeError(f"`prefix_cache` must be a vlmprep.PrefixCache or None, got {type(store).__name__}.")
         self.__dict__["_vlmprep_prefix_cache"] = store
+
+    def _prefix_store_of_call(self, prefix_cache: PrefixCache | None) -> PrefixCache | None:
+        # The store one `generate` call uses: the one it passes, else the model's; none in train mode.
+        if prefix_cache is not None and not isinstance(prefix_cache, PrefixCache):
+            raise TypeError(
+                f"`prefix_cache` must be a vlmprep.PrefixCache or None, got {prefix_cache!r}. Pass a store, e.g. "
+                "`prefix_cache=PrefixCache()`, and keep it across calls to reuse prefixes."
+            )
+        store = prefix_cache if prefix_cache is not None else self.prefix_cache
+        if store is not None and any_module_training(self):
+            logger.warning_once(
+                "The prefix cache is not used with the model in train mode (dropout changes the KV); this call "
+                "prefills the whole prompt."
+            )
+            return None
+        return store

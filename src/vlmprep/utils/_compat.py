@@ -28,6 +28,7 @@ REQUIRED_GENERATION_HOOKS: dict[str, tuple[str, ...]] = {
     ),
     "_prepare_position_ids_for_generation": ("inputs_tensor", "model_kwargs"),
     "_expand_inputs_for_generation": ("expand_size", "is_encoder_decoder", "input_ids"),
+    "_supports_logits_to_keep": (),
     "_prefill": ("input_ids", "generation_config", "model_kwargs", "is_first_iteration"),
     "prepare_inputs_for_generation": ("input_ids", "is_first_iteration"),
     # Extended by `layouts/multi_run.py`'s multimodal-rope layout (decoded tokens' positions)

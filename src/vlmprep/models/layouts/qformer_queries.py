@@ -5,7 +5,9 @@ Besides the counts, these families share how transformers runs them: their own `
 input embeddings to the language model's `generate`, and their forward needs the pixels on every call. The drop-ins
 run vlmprep's `generate` on the whole model instead, so their forward must also take calls that carry no item
 (decoding steps, prefill chunks of text): `QFormerQueriesLayout.prepare_query_forward` turns such a call into one
-upstream's forward takes. Checkpoints whose language model is an encoder-decoder (Flan-T5) are refused
+upstream's forward takes. Each family's `forward` states upstream's own parameters, in upstream's order, and runs
+`QFormerQueriesLayout.run_upstream_forward`; what `generate` adds (`cache`, `position_ids`, `use_cache`) comes
+through its keyword arguments, which upstream's forward hands to the language model. Checkpoints whose language model is an encoder-decoder (Flan-T5) are refused
 (`config_refusal`): their encoder takes the items and the prompt together, there is no decoder-only prefill to prepare.
 """
 
@@ -50,6 +52,8 @@ class QFormerQueriesLayout(FamilyHooks):
     )
     # Upstream's `generate` takes `pixel_values` first; vlmprep's `generate` prepares them from the prompt's ids.
     main_input_name = "input_ids"
+    # Upstream's forward names none of them and hands them to the language model, as vlmprep's `generate` passes them
+    language_model_kwargs = ("cache", "position_ids", "use_cache", "logits_to_keep")
 
     @classmethod
     def config_refusal(cls, config: PreTrainedConfig) -> str | None:
@@ -67,7 +71,7 @@ class QFormerQueriesLayout(FamilyHooks):
         return (
             f"this checkpoint's language model ({config.text_config.model_type}) is an encoder-decoder, whose encoder "
             "takes the items and the prompt together: there is no decoder-only prefill to prepare. Load it with "
-            f"`transformers.{upstream}`."
+            f"`transformers.{upstream}` (`vlmprep.AutoModelForImageTextToText` does)."
         )
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
@@ -104,6 +108,10 @@ class QFormerQueriesLayout(FamilyHooks):
         """The keyword arguments of vlmprep's `generate` for upstream's signature: without a prompt, as upstream, each
         item is captioned from its placeholders followed by the decoder's BOS token; every token is attended unless
         a mask says otherwise (transformers' default would mask the decoder's pad id, which upstream never does).
+        The language model's `position_ids` are numbered from the mask, as its own `generate` (upstream's) does: the
+        forward has upstream's parameters, which do not name them, so `generate` would not make them. Decoding always
+        caches, as upstream's (its language model's `generate` from input embeddings ignores `use_cache=False`), so
+        the hidden states and attentions returned per step are the same.
 
         Args:
             pixel_values (`torch.Tensor`, *optional*): the items' pixels.
@@ -111,7 +119,7 @@ class QFormerQueriesLayout(FamilyHooks):
             kwargs (`dict`): the other arguments of the call (`attention_mask`, `inputs_embeds`, generation options).
 
         Returns:
-            `dict`: the arguments, `input_ids` and `attention_mask` included.
+            `dict`: the arguments, `input_ids`, `attention_mask` and `position_ids` included.
         """
         if kwargs.pop("interpolate_pos_encoding", False):
             raise ValueError(
@@ -127,34 +135,46 @@ class QFormerQueriesLayout(FamilyHooks):
             kwargs["pixel_values"] = pixel_values
         if kwargs.get("attention_mask") is None and input_ids is not None:
             kwargs["attention_mask"] = torch.ones_like(input_ids)
-        if kwargs.get("attention_mask") is None:
+        kwargs["use_cache"] = True
+        mask = kwargs.get("attention_mask")
+        if mask is None:
             kwargs.pop("attention_mask", None)
+        elif kwargs.get("position_ids") is None and mask.ndim == 2:
+            # A left-padded row's first real token is its position 0
+            kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
         return {"input_ids": input_ids, **kwargs}
 
-    def prepare_query_forward(self, inputs: dict[str, Any], pixel_keys: tuple[str, ...] = ("pixel_values",)) -> dict:
-        """The inputs of upstream's forward for a call of `generate`, which may carry no item.
+    def prepare_query_forward(self, inputs: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Upstream's forward inputs for a call that may carry no item (a decoding step of `generate`, a text chunk).
 
         A call with prepared rows gets them in the container upstream reads; a call without (a decoding step, a text
         chunk) gets no rows and ids that match no placeholder, its tokens embedded as they are (a generated
         placeholder id stays the token it is, as in upstream's `generate`, which decodes with the language model
-        alone; `generate` refuses a prompt whose placeholders have no item before any forward). `generate` drops an all-ones mask, after which upstream's forward would attend to this call's tokens
-        only: the mask over the cache and the call is restored.
+        alone; `generate` refuses a prompt whose placeholders have no item before any forward). `generate` drops an
+        all-ones mask, after which upstream's forward would attend to this call's tokens only: the mask over the
+        cache and the call is restored. Every upstream parameter stays, `None` included (upstream's forward requires
+        `pixel_values` and `input_ids`, which are `None` in a call from `inputs_embeds`).
 
         Args:
-            inputs (`dict[str, Any]`): the forward's keyword arguments.
-            pixel_keys (`tuple[str, ...]`, *optional*, defaults to `("pixel_values",)`): the family's pixel inputs.
+            inputs (`dict[str, Any]`): upstream's named parameters, as the call gave them.
+            kwargs (`dict[str, Any]`): the call's other keyword arguments (`cache`, `position_ids`, ...), which
+                upstream's forward hands to the language model.
 
         Returns:
-            `dict`: keyword arguments for upstream's forward.
+            `dict[str, Any]`: upstream's named parameters for this call.
         """
         encoded = dict(inputs.get("mm_encoder_outputs") or {})
         modality = self.vision_facts.modalities[0].name  # a Q-Former family has one modality: images or videos
-        if all(inputs.get(key) is None for key in pixel_keys):
+        if inputs.get("input_ids") is None and inputs.get("inputs_embeds") is None:
+            raise ValueError(
+                f"{type(self).__name__}'s forward needs the prompt: pass `input_ids` (or `inputs_embeds`), with "
+                f"each {modality} a run of its placeholders."
+            )
+        if inputs.get("pixel_values") is None:
             rows = encoded.get(modality)
             if rows is None:
-                ids = inputs.get("input_ids")
                 if inputs.get("inputs_embeds") is None:
-                    inputs["inputs_embeds"] = self.get_input_embeddings()(ids)
+                    inputs["inputs_embeds"] = self.get_input_embeddings()(inputs["input_ids"])
                 embeds = inputs["inputs_embeds"]
                 rows = QueryRows(pooler_output=embeds.new_zeros((0,)))
                 inputs["input_ids"] = torch.full(embeds.shape[:2], -1, device=embeds.device)
@@ -164,12 +184,27 @@ class QFormerQueriesLayout(FamilyHooks):
             inputs["mm_encoder_outputs"] = encoded
         if inputs.get("attention_mask") is None:
             tokens = inputs["input_ids"] if inputs.get("inputs_embeds") is None else inputs["inputs_embeds"]
-            cache = inputs.get("cache")
+            cache = kwargs.get("cache")
             # transformers' paged cache (continuous batching, refused for these families) has no sequence length
             past = cache.get_seq_length() if cache is not None and hasattr(cache, "get_seq_length") else 0
             shape = (tokens.shape[0], past + tokens.shape[1])
             inputs["attention_mask"] = torch.ones(shape, dtype=torch.long, device=tokens.device)
-        return {key: value for key, value in inputs.items() if value is not None or key in pixel_keys}
+        return inputs
+
+    def run_upstream_forward(self, inputs: dict[str, Any], kwargs: dict[str, Any]):
+        """Upstream's forward on a call that may carry no item (`prepare_query_forward`); what a family's `forward`,
+        which states upstream's parameters, runs.
+
+        Args:
+            inputs (`dict[str, Any]`): upstream's named parameters, as the call gave them.
+            kwargs (`dict[str, Any]`): the call's other keyword arguments, handed to the language model by upstream.
+
+        Returns:
+            upstream's output, with the language model's `cache` at the top (`with_language_model_cache`).
+        """
+        inputs = self.prepare_query_forward(inputs, kwargs)
+        # The transformers class's forward: the next one after this layout in the drop-in's method order
+        return with_language_model_cache(super().forward(**inputs, **kwargs))
 
     def generate(
         self,
@@ -194,47 +229,6 @@ class QFormerQueriesLayout(FamilyHooks):
         """
         inputs = self.caption_prompt(pixel_values, input_ids, {"attention_mask": attention_mask, **kwargs})
         return super().generate(inputs.pop("input_ids"), **inputs)
-
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        cache=None,
-        position_ids: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        inputs_embeds: torch.Tensor | None = None,
-        mm_encoder_outputs: dict | None = None,
-        **kwargs,
-    ):
-        """Upstream's forward (BLIP-2's signature), which also takes calls without an item (decoding steps, text-only
-        prefill chunks).
-
-        The language model's inputs (`cache`, `position_ids`, `use_cache`, `logits_to_keep`) are named here, so that
-        `generate` sees the forward takes them; upstream's forward hands them to the language model.
-
-        Args:
-            pixel_values, input_ids, attention_mask, cache, position_ids, use_cache, logits_to_keep, inputs_embeds,
-            mm_encoder_outputs, kwargs:
-                what upstream's forward (`Blip2ForConditionalGeneration`) takes; `pixel_values` may be `None`.
-
-        Returns:
-            upstream's output, with the language model's `cache` at the top.
-        """
-        inputs = self.prepare_query_forward(
-            {
-                "pixel_values": pixel_values,
-                "input_ids": input_ids,
-                "attention_mask": attention_mask,
-                "cache": cache,
-                "position_ids": position_ids,
-                "use_cache": use_cache,
-                "inputs_embeds": inputs_embeds,
-                "mm_encoder_outputs": mm_encoder_outputs,
-            }
-        )
-        return with_language_model_cache(super().forward(**inputs, logits_to_keep=logits_to_keep, **kwargs))
 
 
 def check_instructions(model_kwargs: dict[str, Any], num_items: int | None, modality: str = "image") -> None:
@@ -285,7 +279,7 @@ def with_language_model_cache(output):
 
 class InstructedQueriesLayout(QFormerQueriesLayout):
     """The Q-Former layout of the families whose Q-Former also reads each item's instruction (InstructBLIP and
-    InstructBLIP-Video): upstream's `generate` and forward signatures, the instruction passed with the item."""
+    InstructBLIP-Video): upstream's `generate` signature, the instruction passed with the item."""
 
     def generate(
         self,
@@ -315,45 +309,3 @@ class InstructedQueriesLayout(QFormerQueriesLayout):
         instructions = {"qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask}
         kwargs.update({key: value for key, value in instructions.items() if value is not None})
         return super().generate(pixel_values, input_ids, attention_mask, **kwargs)
-
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        qformer_input_ids: torch.LongTensor | None = None,
-        qformer_attention_mask: torch.LongTensor | None = None,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        cache=None,
-        position_ids: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        inputs_embeds: torch.Tensor | None = None,
-        mm_encoder_outputs: dict | None = None,
-        **kwargs,
-    ):
-        """Upstream's forward, which also takes calls without an item (decoding steps, text-only prefill chunks).
-
-        Args:
-            pixel_values, qformer_input_ids, qformer_attention_mask, input_ids, attention_mask, cache, position_ids,
-            use_cache, logits_to_keep, inputs_embeds, mm_encoder_outputs, kwargs:
-                what upstream's forward (`InstructBlip[Video]ForConditionalGeneration`) takes; `pixel_values` and
-                `qformer_input_ids` may be `None` (the language model's inputs are named so `generate` sees them).
-
-        Returns:
-            upstream's output, with the language model's `cache` at the top.
-        """
-        # The Q-Former's inputs go to upstream as they are (upstream's forward requires `qformer_input_ids`)
-        instructions = {"qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask}
-        return super().forward(
-            pixel_values,
-            input_ids,
-            attention_mask,
-            cache,
-            position_ids,
-            use_cache,
-            logits_to_keep,
-            inputs_embeds,
-            mm_encoder_outputs,
-            **instructions,
-            **kwargs,
-        )
