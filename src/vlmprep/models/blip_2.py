@@ -8,13 +8,11 @@ checkpoints the drop-in refuses, are the Q-Former layout's (`layouts.qformer_que
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import transformers
 from transformers import GenerationMixin
 
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.qformer_queries import QFORMER_FACTS, QFormerQueriesLayout
 
 
@@ -46,6 +44,8 @@ class Blip2ForConditionalGeneration(QFormerQueriesLayout, VisionPrepMixin, Blip2
 
     vision_facts = QFORMER_FACTS
 
+    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
+    @keeps_upstream_interface(transformers.Blip2ForConditionalGeneration.forward)
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
@@ -83,8 +83,3 @@ class Blip2ForConditionalGeneration(QFormerQueriesLayout, VisionPrepMixin, Blip2
             "mm_encoder_outputs": mm_encoder_outputs,
         }
         return self.run_upstream_forward(inputs, kwargs)
-
-    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
-    forward.__signature__ = inspect.signature(transformers.Blip2ForConditionalGeneration.forward)
-    # ...and its annotations, where transformers' own model tests read the output type
-    forward.__annotations__ = dict(transformers.Blip2ForConditionalGeneration.forward.__annotations__)

@@ -11,7 +11,6 @@ refuses, are the Q-Former layout's (`layouts.qformer_queries`).
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +18,7 @@ import torch
 import transformers
 from transformers import GenerationMixin
 
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.qformer_queries import QFORMER_FACTS, InstructedQueriesLayout, check_instructions
 
 INSTRUCTION_KEYS = ("qformer_input_ids", "qformer_attention_mask")
@@ -58,6 +57,8 @@ class InstructBlipForConditionalGeneration(InstructedQueriesLayout, VisionPrepMi
         super().check_pixel_inputs(model_kwargs, modality=modality)
         check_instructions(model_kwargs, self.count_items(model_kwargs, modality=modality), modality)
 
+    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
+    @keeps_upstream_interface(transformers.InstructBlipForConditionalGeneration.forward)
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
@@ -100,8 +101,3 @@ class InstructBlipForConditionalGeneration(InstructedQueriesLayout, VisionPrepMi
             "mm_encoder_outputs": mm_encoder_outputs,
         }
         return self.run_upstream_forward(inputs, kwargs)
-
-    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
-    forward.__signature__ = inspect.signature(transformers.InstructBlipForConditionalGeneration.forward)
-    # ...and its annotations, where transformers' own model tests read the output type
-    forward.__annotations__ = dict(transformers.InstructBlipForConditionalGeneration.forward.__annotations__)

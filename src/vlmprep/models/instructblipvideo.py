@@ -10,7 +10,6 @@ layout's (`layouts.qformer_queries`).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
@@ -20,7 +19,7 @@ from transformers import GenerationMixin
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
 from ..generation.validation import check_pixel_dims
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.qformer_queries import InstructedQueriesLayout, check_instructions
 
 INSTRUCTION_KEYS = ("qformer_input_ids", "qformer_attention_mask")
@@ -78,6 +77,8 @@ class InstructBlipVideoForConditionalGeneration(
         """
         check_instructions(model_kwargs, self.count_items(model_kwargs, modality=modality), modality)
 
+    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
+    @keeps_upstream_interface(transformers.InstructBlipVideoForConditionalGeneration.forward)
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
@@ -122,8 +123,3 @@ class InstructBlipVideoForConditionalGeneration(
             "mm_encoder_outputs": mm_encoder_outputs,
         }
         return self.run_upstream_forward(inputs, kwargs)
-
-    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
-    forward.__signature__ = inspect.signature(transformers.InstructBlipVideoForConditionalGeneration.forward)
-    # ...and its annotations, where transformers' own model tests read the output type
-    forward.__annotations__ = dict(transformers.InstructBlipVideoForConditionalGeneration.forward.__annotations__)
