@@ -1,8 +1,7 @@
 """A server that only receives: the floor of what a chat turn's request costs before any server work.
 
-`bench_serving_chat.py` runs it beside the real servers. It is uvicorn with httptools and glibc's thresholds held,
-as `vlmprep serve` runs; each `POST` reads the whole body and streams one content chunk at once, without parsing
-anything. Its time to first token for a turn is what receiving that turn's body (every re-sent photo's bytes) costs
+`bench_serving_chat.py` runs it beside the real servers. It is uvicorn with httptools, as `vlmprep serve` runs; each
+`POST` reads the whole body and streams one content chunk at once, without parsing anything. Its time to first token for a turn is what receiving that turn's body (every re-sent photo's bytes) costs
 on this machine: a server's time above it is its own work.
 
 Usage: `python utils/bench_receive_only.py PORT`.
@@ -12,9 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 CHUNK = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
 
@@ -38,9 +34,6 @@ async def receive_only(scope, receive, send):
 def main() -> None:
     import uvicorn
 
-    from vlmprep.serving.allocator import hold_allocator_thresholds
-
-    hold_allocator_thresholds()
     uvicorn.run(receive_only, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", http="httptools")
 
 

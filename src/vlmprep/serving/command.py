@@ -177,7 +177,6 @@ def _transformers_serve_command(started: list):
     from transformers.cli.serve import Serve
 
     from ..registration import register
-    from .allocator import hold_allocator_thresholds
     from .policy import policy_from_options, policy_parameters
     from .server import VisionPrepServe
 
@@ -193,8 +192,6 @@ def _transformers_serve_command(started: list):
         # A full collection would scan every object of the loaded model and libraries (~0.2 s for a small model, in
         # the middle of some request): what exists once the server is up lives as long as it, so it is not scanned.
         gc.freeze()
-        # Request bodies of re-sent photos on pages kept from one request to the next (vlmprep.serving.allocator)
-        hold_allocator_thresholds()
         started.append(server)
 
     # typer builds the options from the signature and help text: those of `transformers serve`, and the policy's.
