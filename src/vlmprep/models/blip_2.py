@@ -8,12 +8,11 @@ checkpoints the drop-in refuses, are the Q-Former layout's (`layouts.qformer_que
 
 from __future__ import annotations
 
-import torch
 import transformers
 from transformers import GenerationMixin
 
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.qformer_queries import QFORMER_FACTS, QFormerQueriesLayout
+from .base import VisionPrepMixin
+from .layouts.qformer_queries import QFORMER_FACTS, QFormerQueriesLayout, upstream_forward
 
 
 class Blip2WithGenerationLoop(transformers.Blip2ForConditionalGeneration):
@@ -44,42 +43,4 @@ class Blip2ForConditionalGeneration(QFormerQueriesLayout, VisionPrepMixin, Blip2
 
     vision_facts = QFORMER_FACTS
 
-    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
-    @keeps_upstream_interface(transformers.Blip2ForConditionalGeneration.forward)
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        interpolate_pos_encoding: bool = False,
-        mm_encoder_outputs: dict | None = None,
-        **kwargs,
-    ):
-        """Upstream's forward, with upstream's parameters in upstream's order, which also takes calls without an image
-        (decoding steps, prefill chunks of text: `QFormerQueriesLayout.prepare_query_forward`).
-
-        Args:
-            pixel_values, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, inputs_embeds, labels,
-            interpolate_pos_encoding, mm_encoder_outputs:
-                as upstream's (`transformers.Blip2ForConditionalGeneration.forward`); `pixel_values` may be `None`.
-            kwargs: handed to the language model, as upstream does (`cache`, `position_ids`, `use_cache`, ...).
-
-        Returns:
-            upstream's output (`labels` give upstream's loss), with the language model's `cache` at the top.
-        """
-        inputs = {
-            "pixel_values": pixel_values,
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "decoder_input_ids": decoder_input_ids,
-            "decoder_attention_mask": decoder_attention_mask,
-            "inputs_embeds": inputs_embeds,
-            "labels": labels,
-            "interpolate_pos_encoding": interpolate_pos_encoding,
-            "mm_encoder_outputs": mm_encoder_outputs,
-        }
-        return self.run_upstream_forward(inputs, kwargs)
+    forward = upstream_forward(transformers.Blip2ForConditionalGeneration)

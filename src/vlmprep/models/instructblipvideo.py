@@ -19,8 +19,8 @@ from transformers import GenerationMixin
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
 from ..generation.validation import check_pixel_dims
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.qformer_queries import InstructedQueriesLayout, check_instructions
+from .base import VisionPrepMixin
+from .layouts.qformer_queries import InstructedQueriesLayout, check_instructions, upstream_forward
 
 INSTRUCTION_KEYS = ("qformer_input_ids", "qformer_attention_mask")
 
@@ -77,49 +77,4 @@ class InstructBlipVideoForConditionalGeneration(
         """
         check_instructions(model_kwargs, self.count_items(model_kwargs, modality=modality), modality)
 
-    # Upstream's signature (its defaults too: the drop-in's `None` defaults serve `generate`'s calls without items)
-    @keeps_upstream_interface(transformers.InstructBlipVideoForConditionalGeneration.forward)
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        qformer_input_ids: torch.Tensor | None = None,
-        qformer_attention_mask: torch.LongTensor | None = None,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        interpolate_pos_encoding: bool = False,
-        use_cache: bool | None = None,
-        mm_encoder_outputs: dict | None = None,
-        **kwargs,
-    ):
-        """Upstream's forward, with upstream's parameters in upstream's order, which also takes calls without a video
-        (decoding steps, prefill chunks of text: `QFormerQueriesLayout.prepare_query_forward`).
-
-        Args:
-            pixel_values, qformer_input_ids, qformer_attention_mask, input_ids, attention_mask, decoder_input_ids,
-            decoder_attention_mask, inputs_embeds, labels, interpolate_pos_encoding, use_cache, mm_encoder_outputs:
-                as upstream's (`transformers.InstructBlipVideoForConditionalGeneration.forward`); `pixel_values` and
-                `qformer_input_ids` may be `None`.
-            kwargs: handed to the language model, as upstream does (`cache`, `position_ids`, ...).
-
-        Returns:
-            upstream's output (`labels` give upstream's loss), with the language model's `cache` at the top.
-        """
-        inputs = {
-            "pixel_values": pixel_values,
-            "qformer_input_ids": qformer_input_ids,
-            "qformer_attention_mask": qformer_attention_mask,
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "decoder_input_ids": decoder_input_ids,
-            "decoder_attention_mask": decoder_attention_mask,
-            "inputs_embeds": inputs_embeds,
-            "labels": labels,
-            "interpolate_pos_encoding": interpolate_pos_encoding,
-            "use_cache": use_cache,
-            "mm_encoder_outputs": mm_encoder_outputs,
-        }
-        return self.run_upstream_forward(inputs, kwargs)
+    forward = upstream_forward(transformers.InstructBlipVideoForConditionalGeneration)

@@ -5,14 +5,18 @@ Besides the counts, these families share how transformers runs them: their own `
 input embeddings to the language model's `generate`, and their forward needs the pixels on every call. The drop-ins
 run vlmprep's `generate` on the whole model instead, so their forward must also take calls that carry no item
 (decoding steps, prefill chunks of text): `QFormerQueriesLayout.prepare_query_forward` turns such a call into one
-upstream's forward takes. Each family's `forward` states upstream's own parameters, in upstream's order, and runs
-`QFormerQueriesLayout.run_upstream_forward`; what `generate` adds (`cache`, `position_ids`, `use_cache`) comes
-through its keyword arguments, which upstream's forward hands to the language model. Checkpoints whose language model is an encoder-decoder (Flan-T5) are refused
-(`config_refusal`): their encoder takes the items and the prompt together, there is no decoder-only prefill to prepare.
+upstream's forward takes. Each family's `forward` is `upstream_forward(<its transformers class>)`: upstream's own
+parameters, in upstream's order, bound as upstream binds them, run by `QFormerQueriesLayout.run_upstream_forward`;
+what `generate` adds (`cache`, `position_ids`, `use_cache`) comes through its keyword arguments, which upstream's
+forward hands to the language model. Checkpoints whose language model is an encoder-decoder (Flan-T5) are refused
+(`config_refusal`): their encoder takes the items and the prompt together, there is no decoder-only prefill to
+prepare.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
 from ...generation.validation import check_companion_input
+from ..base import keeps_upstream_interface
 
 # Every Q-Former family: a fixed count per item (the learned queries), nothing per item besides the pixels.
 QFORMER_FACTS = VisionFacts(tokens_per_image_attr="num_query_tokens", per_image_keys=())
@@ -192,8 +197,8 @@ class QFormerQueriesLayout(FamilyHooks):
         return inputs
 
     def run_upstream_forward(self, inputs: dict[str, Any], kwargs: dict[str, Any]):
-        """Upstream's forward on a call that may carry no item (`prepare_query_forward`); what a family's `forward`,
-        which states upstream's parameters, runs.
+        """Upstream's forward on a call that may carry no item (`prepare_query_forward`); what a family's `forward`
+        (`upstream_forward`) runs.
 
         Args:
             inputs (`dict[str, Any]`): upstream's named parameters, as the call gave them.
@@ -229,6 +234,40 @@ class QFormerQueriesLayout(FamilyHooks):
         """
         inputs = self.caption_prompt(pixel_values, input_ids, {"attention_mask": attention_mask, **kwargs})
         return super().generate(inputs.pop("input_ids"), **inputs)
+
+
+def upstream_forward(upstream: type) -> Callable:
+    """A Q-Former family's drop-in `forward`: upstream's parameters, in upstream's order, with its annotations.
+
+    The call is bound as upstream's signature binds it; upstream's named parameters go to
+    `QFormerQueriesLayout.run_upstream_forward` (those upstream requires, the pixels and the prompt, may be missing: a
+    decoding step or a prefill chunk of text carries no item) and its other keyword arguments to the language model,
+    as upstream hands them on.
+
+    Args:
+        upstream (`type`): the transformers class (`transformers.Blip2ForConditionalGeneration`, ...).
+
+    Returns:
+        `Callable`: the `forward` to set on the drop-in class: its output is upstream's (`labels` give upstream's loss),
+        with the language model's `cache` at the top.
+    """
+    signature = inspect.signature(upstream.forward)
+    parameters = signature.parameters
+    named = [name for name in list(parameters)[1:] if parameters[name].kind is not inspect.Parameter.VAR_KEYWORD]
+    rest = next(name for name in parameters if parameters[name].kind is inspect.Parameter.VAR_KEYWORD)
+
+    @keeps_upstream_interface(upstream.forward)
+    def forward(self, *args, **kwargs):
+        call = signature.bind_partial(self, *args, **kwargs)
+        call.apply_defaults()
+        inputs = {name: call.arguments.get(name) for name in named}
+        return self.run_upstream_forward(inputs, dict(call.arguments[rest]))
+
+    forward.__doc__ = (
+        f"`transformers.{upstream.__name__}.forward`, which also takes calls without an item (decoding steps, prefill "
+        "chunks of text): `vlmprep.models.layouts.qformer_queries.upstream_forward`."
+    )
+    return forward
 
 
 def check_instructions(model_kwargs: dict[str, Any], num_items: int | None, modality: str = "image") -> None:
