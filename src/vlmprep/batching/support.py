@@ -77,8 +77,7 @@ def check_batching_support(model, with_items: bool = True) -> None:
             f"{name}'s decoder layers differ in {per_layer} (its config's `per_layer_config`, e.g. Gemma 4's "
             "full-attention layers with their own head dimension), which transformers' paged cache does not hold (it "
             "reads one `num_key_value_heads`, `head_dim` and `num_attention_heads` for every layer), also for text. Use "
-            "`generate` "
-            "for this model."
+            "`generate` for this model."
         )
     if "moe_mm_token_type_ids" in inspect.signature(model.forward).parameters:
         raise ValueError(
