@@ -76,6 +76,32 @@ def test_video_llava_legacy_pixel_name_is_passed_and_hashed_as_pixel_values():
     assert runs.images == 0, "the same image under its current name is an encoder-cache hit"
 
 
+def test_video_llava_videos_are_refused_clearly():
+    # Upstream runs a video prompt; the drop-in prepares images only, and its prepared (empty) encoder outputs next to
+    # `pixel_values_videos` made upstream's forward fail with "cannot specify both" (transformers' own Video-LLaVA
+    # generation tests): a `ValueError` saying what to use instead.
+    upstream, ours = model_pair("video_llava")
+    config = ours.config
+    frames = 8  # Video-LLaVA's videos: 8 frames, each its patch tokens and CLS
+    video_tokens = frames * (ours.item_token_counts({}) + 1)
+    image = FAMILY_CASES["video_llava"].build_inputs(config, [[5], IMAGE, [7]], [4])
+    ids = [[5, *image["input_ids"][0][1:-1].tolist(), 6, *[config.video_token_index] * video_tokens, 7]]
+    size = config.vision_config.image_size
+    videos = torch.rand(1, frames, 3, size, size, generator=torch.Generator().manual_seed(1))
+    for inputs in (
+        {
+            "input_ids": torch.tensor([[5, *[config.video_token_index] * video_tokens, 7]]),
+            "pixel_values_videos": videos,
+        },
+        {"input_ids": torch.tensor(ids), "pixel_values": image["pixel_values"], "pixel_values_videos": videos},
+    ):
+        assert len(_generate(upstream, inputs)) == inputs["input_ids"].shape[1] + 3
+        with pytest.raises(
+            ValueError, match=r"Videos are not prepared.*transformers\.VideoLlavaForConditionalGeneration"
+        ):
+            _generate(ours, inputs)
+
+
 @pytest.mark.parametrize("family", ["mistral3", "llava_next"])
 def test_an_image_selected_from_a_padded_batch_is_unpadded(family):
     # `VisionFacts.unpad_image_inputs`: a processor pads images (Pixtral: to the largest size; any-res: to the most

@@ -5,6 +5,8 @@ as `pixel_values` otherwise; both are the images' pixel inputs, and the tower is
 legacy name is a deprecated argument of `get_image_features`).
 """
 
+from typing import Any
+
 import transformers
 
 from ..generation import VisionFacts
@@ -12,6 +14,10 @@ from .base import VisionPrepMixin
 from .layouts.vision_patches import VisionPatchesLayout
 
 LEGACY_PIXEL_KEY = "pixel_values_images"
+_VIDEOS = (
+    "Videos are not prepared by vlmprep's Video-LLaVA (only its images are; upstream's forward refuses videos next to "
+    "prepared images): use `transformers.VideoLlavaForConditionalGeneration` for prompts with `pixel_values_videos`."
+)
 
 
 class VideoLlavaForConditionalGeneration(
@@ -41,3 +47,17 @@ class VideoLlavaForConditionalGeneration(
         per_image_keys=(),
         renamed_pixel_keys=((LEGACY_PIXEL_KEY, "pixel_values"),),
     )
+
+    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Images, as any family counts them; videos are refused (clearly, not as upstream's error deep in prefill).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+
+        Returns:
+            `int` or `None` (no pixel inputs)
+        """
+        if model_kwargs.get("pixel_values_videos") is not None:
+            raise ValueError(_VIDEOS)
+        return super().count_items(model_kwargs, modality=modality)
