@@ -47,8 +47,8 @@ QWEN_WITH_VIDEOS = [
     "qwen2_5_omni_thinker",
     "qwen3_omni_moe_thinker",
 ]
-# VideoLLaMA3's videos keep the rows of their compression mask, one run per frame.
-WITH_VIDEOS = [*QWEN_WITH_VIDEOS, "video_llama_3"]
+# VideoLLaMA3's videos keep the rows of their compression mask, one run per frame; Video-LLaVA's are one run each.
+WITH_VIDEOS = [*QWEN_WITH_VIDEOS, "video_llama_3", "video_llava"]
 
 
 @pytest.mark.parametrize("family", BEYOND_ROWS)

@@ -15,7 +15,7 @@ from transformers import DynamicCache
 from conftest import ALL_FAMILIES, model_pair
 from support.caller_caches import cache_of
 from support.references import SYSTEM, USER, Prompt, assert_close, collate, generate_logits, reference_next_logits
-from support.registry import GLM_MROPE_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
+from support.registry import GLM_MROPE_FAMILIES, LLAVA_VIDEO_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
 from vlmprep.generation.validation import cached_key_shapes
 from vlmprep.testing import IMAGE, VIDEO
 
@@ -289,7 +289,7 @@ def test_glm4v_videos_need_token_types():
         ours.generate(**inputs, max_new_tokens=1)
 
 
-@pytest.mark.parametrize("family", ["llava_onevision", "llava_next_video"])
+@pytest.mark.parametrize("family", LLAVA_VIDEO_FAMILIES)
 def test_video_placeholders_without_pixels_raise(family):
     _, ours = model_pair(family)
     inputs = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[0]).inputs(with_pixels=False)

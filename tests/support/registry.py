@@ -36,12 +36,12 @@ __all__ = [
 
 # Families by what their prompts hold, for the checks only they run. The Qwen-VL families keep multimodal rope deltas
 # on the model upstream and tell videos from images by `mm_token_type_ids`; GLM's video frames are image placeholders,
-# so (as upstream) one forward holds images or a video, never both; LLaVA-OneVision's and LLaVA-NeXT-Video's videos
-# are one placeholder run each. GLM-5-Next writes GLM's prompts, with 1D positions.
+# so (as upstream) one forward holds images or a video, never both; LLaVA-OneVision's, LLaVA-NeXT-Video's and
+# Video-LLaVA's videos are one placeholder run each. GLM-5-Next writes GLM's prompts, with 1D positions.
 QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"]
 GLM_MROPE_FAMILIES = ["glm4v", "glm4v_moe", "glm46v", "glm_ocr"]
 GLM_FAMILIES = [*GLM_MROPE_FAMILIES, "glm5_next"]
-LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video"]
+LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video", "video_llava"]
 # VideoLLaMA3 gives a video one run per frame of the rows its compression mask keeps (some frames shorter).
 COMPRESSED_VIDEO_FAMILIES = ["video_llama_3"]
 # An image and a video in one prompt

@@ -18,7 +18,7 @@ from transformers.models.llava_next.modeling_llava_next import image_size_to_num
 from conftest import model_pair
 from support.registry import FAMILY_CASES
 from vlmprep import LlavaForConditionalGeneration
-from vlmprep.testing import IMAGE, VisionRunCounter, build_prompt, random_pixels, tiny_llava_config, tiny_model
+from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, build_prompt, random_pixels, tiny_llava_config, tiny_model
 
 
 def _inputs(config) -> dict:
@@ -76,30 +76,83 @@ def test_video_llava_legacy_pixel_name_is_passed_and_hashed_as_pixel_values():
     assert runs.images == 0, "the same image under its current name is an encoder-cache hit"
 
 
-def test_video_llava_videos_are_refused_clearly():
-    # Upstream runs a video prompt; the drop-in prepares images only, and its prepared (empty) encoder outputs next to
-    # `pixel_values_videos` made upstream's forward fail with "cannot specify both" (transformers' own Video-LLaVA
-    # generation tests): a `ValueError` saying what to use instead.
+def _video_llava_prompt(config, segments: list, seeds: list[int]) -> dict:
+    # As Video-LLaVA's processor builds them: a video is one run of `frames * (patches + 1)` placeholders
+    return FAMILY_CASES["video_llava"].build_inputs(config, segments, seeds)
+
+
+def _upstream_next_logits(upstream, inputs: dict) -> torch.Tensor:
+    # The reference: one uncached forward of the whole prompt with the plain class
+    with torch.no_grad():
+        return upstream(**inputs, use_cache=False).logits[:, -1]
+
+
+def _first_scores(model, inputs: dict, **kwargs) -> torch.Tensor:
+    out = model.generate(
+        **inputs, max_new_tokens=1, do_sample=False, output_scores=True, return_dict_in_generate=True, **kwargs
+    )
+    return out.scores[0]
+
+
+class _TowerRuns:
+    """Forward hook on a vision tower: the rows (frames or images) of each call."""
+
+    def __init__(self, tower: torch.nn.Module):
+        self.rows: list[int] = []
+        self._handle = tower.register_forward_hook(lambda _, args, __: self.rows.append(args[0].shape[0]))
+
+    def __enter__(self) -> _TowerRuns:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._handle.remove()
+
+
+@pytest.mark.parametrize(
+    ("segments", "seeds"),
+    [([[5], VIDEO, [7]], [1]), ([[5], IMAGE, [6], VIDEO, [7, 8]], [4, 1]), ([[5], VIDEO, [6], VIDEO, [7]], [1, 2])],
+    ids=["video", "image_and_video", "two_videos"],
+)
+def test_video_llava_videos_match_transformers_and_are_encoded_once(segments, seeds):
+    # Upstream's forward refuses `pixel_values_videos` next to prepared encoder outputs; the drop-in prepares videos
+    # as a modality of their own, so every path gives the plain class's logits and each video's frames are encoded once.
     upstream, ours = model_pair("video_llava")
-    config = ours.config
-    frames = 8  # Video-LLaVA's videos: 8 frames, each its patch tokens and CLS
-    video_tokens = frames * (ours.item_token_counts({}) + 1)
-    image = FAMILY_CASES["video_llava"].build_inputs(config, [[5], IMAGE, [7]], [4])
-    ids = [[5, *image["input_ids"][0][1:-1].tolist(), 6, *[config.video_token_index] * video_tokens, 7]]
-    size = config.vision_config.image_size
-    videos = torch.rand(1, frames, 3, size, size, generator=torch.Generator().manual_seed(1))
-    for inputs in (
-        {
-            "input_ids": torch.tensor([[5, *[config.video_token_index] * video_tokens, 7]]),
-            "pixel_values_videos": videos,
-        },
-        {"input_ids": torch.tensor(ids), "pixel_values": image["pixel_values"], "pixel_values_videos": videos},
-    ):
-        assert len(_generate(upstream, inputs)) == inputs["input_ids"].shape[1] + 3
-        with pytest.raises(
-            ValueError, match=r"Videos are not prepared.*transformers\.VideoLlavaForConditionalGeneration"
-        ):
-            _generate(ours, inputs)
+    inputs = _video_llava_prompt(ours.config, segments, seeds)
+    videos = inputs["pixel_values_videos"]
+    expected = _upstream_next_logits(upstream, inputs)
+    assert _generate(ours, inputs) == _generate(upstream, inputs)
+    for chunk_size in (None, 5, 17):
+        ours.encoder_cache.clear()
+        with _TowerRuns(ours.model.video_tower) as runs:
+            torch.testing.assert_close(
+                _first_scores(ours, inputs, prefill_chunk_size=chunk_size), expected, rtol=0, atol=1e-5
+            )
+        assert runs.rows == [videos.shape[0] * videos.shape[1]], "one tower run over every frame of every video"
+
+
+def test_video_llava_two_videos_give_different_logits_upstream():
+    # The tiny model can fail: another video changes upstream's logits
+    upstream, ours = model_pair("video_llava")
+    one, other = (_video_llava_prompt(ours.config, [[5], VIDEO, [7]], [seed]) for seed in (1, 2))
+    assert torch.equal(one["input_ids"], other["input_ids"])
+    assert not torch.allclose(_upstream_next_logits(upstream, one), _upstream_next_logits(upstream, other), atol=1e-3)
+
+
+def test_video_llava_continuing_from_a_returned_cache_is_exact_and_encodes_only_the_new_video():
+    upstream, ours = model_pair("video_llava")
+    turn_1 = _video_llava_prompt(ours.config, [[5], VIDEO, [7]], [1])
+    out = ours.generate(**turn_1, max_new_tokens=2, do_sample=False, return_dict_in_generate=True)
+    both = _video_llava_prompt(ours.config, [[5], VIDEO, [7], IMAGE, [9], VIDEO, [10]], [1, 4, 2])
+    generated = out.sequences[0, turn_1["input_ids"].shape[1] :].tolist()
+    # The second turn: the first turn's prompt and answer, then a new image and video
+    ids = both["input_ids"][0].tolist()
+    cut = turn_1["input_ids"].shape[1]
+    conversation = {**both, "input_ids": torch.tensor([ids[:cut] + generated + ids[cut:]])}
+    ours.encoder_cache.clear()
+    with _TowerRuns(ours.model.video_tower) as runs:
+        scores = _first_scores(ours, conversation, cache=out.cache, prefill_chunk_size=6)
+    torch.testing.assert_close(scores, _upstream_next_logits(upstream, conversation), rtol=0, atol=1e-5)
+    assert runs.rows == [both["pixel_values_videos"].shape[1]], "only the new video's frames are encoded"
 
 
 @pytest.mark.parametrize("family", ["mistral3", "llava_next"])

@@ -51,7 +51,6 @@ NOT_READ = {
     "internvl": {"image_sizes"},
     "qianfan_ocr": {"image_sizes"},
     "llava_onevision": {"image_sizes_videos"},
-    "video_llava": {"pixel_values_videos"},  # videos are not prepared: a request with them is refused
     "nemotron_h_omni": {"pixel_values_videos"},  # videos are refused
     "molmo2": {"pixel_values_videos", "video_token_pooling", "video_grids"},  # videos are refused
     # Computed from `input_ids` by the forward; only a caller passing `inputs_embeds` instead of ids supplies them

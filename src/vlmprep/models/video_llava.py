@@ -1,8 +1,12 @@
-"""Video-LLaVA (images): LLaVA-like images, one run of CLIP patch tokens each; videos are not prepared by vlmprep.
+"""Video-LLaVA: LLaVA-like images, one run of CLIP patch tokens each, and videos of whole CLIP frames.
 
 Its image processor returns the images as `pixel_values_images` by default (`return_legacy_image_output=True`) and
 as `pixel_values` otherwise; both are the images' pixel inputs, and the tower is always given `pixel_values` (the
 legacy name is a deprecated argument of `get_image_features`).
+
+A video (`pixel_values_videos`, `(num_videos, frames, C, H, W)`) is one run of `frames * (patches + 1)` video
+placeholders: `get_video_features` runs the video tower on every frame and keeps all its tokens, CLS included,
+whatever the feature select strategy, and the model scatters them into the video placeholders in order.
 """
 
 from typing import Any
@@ -10,54 +14,59 @@ from typing import Any
 import transformers
 
 from ..generation import VisionFacts
+from ..generation.facts import ModalityFacts
 from .base import VisionPrepMixin
-from .layouts.vision_patches import VisionPatchesLayout
+from .layouts.vision_patches import VisionPatchesLayout, vision_patch_count
 
 LEGACY_PIXEL_KEY = "pixel_values_images"
-_VIDEOS = (
-    "Videos are not prepared by vlmprep's Video-LLaVA (only its images are; upstream's forward refuses videos next to "
-    "prepared images): use `transformers.VideoLlavaForConditionalGeneration` for prompts with `pixel_values_videos`."
-)
 
 
 class VideoLlavaForConditionalGeneration(
     VisionPatchesLayout, VisionPrepMixin, transformers.VideoLlavaForConditionalGeneration
 ):
-    """Drop-in `transformers.VideoLlavaForConditionalGeneration` whose image tower runs once, in input preparation.
-
-    Images only; `pixel_values_videos` are not prepared by vlmprep.
+    """Drop-in `transformers.VideoLlavaForConditionalGeneration` whose image and video towers run once, in input
+    preparation.
 
     Example:
 
     ```python
+    >>> import torch
     >>> from vlmprep.models.video_llava import VideoLlavaForConditionalGeneration
     >>> from vlmprep.testing.configs import tiny_video_llava_config
     >>> model = VideoLlavaForConditionalGeneration(tiny_video_llava_config()).eval()
     >>> model.item_token_counts({})  # (16 / 4) ** 2 patches; the default strategy drops the CLS token
     16
+    >>> model.item_token_counts({"pixel_values_videos": torch.zeros(1, 8, 3, 16, 16)}, modality="video")  # 8 * 17
+    136
 
     ```
     """
 
     # Fixed-size images, no per-image extras; `pooler_output` is one `(images, tokens, dim)` tensor. The tower is given
-    # the images' pixels as `pixel_values` whichever name the processor used.
+    # the images' pixels as `pixel_values` whichever name the processor used. Videos are one `(videos * frames,
+    # patches + 1, dim)` tensor, which the mixin splits into one run's rows per video.
     counts_cls_token = True  # the `"full"` feature select strategy keeps CLIP's CLS token
     vision_facts = VisionFacts(
         pixel_keys=("pixel_values", LEGACY_PIXEL_KEY),
         per_image_keys=(),
         renamed_pixel_keys=((LEGACY_PIXEL_KEY, "pixel_values"),),
+        other_modalities=(ModalityFacts("video", "video_token_index", ("pixel_values_videos",)),),
     )
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Images, as any family counts them; videos are refused (clearly, not as upstream's error deep in prefill).
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
+        """Placeholders of an image (the layout's count), or of a video: each frame's patches and CLS token.
 
         Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
+            model_kwargs (`dict[str, Any]`): the call's inputs (`pixel_values_videos`, for a video's frame count).
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
 
         Returns:
-            `int` or `None` (no pixel inputs)
+            `int`, or `None` for videos when the call has no video pixels (their runs then give the counts)
         """
-        if model_kwargs.get("pixel_values_videos") is not None:
-            raise ValueError(_VIDEOS)
-        return super().count_items(model_kwargs, modality=modality)
+        if modality != "video":
+            return super().item_token_counts(model_kwargs, modality=modality)
+        videos = model_kwargs.get("pixel_values_videos")
+        if videos is None:
+            return None
+        frames = videos.shape[1]  # (num_videos, frames, C, H, W): the processor stacks videos of one frame count
+        return frames * (vision_patch_count(self.config) + 1)

@@ -1,6 +1,7 @@
-"""LLaVA-OneVision and LLaVA-NeXT-Video with videos: the image builders of `cases_llava_anyres.py`, plus videos.
+"""LLaVA-OneVision, LLaVA-NeXT-Video and Video-LLaVA with videos: the image builders of `cases_llava_anyres.py` and
+`cases_fixed_size.py`, plus videos.
 
-The cases registered by `cases_llava_anyres.py` (loaded first) are registered again with builders that also place
+The cases registered by `cases_llava_anyres.py` and `cases_fixed_size.py` (loaded first) are registered again with builders that also place
 videos (a `VIDEO` segment); image-only prompts are built exactly as before, so the conformance suite is unchanged.
 A video is `(frames, C, H, W)` of one crop size; it has one placeholder run whose length follows each processor's
 `replace_video_token` arithmetic (recomputed here, never asked of the drop-in under test).
@@ -25,6 +26,8 @@ def video_tokens(config) -> int:
     if config.model_type == "llava_onevision":
         pooled = math.ceil(patches / 2)
         return VIDEO_FRAMES * pooled * pooled + 1  # +1: the newline token after the frames
+    if config.model_type == "video_llava":
+        return VIDEO_FRAMES * (patches * patches + 1)  # every frame's patches and its CLS token, unpooled
     return patches * patches // 4 * VIDEO_FRAMES  # LLaVA-NeXT-Video: 2x2 average pooling per frame
 
 
@@ -71,7 +74,7 @@ def with_videos(build_images):
     return build_inputs
 
 
-for family in ("llava_onevision", "llava_next_video"):
+for family in ("llava_onevision", "llava_next_video", "video_llava"):
     case = FAMILY_CASES[family]
     register(
         dataclasses.replace(

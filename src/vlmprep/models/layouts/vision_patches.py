@@ -33,7 +33,8 @@ class VisionPatchesLayout(FamilyHooks):
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs (`vision_feature_select_strategy`, if passed).
-            modality (`str`, *optional*, defaults to `"image"`): these families have images only.
+            modality (`str`, *optional*, defaults to `"image"`): the layout's items are images (a family with videos,
+                Video-LLaVA, counts those itself).
 
         Returns:
             `int`
