@@ -138,6 +138,14 @@ def test_video_llava_two_videos_give_different_logits_upstream():
     assert not torch.allclose(_upstream_next_logits(upstream, one), _upstream_next_logits(upstream, other), atol=1e-3)
 
 
+def test_video_llava_videos_without_their_frame_axis_are_refused_clearly():
+    _, ours = model_pair("video_llava")
+    inputs = _video_llava_prompt(ours.config, [[5], VIDEO, [7]], [1])
+    inputs["pixel_values_videos"] = inputs["pixel_values_videos"][0]  # (frames, C, H, W): no video axis
+    with pytest.raises(ValueError, match=r"pixel_values_videos` must be one tensor of shape \(num_videos, frames"):
+        _generate(ours, inputs)
+
+
 def test_video_llava_continuing_from_a_returned_cache_is_exact_and_encodes_only_the_new_video():
     upstream, ours = model_pair("video_llava")
     turn_1 = _video_llava_prompt(ours.config, [[5], VIDEO, [7]], [1])

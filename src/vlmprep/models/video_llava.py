@@ -68,5 +68,12 @@ class VideoLlavaForConditionalGeneration(
         videos = model_kwargs.get("pixel_values_videos")
         if videos is None:
             return None
+        if getattr(videos, "ndim", None) != 5:
+            # Upstream's `get_video_features` unpacks five dimensions; a list of videos or a missing axis fails there
+            got = tuple(videos.shape) if hasattr(videos, "shape") else type(videos).__name__
+            raise ValueError(
+                "`pixel_values_videos` must be one tensor of shape (num_videos, frames, channels, height, width), got "
+                f"{got}: pass the Video-LLaVA processor's `pixel_values_videos` as it returns them."
+            )
         frames = videos.shape[1]  # (num_videos, frames, C, H, W): the processor stacks videos of one frame count
         return frames * (vision_patch_count(self.config) + 1)
