@@ -165,6 +165,15 @@ def format_table(results: dict) -> str:
         + "; turn-2 spread (s): "
         + ", ".join(f"{name} {_spread([run[1] for run in results[name]['ttfts_s']]):.4f}" for name in names)
     )
+    if RECEIVE_ONLY in medians:
+        # What the one more photo's bytes cost a server doing nothing is the floor: above it is the server's own work
+        floor = medians[RECEIVE_ONLY][4] - medians[RECEIVE_ONLY][1]
+        lines.append(
+            "turn 5 - turn 2 beyond the receive-only server's (s): "
+            + ", ".join(
+                f"{name} {medians[name][4] - medians[name][1] - floor:+.4f}" for name in names if name != RECEIVE_ONLY
+            )
+        )
     return "\n".join(lines)
 
 

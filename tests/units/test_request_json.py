@@ -9,6 +9,7 @@ import json
 import pytest
 
 from vlmprep.serving import request_json
+from vlmprep.serving.body_texts import ResentBodyTexts
 from vlmprep.serving.request_json import LIFT_MIN_CHARS, parse_json_body
 
 PAYLOAD = base64.b64encode(bytes(range(256)) * (LIFT_MIN_CHARS // 128)).decode()
@@ -86,27 +87,9 @@ def test_a_clients_string_cannot_pass_for_a_lifted_one():
     assert parse_json_body(body) == json.loads(body)
 
 
-def test_the_app_reads_a_body_sent_in_many_chunks_whole():
+def _post_through_app(app, body: bytes) -> list:
     import asyncio
 
-    from vlmprep.serving.app import build_app
-    from vlmprep.serving.policy import ServingPolicy
-
-    received = []
-
-    class Handler:
-        async def handle_request(self, body, request_id, request=None):
-            from fastapi.responses import JSONResponse
-
-            received.append(body)
-            return JSONResponse({})
-
-    class State:
-        def is_cb_alive(self):
-            return True
-
-    app = build_app(None, Handler(), State(), ServingPolicy())
-    body = json.dumps(chat(URL, URL)).encode()
     chunks = [body[start : start + 65536] for start in range(0, len(body), 65536)]
     sent = []
 
@@ -134,4 +117,134 @@ def test_the_app_reads_a_body_sent_in_many_chunks_whole():
         "root_path": "",
     }
     asyncio.run(app(scope, receive, send))
-    assert sent[0]["status"] == 200 and received == [json.loads(body)]
+    return sent
+
+
+class _State:
+    def is_cb_alive(self):
+        return True
+
+
+class _RecordingHandler:
+    def __init__(self, handler=None):
+        self.received = []
+        if handler is not None:  # the real handler's media cache and tenant reading
+            self.media_cache, self.body_tenant = handler.media_cache, handler.body_tenant
+
+    async def handle_request(self, body, request_id, request=None):
+        from fastapi.responses import JSONResponse
+
+        self.received.append(body)
+        return JSONResponse({})
+
+
+def test_the_app_reads_a_body_sent_in_many_chunks_whole():
+    from vlmprep.serving.app import build_app
+    from vlmprep.serving.policy import ServingPolicy
+
+    handler = _RecordingHandler()
+    body = json.dumps(chat(URL, URL)).encode()
+    sent = _post_through_app(build_app(None, handler, _State(), ServingPolicy()), body)
+    assert sent[0]["status"] == 200 and handler.received == [json.loads(body)]
+
+
+def test_the_app_recalls_a_re_sent_data_url_per_tenant_as_the_string_the_media_cache_holds():
+    from vlmprep.serving.app import build_app
+    from vlmprep.serving.chat import VisionPrepChatCompletionHandler
+    from vlmprep.serving.policy import ServingPolicy
+
+    policy = ServingPolicy(api_key="secret")
+    real = VisionPrepChatCompletionHandler(model_manager=None, generation_state=None, policy=policy)
+    handler = _RecordingHandler(real)
+    app = build_app(None, handler, _State(), policy)
+    scope_headers = [(b"authorization", b"Bearer secret")]
+
+    def post(body: dict) -> str:
+        raw = json.dumps(body).encode()
+        sent = _post_through_app(_with_headers(app, scope_headers), raw)
+        assert sent[0]["status"] == 200 and handler.received[-1] == json.loads(raw)
+        return handler.received[-1]["messages"][0]["content"][0]["image_url"]["url"]
+
+    first = post({**chat(URL), "cache_salt": "alice"})
+    assert post({**chat(URL), "cache_salt": "alice"}) is first
+    assert post({**chat(URL), "cache_salt": "bob"}) is not first
+    assert post({**chat(URL), "cache_salt": ["not", "a", "salt"]}) is not first
+    assert post(chat(URL)) is not first
+    stats = real.media_cache.stats
+    assert stats.body_texts_recalled == 1 and stats.bytes == 3 * 2 * len(URL)
+
+
+def _with_headers(app, headers: list):
+    async def with_headers(scope, receive, send):
+        return await app({**scope, "headers": [*scope["headers"], *headers]}, receive, send)
+
+    return with_headers
+
+
+def _tenant(value):
+    # As the chat handler reads it: a body's `cache_salt`, `None` (neither recalled nor remembered) when not a string
+    salt = value.get("cache_salt") if isinstance(value, dict) else None
+    return None if salt is not None and not isinstance(salt, str) else (salt,)
+
+
+def test_a_re_sent_data_url_is_recalled_as_the_very_string_parsed_before_for_its_tenant_only():
+    texts = ResentBodyTexts(max_bytes=2**24)
+    other = URL[:-8] + "BBBBBBBB"
+    first = parse_json_body(json.dumps(chat(URL)).encode(), texts, _tenant)
+    first_url = first["messages"][0]["content"][0]["image_url"]["url"]
+    body = json.dumps(chat(other, URL)).encode()
+    again = parse_json_body(body, texts, _tenant)
+    assert again == json.loads(body) and texts.recalled == 1
+    assert again["messages"][0]["content"][1]["image_url"]["url"] is first_url
+    # Another tenant's body, one with no readable tenant, or no memory at all: decoded afresh, the same value
+    for salt in ("bob", 3):
+        body = json.dumps({**chat(URL), "cache_salt": salt}).encode()
+        value = parse_json_body(body, texts, _tenant)
+        assert value == json.loads(body) and value["messages"][0]["content"][0]["image_url"]["url"] is not first_url
+    assert parse_json_body(json.dumps(chat(URL)).encode())["messages"][0]["content"][0]["image_url"]["url"] is not (
+        first_url
+    )
+    assert texts.recalled == 1
+    # "bob"'s string is his own from now on; the unreadable tenant's was never remembered
+    parse_json_body(json.dumps({**chat(URL), "cache_salt": "bob"}).encode(), texts, _tenant)
+    assert texts.recalled == 2 and texts.bytes == 2 * 2 * len(URL) + 2 * len(other)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # One byte changed in the middle (same length, same sampled windows as the remembered URL)
+        json.dumps(chat(URL[: len(URL) // 2 - 100] + "!" + URL[len(URL) // 2 - 99 :])).encode(),
+        # The remembered bytes, then an escape or a control character: not the remembered string
+        json.dumps(chat(URL + "\\n")).encode(),
+        b'{"a": "' + URL.encode() + b'\x01"}',
+        # The remembered bytes as a key, and inside another string
+        json.dumps({URL: 1, "text": 'say "' + URL + '"'}).encode(),
+    ],
+    ids=["changed-middle", "escape-after", "control-after", "key-and-inner-text"],
+)
+def test_bytes_that_only_resemble_a_remembered_string_parse_as_json_loads(body):
+    texts = ResentBodyTexts(max_bytes=2**24)
+    parse_json_body(json.dumps(chat(URL)).encode(), texts, _tenant)
+    try:
+        expected = json.loads(body)
+    except ValueError as error:
+        with pytest.raises(type(error)):
+            parse_json_body(body, texts, _tenant)
+        return
+    assert parse_json_body(body, texts, _tenant) == expected and texts.recalled == 0
+
+
+def test_remembered_body_texts_stay_within_their_bytes():
+    texts = ResentBodyTexts(max_bytes=5 * len(URL))  # two strings: each counts its bytes and its text
+    urls = [URL[:-4] + f"{index:04d}" for index in range(4)]
+    for url in urls:
+        parse_json_body(json.dumps(chat(url)).encode(), texts, _tenant)
+    assert texts.bytes == 4 * len(URL)
+    recalled = [parse_json_body(json.dumps(chat(url)).encode(), texts, _tenant) for url in urls[2:]]
+    assert texts.recalled == 2 and recalled[0] == chat(urls[2])
+    parse_json_body(json.dumps(chat(urls[0])).encode(), texts, _tenant)
+    assert texts.recalled == 2  # evicted
+    huge = ResentBodyTexts(max_bytes=len(URL))  # one string over the budget: never held
+    parse_json_body(json.dumps(chat(URL)).encode(), huge, _tenant)
+    assert huge.bytes == 0

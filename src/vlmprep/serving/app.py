@@ -57,7 +57,11 @@ def build_app(
         model_manager.shutdown()
 
     app = FastAPI(lifespan=lifespan)
-    app.router.route_class = _route_class()  # the routes below parse JSON bodies with `parse_json_body`
+    # The routes below parse JSON bodies with `parse_json_body`: a re-sent data URL is recalled from the media cache's
+    # strings of earlier bodies (`ResentBodyTexts`), under the tenant the chat handler reads from the body
+    media_cache = getattr(chat_handler, "media_cache", None)
+    body_texts = getattr(media_cache, "body_texts", None)
+    app.router.route_class = _route_class(body_texts, getattr(chat_handler, "body_tenant", None))
 
     @app.exception_handler(AnyHTTPException)
     async def _client_error(_request: Request, error: AnyHTTPException):
@@ -108,16 +112,17 @@ def build_app(
     return RequestGuard(app, policy)
 
 
-def _route_class():
+def _route_class(body_texts: Any = None, body_tenant: Any = None):
     """FastAPI's route class, its requests' JSON read by `parse_json_body` (FastAPI's own content-type rules and
-    errors are kept: it calls `Request.json()` exactly where it would parse)."""
+    errors are kept: it calls `Request.json()` exactly where it would parse), with `body_texts` (`ResentBodyTexts`)
+    and `body_tenant` (the chat handler's) when given."""
     from fastapi import Request
     from fastapi.routing import APIRoute
 
     class LiftingRequest(Request):
         async def json(self) -> Any:
             if not hasattr(self, "_json"):
-                self._json = parse_json_body(await self.body())
+                self._json = parse_json_body(await self.body(), body_texts, body_tenant)
             return self._json
 
     class LiftingRoute(APIRoute):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+from collections.abc import Hashable
 from typing import Any
 
 from transformers.cli.serving.chat_completion import ChatCompletionHandler
@@ -107,6 +108,25 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             return self._streaming(*arguments, gen_manager=gen_manager, tools=body.get("tools"))
         work = asyncio.ensure_future(self._non_streaming(*arguments, gen_manager=gen_manager, tools=body.get("tools")))
         return await _until_done_or_disconnected(work, request, lambda: gen_manager.cancel(request_id))
+
+    def body_tenant(self, body: Any) -> Hashable | None:
+        """The namespace under which a request body's long strings are recalled (`parse_json_body`): its tenant.
+
+        Args:
+            body (`Any`): the parsed body, its long strings replaced by markers.
+
+        Returns:
+            `Hashable | None`: the tenant's salt (as `_tenant_salt` gives it, in a tuple), or `None` for a body the
+            handler refuses (its strings are neither recalled nor remembered).
+        """
+        from fastapi import HTTPException
+
+        if not isinstance(body, dict):
+            return None
+        try:
+            return (self._tenant_salt(body),)
+        except HTTPException:
+            return None
 
     def _tenant_salt(self, body: dict) -> str | None:
         """The request's cache partition: its `cache_salt` and, with `--api-key`, a digest of the key."""

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..utils.logging import get_logger
+from .body_texts import ResentBodyTexts
 from .text_keys import TextKeyMemo
 
 __all__ = ["CachingImageProcessor", "MediaCache", "MediaCacheStats", "media_key"]
@@ -71,12 +72,14 @@ class MediaCacheStats:
         decodes (`int`): images decoded (misses).
         process_hits (`int`): images whose image-processor output came from the cache.
         processed (`int`): images run through an image processor (misses, and the one-time join checks).
-        bytes (`int`): bytes held (images, processed arrays and the texts of `texts_recognized`), never more than
-            `max_bytes`.
+        bytes (`int`): bytes held (images, processed arrays and the texts of `texts_recognized` and
+            `body_texts_recalled`), never more than `max_bytes`.
         entries (`int`): images held.
         evictions (`int`): images dropped to make room.
         max_bytes (`int`): the byte budget.
         texts_recognized (`int`): data URLs' texts recognized as recent ones, not hashed again (`TextKeyMemo`).
+        body_texts_recalled (`int`): data URLs recalled from a request body's bytes as recent ones, not checked or
+            decoded again (`ResentBodyTexts`).
     """
 
     decode_hits: int = 0
@@ -88,6 +91,7 @@ class MediaCacheStats:
     evictions: int = 0
     max_bytes: int = 0
     texts_recognized: int = 0
+    body_texts_recalled: int = 0
 
 
 class _Entry:
@@ -127,13 +131,16 @@ class MediaCache:
         # (image-processor class, arguments) -> whether the join of per-image outputs equals its batch output
         self._join_checked: dict[tuple, bool] = {}
         self._texts = TextKeyMemo(max_bytes // 4)
+        # Read by the app's JSON parser (`parse_json_body`): a re-sent data URL comes back as the string `_texts` holds
+        self.body_texts = ResentBodyTexts(max_bytes // 4)
 
     @property
     def stats(self) -> MediaCacheStats:
         """A snapshot of the counters."""
         with self._lock:
             stats = MediaCacheStats(**{**self._stats.__dict__, "entries": len(self._entries)})
-            stats.bytes, stats.texts_recognized = stats.bytes + self._texts.bytes, self._texts.recognized
+            stats.bytes += self._texts.bytes + self.body_texts.bytes
+            stats.texts_recognized, stats.body_texts_recalled = self._texts.recognized, self.body_texts.recalled
             return stats
 
     def text_key(self, text: str, namespace: tuple, compute) -> str:
@@ -209,7 +216,7 @@ class MediaCache:
             self._stats.processed += images
 
     def _evict(self) -> None:
-        while self._stats.bytes + self._texts.bytes > self.max_bytes and self._entries:
+        while self._stats.bytes + self._texts.bytes + self.body_texts.bytes > self.max_bytes and self._entries:
             _, entry = self._entries.popitem(last=False)
             self._stats.bytes -= entry.bytes
             self._stats.evictions += 1
