@@ -13,8 +13,9 @@ import torch
 from PIL import Image
 
 from vlmprep.serving.media import load_request_image_cached
-from vlmprep.serving.media_cache import CachingImageProcessor, MediaCache, _equal
+from vlmprep.serving.media_cache import MediaCache
 from vlmprep.serving.policy import ServingPolicy
+from vlmprep.serving.processed_images import CachingImageProcessor, _equal
 
 
 def _image(width: int, height: int, seed: int) -> Image.Image:

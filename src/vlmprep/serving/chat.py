@@ -33,8 +33,9 @@ from ..utils.logging import get_logger
 from .audio import load_request_audio_cached
 from .errors import bad_request, client_error, shorten
 from .media import MediaRefused, load_request_image_cached
-from .media_cache import CachingImageProcessor, MediaCache
+from .media_cache import MediaCache
 from .policy import DEFAULT_LIMITS, ServingPolicy
+from .processed_images import CachingImageProcessor
 from .request_checks import check_chat_request, check_template_kwargs, request_audio_parts, request_image_urls
 
 __all__ = ["CACHE_SALT_FIELD", "DISCONNECT_POLL_S", "MAX_CACHE_SALT_CHARS", "VisionPrepChatCompletionHandler"]
