@@ -173,8 +173,13 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
     elif options.assistant is not None:
         kwargs["assistant_model"] = ours if options.assistant == "drop_in_assistant" else upstream
     outputs = {"output_hidden_states": options.output_hidden_states, "output_attentions": options.output_attentions}
-    attention = eager_attention(upstream, ours) if options.output_attentions else contextlib.nullcontext()
-    with attention, part_in_train_mode((ours, upstream), options.train_part):
+
+    def call_attention():
+        # Every reference runs under the call's attention implementation: SDPA and eager round differently, which a
+        # sparse top-k (GLM-5-Next's indexer) turns into another selection of keys
+        return eager_attention(upstream, ours) if options.output_attentions else contextlib.nullcontext()
+
+    with call_attention(), part_in_train_mode((ours, upstream), options.train_part):
         lookups = state.store.stats.lookups
         actual = greedy(ours, inputs, options.max_new_tokens, **outputs, **kwargs)
         expected = greedy(upstream, inputs, options.max_new_tokens, **outputs)
@@ -182,7 +187,8 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
         assert state.store.stats.lookups == lookups
     decode_positions_differ = FAMILY_CASES[ours.config.model_type].upstream_decode_positions_differ
     if decode_positions_differ:
-        check_steps_against_forwards(upstream, prompts, actual)
+        with call_attention():
+            check_steps_against_forwards(upstream, prompts, actual)
     else:
         assert torch.equal(actual.sequences, expected.sequences), (actual.sequences, expected.sequences)
         for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
@@ -199,7 +205,7 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
                     assert layer_actual.shape == layer_expected.shape, name
                     assert_close(layer_actual, layer_expected, atol=PADDED_ROW_ATOL if len(prompts) > 1 else ATOL)
     case = FAMILY_CASES[ours.config.model_type]
-    with torch.no_grad():
+    with torch.no_grad(), call_attention():
         if len(prompts) > 1 and case.padded_rows_follow_pad_states:
             pass  # checked against upstream's `generate` above: its forward of the padded batch numbers it otherwise
         elif len(prompts) == 1 or case.padding_moves_upstream:
