@@ -1,20 +1,23 @@
 """Differential test: random conversations through the drop-in, every call checked against plain transformers.
 
-Hypothesis draws conversations (`support.differential_strategies.conversations`): batches of prompts with 0-3 images (adjacent
-or with text between), left padding, chunk sizes, cache salts, the prefix store on or off, a caller's cache filled by
-transformers over a prefix, continuations of the answers (with or without the returned cache), hidden states and
-attentions returned, assisted decoding (prompt lookup, the drop-in or transformers as assistant), and weight changes
-between calls. Each `generate` of the drop-in is compared with the transformers class holding the same weights:
-the first step with one uncached forward of the whole prompt, every step with transformers' own greedy `generate`
-(no cache passed, no chunking), or, for a family whose upstream `generate` numbers decoded tokens unlike its own
-forward (`FamilyCase.upstream_decode_positions_differ`), with one uncached forward of the prompt and the answer so
-far. vlmprep's own output is never a reference.
+Hypothesis draws conversations (`support.differential_strategies.conversations`): batches of prompts with 0-3 items
+(adjacent or with text between): images, and for a family whose case builds them audio clips mixed with images
+(`test_differential_with_audio`) and videos, alone or mixed with images and clips (`test_differential_with_videos`;
+no images where the family's prompts hold one or the other, `FamilyCase.videos_apart_from_images`); left padding,
+chunk sizes, cache salts, the prefix store on or off, a caller's cache filled by transformers over a prefix,
+continuations of the answers (with or without the returned cache), hidden states and attentions returned, assisted
+decoding (prompt lookup, the drop-in or transformers as assistant), and weight changes between calls. Each
+`generate` of the drop-in is compared with the transformers class holding the same weights: the first step with one
+uncached forward of the whole prompt, every step with transformers' own greedy `generate` (no cache passed, no
+chunking), or, for a family whose upstream `generate` numbers decoded tokens unlike its own forward
+(`FamilyCase.upstream_decode_positions_differ`), with one uncached forward of the prompt and the answer so far.
+vlmprep's own output is never a reference.
 
 The models are private copies of the session pair (weight changes never leak into other tests); each family's
 `PrefixCache` is kept across examples, so later examples meet entries stored by earlier ones (and under earlier
 weights). CI runs a fixed count of examples per family (`VLMPREP_DIFFERENTIAL_EXAMPLES` overrides it), drawn from a
-seed of the family's name, so every run checks the same conversations; the `slow` test runs many more
-(`make test-slow`).
+seed of the family's name, so every run checks the same conversations; the `slow` tests run many more, with images
+and with videos (`make test-slow`).
 """
 
 from __future__ import annotations
@@ -35,10 +38,17 @@ from transformers import DynamicCache
 import vlmprep
 from conftest import model_pair
 from support.caller_caches import cropped_cache
-from support.differential_strategies import STORE_HIT_CONVERSATION, CallOptions, Conversation, Row, conversations
+from support.differential_strategies import (
+    STORE_HIT_CONVERSATION,
+    CallOptions,
+    Conversation,
+    Row,
+    conversations,
+    store_hit_conversation,
+)
 from support.references import ATOL, Prompt, assert_close, collate, continued, eager_attention, greedy_output
 from support.registry import FAMILY_CASES, scenario
-from vlmprep.testing import AUDIO, IMAGE
+from vlmprep.testing import AUDIO, IMAGE, VIDEO
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
 SLOW_EXAMPLES = 60
@@ -163,8 +173,13 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
     elif options.assistant is not None:
         kwargs["assistant_model"] = ours if options.assistant == "drop_in_assistant" else upstream
     outputs = {"output_hidden_states": options.output_hidden_states, "output_attentions": options.output_attentions}
-    attention = eager_attention(upstream, ours) if options.output_attentions else contextlib.nullcontext()
-    with attention, part_in_train_mode((ours, upstream), options.train_part):
+
+    def call_attention():
+        # Every reference runs under the call's attention implementation: SDPA and eager round differently, which a
+        # sparse top-k (GLM-5-Next's indexer) turns into another selection of keys
+        return eager_attention(upstream, ours) if options.output_attentions else contextlib.nullcontext()
+
+    with call_attention(), part_in_train_mode((ours, upstream), options.train_part):
         lookups = state.store.stats.lookups
         actual = greedy(ours, inputs, options.max_new_tokens, **outputs, **kwargs)
         expected = greedy(upstream, inputs, options.max_new_tokens, **outputs)
@@ -172,7 +187,8 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
         assert state.store.stats.lookups == lookups
     decode_positions_differ = FAMILY_CASES[ours.config.model_type].upstream_decode_positions_differ
     if decode_positions_differ:
-        check_steps_against_forwards(upstream, prompts, actual)
+        with call_attention():
+            check_steps_against_forwards(upstream, prompts, actual)
     else:
         assert torch.equal(actual.sequences, expected.sequences), (actual.sequences, expected.sequences)
         for step_actual, step_expected in zip(actual.logits, expected.logits, strict=True):
@@ -189,7 +205,7 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
                     assert layer_actual.shape == layer_expected.shape, name
                     assert_close(layer_actual, layer_expected, atol=PADDED_ROW_ATOL if len(prompts) > 1 else ATOL)
     case = FAMILY_CASES[ours.config.model_type]
-    with torch.no_grad():
+    with torch.no_grad(), call_attention():
         if len(prompts) > 1 and case.padded_rows_follow_pad_states:
             pass  # checked against upstream's `generate` above: its forward of the padded batch numbers it otherwise
         elif len(prompts) == 1 or case.padding_moves_upstream:
@@ -251,10 +267,11 @@ def check_conversations(family: str, max_examples: int, media: tuple = (IMAGE,))
     """Run `max_examples` conversations on `family`, drawn from a seed of the family's name.
 
     Each family gets its own (fixed) examples: a `derandomize`d test draws the same ones for every parameter.
-    `media` are the item markers prompts are drawn with (`IMAGE`; `AUDIO` too for families with audio).
+    `media` are the item markers prompts are drawn with (`IMAGE`; `VIDEO`, `AUDIO` too for families with videos or
+    audio); with videos, the store-hit example's items are taken in turn from `media` (a video first).
     """
 
-    @example(conversation=STORE_HIT_CONVERSATION)
+    @example(conversation=store_hit_conversation(media) if VIDEO in media else STORE_HIT_CONVERSATION)
     @seed(zlib.crc32(family.encode()))
     @settings(max_examples=max_examples, **COMMON_SETTINGS)
     @given(conversation=conversations(media=media))
@@ -290,7 +307,30 @@ def test_differential_with_audio(family):
     check_conversations(family, CI_EXAMPLES, media=(IMAGE, AUDIO))
 
 
+# Families whose cases build videos: conversations with videos, alone or mixed with images (and audio clips).
+VIDEO_FAMILIES = sorted(family for family, case in FAMILY_CASES.items() if case.builds_videos)
+
+
+def video_media(family: str) -> tuple:
+    """The markers a video conversation draws items from, a video first (the store-hit example's first item); no
+    images where the family's prompts hold videos or images, never both (image conversations: `test_differential`)."""
+    case = FAMILY_CASES[family]
+    media = (VIDEO,) if case.videos_apart_from_images else (VIDEO, IMAGE)
+    return (*media, AUDIO) if case.builds_audio else media
+
+
+@pytest.mark.parametrize("family", VIDEO_FAMILIES)
+def test_differential_with_videos(family):
+    check_conversations(family, CI_EXAMPLES, media=video_media(family))
+
+
 @pytest.mark.slow
 @scenario(name="differential")
 def test_differential_long(family):
     check_conversations(family, SLOW_EXAMPLES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", VIDEO_FAMILIES)
+def test_differential_with_videos_long(family):
+    check_conversations(family, SLOW_EXAMPLES, media=video_media(family))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from support.references import (
     Prompt,
     assert_close,
     assert_same_steps,
+    eager_attention,
     encoder_runs,
     generate_logits,
     reference_next_logits,
@@ -170,3 +173,25 @@ def test_deepstack_features_are_cached_with_the_image_features():
             _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=5)
         assert runs.batch_sizes == expected_runs
         assert_same_steps(logits, expected_logits)
+
+
+@pytest.mark.parametrize("family", ["glm5_next", "qwen2_vl"])
+def test_features_of_another_attention_implementation_are_not_served(family):
+    """Features encoded under SDPA are not served to a call under eager attention, nor the reverse: the kernels round
+    differently, which GLM-5-Next's sparse indexer can turn into another selection of keys (0.1 in logits, a greedy
+    token off transformers' under eager attention, found by the differential test). Each call equals transformers
+    under the same implementation; a repeated implementation is served from the cache."""
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, VIDEO, [30], IMAGE, USER], image_seeds=[1, 2])
+    saved, ours.encoder_cache = ours.encoder_cache, EncoderCache()
+    try:
+        for implementation, encodes in (("sdpa", True), ("eager", True), ("eager", False), ("sdpa", False)):
+            attention = eager_attention(upstream, ours) if implementation == "eager" else contextlib.nullcontext()
+            with attention:
+                _, expected = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+                with VisionRunCounter(ours) as runs:
+                    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2)
+            assert (runs.calls > 0) == encodes, (implementation, runs.calls)
+            assert_same_steps(logits, expected)
+    finally:
+        ours.encoder_cache = saved

@@ -29,7 +29,7 @@ def _params() -> list:
     params = []
     for family in ALL_FAMILIES:
         params.append(pytest.param(family, IMAGE, id=f"{family}-image"))
-        if "pixel_values_videos" in FAMILY_CASES[family].pixel_keys:  # families whose cases build videos
+        if FAMILY_CASES[family].builds_videos:
             params.append(pytest.param(family, VIDEO, id=f"{family}-video"))
         if FAMILY_CASES[family].builds_audio:
             params.append(pytest.param(family, AUDIO, id=f"{family}-audio"))

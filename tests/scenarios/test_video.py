@@ -88,6 +88,29 @@ def test_video_prompts_match_transformers(family, segments, seeds, expected_runs
     assert runs.batch_sizes == expected_runs
 
 
+@pytest.mark.parametrize("family", LLAVA_VIDEO_FAMILIES)
+def test_adjacent_videos_in_one_run_match_transformers(family):
+    """Two videos back to back make one placeholder run: split by each video's token count (upstream scatters the
+    features in order), both encoded in one tower run; exact in chunks that cut the run, and after a cache ending in
+    the first video."""
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, VIDEO, VIDEO, USER], image_seeds=[0, 1])
+    assert count_videos(prompt) == 2
+    expected_sequences, expected_logits = generate_logits(upstream, prompt.inputs(), max_new_tokens=3)
+    with encoder_runs(ours) as runs:
+        sequences, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=3)
+    assert torch.equal(sequences, expected_sequences)
+    assert_same_steps(logits, expected_logits)
+    assert runs.batch_sizes == [2]
+    first_video_end = video_positions(prompt)[0] + len(video_positions(prompt)) // 2
+    for kwargs in (
+        {"prefill_chunk_size": 7},
+        {"cache": cropped_cache(upstream, prompt.inputs(), first_video_end - 2)},
+    ):
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=3, **kwargs)
+        assert_same_steps(logits, expected_logits)
+
+
 @pytest.mark.parametrize("family", [*QWEN_FAMILIES, *COMPRESSED_VIDEO_FAMILIES])
 def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
     """Each row equals transformers on that row's prompt alone (uncached forwards); one encoder run per modality."""

@@ -53,6 +53,8 @@ class FamilyCase:
             its `generate`: the differential test checks padded rows against upstream's `generate` on the same batch
             only, and draws padded batches without the calls the drop-in refuses for them (a caller's cache, chunks
             under eager attention; the refusal: tests/scenarios/test_indexed_families.py).
+        videos_apart_from_images: why a prompt holds videos or images, never both, where transformers' class fails on
+            both (empty: a prompt may hold both): the differential test then draws video conversations without images.
         slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
             placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
     """
@@ -70,6 +72,7 @@ class FamilyCase:
     upstream_decode_positions_differ: bool = False
     padding_moves_upstream: bool = False
     padded_rows_follow_pad_states: bool = False
+    videos_apart_from_images: str = ""
     slow: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -77,6 +80,11 @@ class FamilyCase:
         """Whether the case builds audio clips: log-mel features (`input_features`), waveforms (`input_values`) or
         audio codes (`audio_input_ids`)."""
         return any(key in self.pixel_keys for key in ("input_features", "input_values", "audio_input_ids"))
+
+    @property
+    def builds_videos(self) -> bool:
+        """Whether the case builds videos (`VIDEO` segments) as inputs of their own (`pixel_values_videos`)."""
+        return "pixel_values_videos" in self.pixel_keys
 
     @property
     def upstream_class(self) -> type[PreTrainedModel]:

@@ -10,11 +10,12 @@ builds the tensors with the family's own `build_inputs`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from dataclasses import dataclass, field, replace
 
 from hypothesis import strategies as st
 
-from vlmprep.testing import AUDIO, IMAGE
+from vlmprep.testing import AUDIO, IMAGE, VIDEO
 
 # Random text ids: 3..99 never collide with the tiny models' special tokens (`vlmprep.testing`).
 TEXT_IDS = st.integers(min_value=3, max_value=99)
@@ -32,7 +33,7 @@ WEIGHT_FACTORS = st.sampled_from([0.5, 0.9, 1.0, 1.1, 2.0])
 
 @dataclass(frozen=True)
 class Row:
-    """One prompt: segments (text id lists, `IMAGE` or `AUDIO`) and the seed of each item, in order."""
+    """One prompt: segments (text id lists, `IMAGE`, `VIDEO` or `AUDIO`) and the seed of each item, in order."""
 
     segments: tuple
     image_seeds: tuple[int, ...]
@@ -42,7 +43,7 @@ class Row:
         return len(self.image_seeds)
 
     def __repr__(self) -> str:  # valid Python (with `IMAGE` imported), so a falsifying example can be replayed
-        markers = {IMAGE: "IMAGE", AUDIO: "AUDIO"}
+        markers = {IMAGE: "IMAGE", VIDEO: "VIDEO", AUDIO: "AUDIO"}
         shown = ", ".join(
             markers[segment] if isinstance(segment, str) else repr(list(segment)) for segment in self.segments
         )
@@ -113,7 +114,7 @@ def rows(draw, min_images: int = 0, max_images: int = 3, opening: bool = True, m
         min_images: fewest items.
         max_images: most items.
         opening: may start with the shared system prompt (a first prompt, not an extension).
-        media: the markers an item is drawn from (`IMAGE`, and `AUDIO` for families with audio).
+        media: the markers an item is drawn from (`IMAGE`; `VIDEO` and `AUDIO` for families with videos or audio).
     """
     num_images = draw(st.integers(min_value=min_images, max_value=max_images))
     segments: list = []
@@ -162,8 +163,8 @@ def call_options(draw, continuation: bool, salt: str | None = None, batch: int =
 def conversations(draw, max_batch: int = 3, max_continuations: int = 2, media: tuple = (IMAGE,)) -> Conversation:
     """A random conversation: a batch of 1..`max_batch` rows and up to `max_continuations` continuations.
 
-    In a batch of several rows either every row has an image or none has: the suite's `collate` helpers take the
-    pixel inputs' keys from the first row. A continuation appends the same extension to every row, so a batch stays
+    In a batch of several rows either every row has items or none has; each row draws its own media, so one row's
+    videos may sit next to another's images (the `collate` helpers concatenate each input over the rows that have it). A continuation appends the same extension to every row, so a batch stays
     aligned with its left padding and the returned cache can be passed back.
     """
     batch = draw(st.integers(min_value=1, max_value=max_batch))
@@ -209,3 +210,17 @@ STORE_HIT_CONVERSATION = Conversation(
         (Row(([50, 51, 52, 53],), ()), _store_options(weight_change=WeightChange(index=0, factor=1.1))),
     ),
 )
+
+
+def store_hit_conversation(media: tuple) -> Conversation:
+    """`STORE_HIT_CONVERSATION` with its items taken in turn from `media` (a video first, then an image, for a family
+    whose prompts mix them), so stored blocks holding those items are met as well."""
+    markers = itertools.cycle(media)
+
+    def with_media(row: Row) -> Row:
+        return Row(tuple(next(markers) if segment is IMAGE else segment for segment in row.segments), row.image_seeds)
+
+    conversation = STORE_HIT_CONVERSATION
+    rows = tuple(map(with_media, conversation.rows))  # in order: the first item is `media[0]`
+    continuations = tuple((with_media(row), options) for row, options in conversation.continuations)
+    return replace(conversation, rows=rows, continuations=continuations)

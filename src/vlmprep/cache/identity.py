@@ -1,8 +1,8 @@
 """The identity of a model in cache keys: everything besides the inputs that cached features and KV depend on.
 
 An encoder-cache entry (one image's features) or a prefix-cache block (KV) is valid only for the weights, the autocast
-state and the train/eval mode it was computed under. [`cache_identity`] gives a tuple of strings that changes whenever
-one of them changes, checked cheaply on every call:
+state, the train/eval mode and the attention implementation it was computed under. [`cache_identity`] gives a tuple of
+strings that changes whenever one of them changes, checked cheaply on every call:
 
 - **weights**: a fingerprint of every parameter and buffer of the part of the model that matters ([`weights_fingerprint`]):
   storage, data pointer, version counter, dtype, device, shape, strides, plus a few sampled elements of each tensor.
@@ -17,6 +17,7 @@ one of them changes, checked cheaply on every call:
   elements is not).
 - **autocast**: whether autocast is on, and its dtype, for the device types holding the weights;
 - **mode**: whether any module of the part is in training mode;
+- **attention**: the attention implementation of the config and each sub-config (SDPA and eager round differently);
 - **adapters**: the state of every PEFT tuner layer (LoRA and the other `BaseTunerLayer`s) in the part, which changes
   `forward` without changing a tensor: adapters enabled or disabled (`disable_adapter()`), the active adapters
   (`set_adapter`), the merged ones (`merge_adapter()`/`unmerge_adapter()`, whose weight writes the fingerprint sees
@@ -42,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .module_state import adapter_state, any_module_training, is_adapter_layer
+from .module_state import adapter_state, any_module_training, attention_state, is_adapter_layer
 
 __all__ = [
     "WeightsEpochs",
@@ -321,8 +322,8 @@ def _autocast_state(device_types: Iterable[str]) -> str:
     return "autocast(" + ",".join(states) + ")"
 
 
-def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, str, str]:
-    """The identity of `model` in cache keys: weights token, autocast state, mode and adapter state of one part.
+def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, str, str, str]:
+    """The identity of `model` in cache keys: weights token, autocast state, mode, adapter and attention state.
 
     Entries made under one identity are never served under another. Cheap enough for every call (see
     [`weights_fingerprint`]); the weights token comes from the [`WeightsEpochs`] stored on the model.
@@ -334,8 +335,9 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
             the prefix cache (KV depends on every weight).
 
     Returns:
-        `tuple[str, str, str, str]`: `(weights token, autocast state, "train" or "eval", adapter state)`; the adapter
-        state is a digest of every PEFT tuner layer's state (see the module docstring), `"adapters()"` without one.
+        `tuple[str, str, str, str, str]`: `(weights token, autocast state, "train" or "eval", adapter state,
+        attention state)`; the adapter state is a digest of every PEFT tuner layer's state (see the module docstring),
+        `"adapters()"` without one; the attention state names the attention implementations (`attention_state`).
 
     Example:
 
@@ -362,7 +364,7 @@ def cache_identity(model: nn.Module, part: str = "vision") -> tuple[str, str, st
         views = model.__dict__.setdefault(_VIEWS_KEY + part, SampleViews())
     token = epochs.token(part, _fingerprint(tensors, views))
     autocast = _autocast_state(views.device_types)
-    return token, autocast, "train" if training else "eval", adapters
+    return token, autocast, "train" if training else "eval", adapters, attention_state(model)
 
 
 def check_cache_salt(salt: object) -> str | None:

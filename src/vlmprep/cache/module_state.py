@@ -1,5 +1,5 @@
-"""What of a model's modules changes its `forward` without changing a tensor: train mode anywhere, and PEFT adapter
-state. The cache identity (`vlmprep.cache.identity`) reads both."""
+"""What of a model's modules changes its `forward` without changing a tensor: train mode anywhere, PEFT adapter state
+and the attention implementation. The cache identity (`vlmprep.cache.identity`) reads them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 
 from torch import nn
 
-__all__ = ["adapter_state", "any_module_training", "is_adapter_layer"]
+__all__ = ["adapter_state", "any_module_training", "attention_state", "is_adapter_layer"]
 
 
 def any_module_training(model: nn.Module) -> bool:
@@ -71,3 +71,24 @@ def adapter_state(module: nn.Module) -> tuple:
         tuple(module.merged_adapters),
         tuple(sorted(scaling.items())) if isinstance(scaling, dict) else repr(scaling),
     )
+
+
+def attention_state(model: nn.Module) -> str:
+    """The attention implementation of `model.config` and of each of its sub-configs, nested ones included (what
+    `set_attn_implementation` sets): kernels that round differently (SDPA, eager) give features and KV that differ in
+    the last bits, which a sparse top-k (GLM-5-Next's indexer) can turn into another selection of keys.
+
+    Args:
+        model (`nn.Module`): a model; without a `config`, `"attention()"`.
+
+    Returns:
+        `str`, e.g. `"attention(sdpa,sdpa,eager)"`
+    """
+    names, configs = [], [getattr(model, "config", None)]
+    while configs:
+        config = configs.pop(0)
+        if config is None:
+            continue
+        names.append(str(getattr(config, "_attn_implementation", None)))
+        configs += [getattr(config, name, None) for name in getattr(config, "sub_configs", {})]
+    return f"attention({','.join(names)})"

@@ -182,7 +182,7 @@ class PrefixRequest:
             self.lookup = False
             logger.warning_once(
                 f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
-                "stores its prompt and answer for later calls."
+                "stores its prompt and answer for later calls (under the same attention implementation)."
             )
         self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
         self.recurrent = bool(recurrent_layer_indices(self.cache))

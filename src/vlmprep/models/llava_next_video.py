@@ -1,6 +1,7 @@
 """LLaVA-NeXT-Video: LLaVA-NeXT's "anyres" images, and videos whose frames are pooled into one placeholder run."""
 
 from dataclasses import replace
+from typing import Any
 
 import transformers
 
@@ -28,6 +29,8 @@ class LlavaNextVideoForConditionalGeneration(
     [14]
     >>> model.count_items({"pixel_values_videos": torch.zeros(2, 4, 3, 8, 8)}, modality="video")
     2
+    >>> model.item_token_counts({"pixel_values_videos": torch.zeros(2, 4, 3, 8, 8)}, modality="video")  # 4 * 1
+    4
 
     ```
     """
@@ -39,3 +42,29 @@ class LlavaNextVideoForConditionalGeneration(
         AnyresCropsLayout.vision_facts,
         other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",)),),
     )
+
+    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | int | None:
+        """Placeholders of each image (the layout's), or of a video: each frame's patch grid pooled by the resampler.
+
+        Videos back to back make one placeholder run, which only the count splits (upstream scatters the features in
+        order); `LlavaNextVideoProcessor` writes the same count.
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs (`pixel_values_videos`, for a video's frame count).
+            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
+
+        Returns:
+            `list[int]`, `int` (every video: one frame count per call), or `None` (no such pixel inputs: one item per
+            run)
+        """
+        if modality != "video":
+            return super().item_token_counts(model_kwargs, modality)
+        videos = model_kwargs.get("pixel_values_videos")
+        if getattr(videos, "ndim", None) != 5:  # none passed, or a shape upstream's `get_video_features` rejects
+            return None
+        # `LlavaNextVideoPooler`: a (patches, patches) grid per frame, pooled by a kernel of `spatial_pool_stride` at
+        # that stride (average, max or conv, unpadded)
+        patches = self.config.vision_config.image_size // self.config.vision_config.patch_size
+        stride = self.config.spatial_pool_stride
+        pooled = (patches - stride) // stride + 1
+        return videos.shape[1] * pooled * pooled  # (num_videos, frames, C, H, W)

@@ -10,6 +10,7 @@ Videos (`pixel_values_videos`, `(num_videos, frames, C, H, W)`) are items of the
 tokens plus a newline token each.
 """
 
+import math
 from typing import Any
 
 import torch
@@ -55,11 +56,21 @@ class LlavaOnevisionForConditionalGeneration(
         other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), features_as_list=False),),
     )
 
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int | list[int]] | None:
+    def item_token_counts(
+        self, model_kwargs: dict[str, Any], modality: str = "image"
+    ) -> int | list[int | list[int]] | None:
         """Placeholders per item: the rows upstream's `pack_image_features` makes (a list per multi-image sample).
 
-        Videos: `None`, one video per run.
+        Videos: each frame's patch grid halved (rounded up) by `apply_pooling`, plus one newline token, as
+        `LlavaOnevisionProcessor` writes them; videos back to back make one run, which only the count splits. `None`
+        without `pixel_values_videos` (one video per run).
         """
+        if modality == "video":
+            videos = model_kwargs.get("pixel_values_videos")
+            if getattr(videos, "ndim", None) != 5:  # none passed, or a shape upstream's `get_video_features` rejects
+                return None
+            pooled = math.ceil(self.config.vision_config.image_size // self.config.vision_config.patch_size / 2)
+            return videos.shape[1] * pooled * pooled + 1  # (num_videos, frames, C, H, W)
         if modality != "image":
             return super().item_token_counts(model_kwargs, modality)
         image_sizes = model_kwargs.get("image_sizes")

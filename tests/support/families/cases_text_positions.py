@@ -6,14 +6,19 @@ Images are flattened patches with one `(t, h, w)` grid row per image (`patch_gri
 `<|image_end|>` in `MuseGlimmerProcessor.replace_image_token`; `Exaone4_5_Processor.replace_image_token` and the chat
 template write EXAONE 4.5's, HyperCLOVAX's and LFM3-VL's the same way). A Muse Glimmer video is `<|vid_start|>`, then
 per temporal patch its timestamp text and one run of `h * w / merge_size**2` video placeholders, closed by
-`<|vid_frame_separator|>` or, after the last, `<|vid_end|>` (`replace_video_token`). The processors return no
-`mm_token_type_ids` unless asked.
+`<|vid_frame_separator|>` or, after the last, `<|vid_end|>` (`replace_video_token`). An EXAONE 4.5 or HyperCLOVAX
+video is one run of `t * h * w / merge_size**2` video placeholders (`replace_video_token`), here between the vision
+start and end tokens as an image; an LFM3-VL video, per temporal patch, its timestamp text and one run of
+`h * w / merge_size**2` between the vision start and end tokens.
+The processors return no `mm_token_type_ids` unless asked.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
 110-121, text 3..99.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -44,19 +49,45 @@ def placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], lis
     return ids, [0] * len(ids)
 
 
-def build_text_positions_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-    ids, _, pixel_inputs, _ = grid_prompt(segments, image_seeds, image_grid, placeholder)
-    return {"input_ids": torch.tensor([ids]), **pixel_inputs}
+def run_placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    """EXAONE 4.5's and HyperCLOVAX's items: a video is one run of `t * h * w / merge_size**2` video placeholders
+    (`replace_video_token`), here between the vision start and end tokens as an image."""
+    if medium is IMAGE:
+        return placeholder(medium, grid)
+    ids = [VISION_START, *[TINY_VIDEO_TOKEN_ID] * merged_tokens(grid), VISION_END]
+    return ids, [0] * len(ids)
 
 
-register(
-    FamilyCase(
-        "muse_glimmer",
-        build_text_positions_inputs,
-        per_token_keys=(),
-        pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
-    )
-)
+def per_frame_placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    """LFM3-VL's items: a video is, per temporal patch, its timestamp text, then one run of `h * w / merge_size**2`
+    video placeholders between the vision start and end tokens (`Lfm3VlProcessor.replace_video_token`)."""
+    if medium is IMAGE:
+        return placeholder(medium, grid)
+    t, h, w = grid
+    ids = []
+    for index in range(t):
+        ids += [90 + index, VISION_START, *[TINY_VIDEO_TOKEN_ID] * (h * w // MERGE_SIZE**2), VISION_END]
+    return ids, [0] * len(ids)
+
+
+def text_positions_builder(item_placeholder: Callable) -> Callable:
+    """A case's `build_inputs`: the ids, each item as `item_placeholder` writes it, and the pixel inputs."""
+
+    def build_inputs(config, segments: list, image_seeds: list[int]) -> dict:
+        ids, _, pixel_inputs, _ = grid_prompt(segments, image_seeds, image_grid, item_placeholder)
+        return {"input_ids": torch.tensor([ids]), **pixel_inputs}
+
+    return build_inputs
+
+
+PATCH_GRID_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+for name, item_placeholder in (
+    ("muse_glimmer", placeholder),
+    ("exaone4_5", run_placeholder),
+    ("hyperclovax_vision_v2", run_placeholder),
+    ("lfm3_vl", per_frame_placeholder),
+):
+    register(FamilyCase(name, text_positions_builder(item_placeholder), per_token_keys=(), pixel_keys=PATCH_GRID_KEYS))
 # Kimi K2.5's media markers: an image is `<|media_begin|>image<|media_content|>` + run + `<|media_end|>` (its chat
 # template), a video chunk `HH:MM:SS.mmm<|media_begin|>video<|media_content|>` + run + `<|media_end|>`
 # (`Kimi_K25Processor.replace_video_token`), its run `h * w / 4` placeholders: the tower pools the chunk's frames.
@@ -80,15 +111,4 @@ def build_kimi_k25_inputs(config, segments: list, image_seeds: list[int]) -> dic
     return {"input_ids": torch.tensor([ids]), **pixel_inputs}
 
 
-register(
-    FamilyCase(
-        "kimi_k25",
-        build_kimi_k25_inputs,
-        per_token_keys=(),
-        pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
-    )
-)
-for name in ("exaone4_5", "hyperclovax_vision_v2", "lfm3_vl"):
-    register(
-        FamilyCase(name, build_text_positions_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_grid_thw"))
-    )
+register(FamilyCase("kimi_k25", build_kimi_k25_inputs, per_token_keys=(), pixel_keys=PATCH_GRID_KEYS))
