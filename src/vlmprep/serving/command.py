@@ -138,13 +138,19 @@ def serve(argv: Sequence[str] = ()) -> int:
         `int`: the exit status: 0 after a clean stop or `--help`, 2 for arguments transformers refuses.
 
     Raises:
-        `ImportError`: when transformers' serving dependencies are missing; the message says what to install.
+        `ImportError`: when transformers' serving dependencies are missing, or the installed transformers' server is
+            one vlmprep does not extend; the message says what to install.
     """
     missing = missing_serving_packages()
     if missing:
         raise ImportError(
             f"`{PROG}` runs transformers' server, which needs {', '.join(missing)}: run `{SERVING_INSTALL_COMMAND}`."
         )
+    from ..utils._compat import serving_unsupported_message
+
+    unsupported = serving_unsupported_message()
+    if unsupported is not None:
+        raise ImportError(unsupported)
     from ..registration import registered, unregister
 
     registered_before = registered()

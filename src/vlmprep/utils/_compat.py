@@ -7,12 +7,24 @@ parameters would make vlmprep silently fall back to upstream behaviour, so it fa
 from __future__ import annotations
 
 import inspect
+import os
+import warnings
 
 import transformers
 from packaging import version
 
-MIN_TRANSFORMERS = "5.24.0"
-MAX_TRANSFORMERS_EXCLUSIVE = "6.0.0"
+# The transformers releases the whole suite has passed on (`.ci/run` runs it on the first and the last). The range
+# pyproject.toml declares is exactly these: from the first, up to the next minor release after the last
+# (`utils/check_transformers_range.py` fails otherwise). Bringing up a new release: docs/contributing.md.
+TESTED_TRANSFORMERS = ("5.24.0", "5.25.0")
+MIN_TRANSFORMERS = TESTED_TRANSFORMERS[0]
+MAX_TRANSFORMERS_EXCLUSIVE = "5.26.0"
+# `vlmprep serve` extends transformers 5.24's server; 5.25 rewrote it around engine processes, which vlmprep does not
+# extend yet (issue 35). The `serving` extra pins this range, and `vlmprep serve` refuses any other release.
+SERVING_MAX_TRANSFORMERS_EXCLUSIVE = "5.25.0"
+# Set to 1 to import vlmprep on a transformers release outside the tested range (bringing up a new release): a
+# warning then replaces the `ImportError`; the hook checks still run.
+ALLOW_UNTESTED_ENV = "VLMPREP_ALLOW_UNTESTED_TRANSFORMERS"
 
 # Upstream method -> the parameters vlmprep's code passes or declares: the hooks `generation/mixin.py` overrides, the
 # upstream hook whose `is_first_iteration` decides that multimodal inputs reach only prefill's forwards, and the
@@ -117,15 +129,59 @@ def method_problems(qualified_name: str, method, parameters: tuple[str, ...]) ->
     return [f"{qualified_name} lacks parameter(s) {absent}"] if absent else []
 
 
+def untested_transformers_message(installed: str | None = None) -> str | None:
+    """Why the installed transformers is outside the tested range, or `None` when it is inside.
+
+    Args:
+        installed (`str`, *optional*): a version string; defaults to the installed transformers'.
+
+    Returns:
+        `str` or `None`
+    """
+    installed = installed or transformers.__version__
+    if version.parse(MIN_TRANSFORMERS) <= version.parse(installed) < version.parse(MAX_TRANSFORMERS_EXCLUSIVE):
+        return None
+    return (
+        f"vlmprep was tested with transformers {', '.join(TESTED_TRANSFORMERS)} and needs transformers>="
+        f"{MIN_TRANSFORMERS},<{MAX_TRANSFORMERS_EXCLUSIVE}; transformers {installed} is installed. vlmprep overrides "
+        "private transformers hooks whose meaning can change in any release. Run `pip install "
+        f"'transformers>={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS_EXCLUSIVE}'`."
+    )
+
+
+def serving_unsupported_message(installed: str | None = None) -> str | None:
+    """Why `vlmprep serve` cannot run on the installed transformers, or `None` when it can.
+
+    Args:
+        installed (`str`, *optional*): a version string; defaults to the installed transformers'.
+
+    Returns:
+        `str` or `None`
+    """
+    installed = installed or transformers.__version__
+    if version.parse(installed) < version.parse(SERVING_MAX_TRANSFORMERS_EXCLUSIVE):
+        return None
+    return (
+        f"`vlmprep serve` extends transformers' server as it was before {SERVING_MAX_TRANSFORMERS_EXCLUSIVE}; "
+        f"transformers {installed} rewrote `transformers serve` around engine processes, which vlmprep does not "
+        "extend yet, and serving with it would load transformers' own classes. Install the server's tested "
+        'transformers: `pip install "vlmprep[serving]"` (it pins transformers<'
+        f"{SERVING_MAX_TRANSFORMERS_EXCLUSIVE}). Generation with vlmprep's classes works on {installed}."
+    )
+
+
 def check_transformers_version() -> None:
-    """Raise `ImportError` naming the installed transformers version when it cannot host the mixin."""
-    installed = version.parse(transformers.__version__)
-    if not version.parse(MIN_TRANSFORMERS) <= installed < version.parse(MAX_TRANSFORMERS_EXCLUSIVE):
-        raise ImportError(
-            f"vlmprep needs transformers>={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS_EXCLUSIVE}; transformers "
-            f"{transformers.__version__} is installed. Run `pip install 'transformers>={MIN_TRANSFORMERS},"
-            f"<{MAX_TRANSFORMERS_EXCLUSIVE}'`."
-        )
+    """Raise `ImportError` naming the installed transformers version when it cannot host the mixin.
+
+    A release outside the tested range is refused too (with a warning instead when
+    `VLMPREP_ALLOW_UNTESTED_TRANSFORMERS=1` is set, to bring up a new release): a private hook can keep its name and
+    change its meaning.
+    """
+    untested = untested_transformers_message()
+    if untested is not None:
+        if os.environ.get(ALLOW_UNTESTED_ENV) != "1":
+            raise ImportError(untested + f" (Set {ALLOW_UNTESTED_ENV}=1 to try it anyway.)")
+        warnings.warn(untested, stacklevel=2)
     problems = missing_generation_hooks()
     if problems:
         raise ImportError(
