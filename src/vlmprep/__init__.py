@@ -12,11 +12,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .models import DROP_IN_MODULES
-from .utils._compat import check_transformers_version
+from .utils._compat import TESTED_TRANSFORMERS, check_transformers_version
 
 check_transformers_version()
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+# The transformers releases this version of vlmprep was tested and released against (the range pyproject.toml
+# declares runs from the first to the minor release after the last).
+__transformers_versions__ = TESTED_TRANSFORMERS
 
 # public name -> submodule of `vlmprep` that defines it
 _LAZY_EXPORTS: dict[str, str] = {
@@ -34,7 +37,7 @@ _LAZY_EXPORTS: dict[str, str] = {
     **{name: f".models.{module}" for name, module in DROP_IN_MODULES.items()},
 }
 
-__all__ = sorted(_LAZY_EXPORTS) + ["__version__"]
+__all__ = sorted(_LAZY_EXPORTS) + ["__transformers_versions__", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -103,6 +106,7 @@ if TYPE_CHECKING:
     from .models.llava_next import LlavaNextForConditionalGeneration
     from .models.llava_next_video import LlavaNextVideoForConditionalGeneration
     from .models.llava_onevision import LlavaOnevisionForConditionalGeneration
+    from .models.llava_onevision1_5 import LlavaOnevision15ForConditionalGeneration
     from .models.minicpm_ocr import MiniCPMOcrForConditionalGeneration
     from .models.minicpmv4_6 import MiniCPMV4_6ForConditionalGeneration
     from .models.minicpmv4_7 import MiniCPMV4_7ForConditionalGeneration
@@ -114,6 +118,7 @@ if TYPE_CHECKING:
     from .models.muse_spark import MuseSparkForConditionalGeneration
     from .models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
     from .models.ovis2 import Ovis2ForConditionalGeneration
+    from .models.ovis2_5 import Ovis2_5ForConditionalGeneration
     from .models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
     from .models.paligemma import PaliGemmaForConditionalGeneration
     from .models.qianfan_ocr import QianfanOCRForConditionalGeneration

@@ -14,6 +14,7 @@ import types
 import pytest
 from PIL import Image
 
+import vlmprep
 import vlmprep.cli
 from support.references import gemma3_image_effect
 from vlmprep.cli import main
@@ -299,3 +300,15 @@ def test_demo_images_are_rgb_and_differ():
     first, second = demo_images()
     assert first.mode == second.mode == "RGB" and first.size == second.size
     assert first.tobytes() != second.tobytes() and isinstance(first, Image.Image)
+
+
+def test_version_names_the_tested_and_the_installed_transformers(capsys):
+    import transformers
+
+    assert main(["--version"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == (
+        f"vlmprep {vlmprep.__version__} (tested with transformers "
+        f"{', '.join(vlmprep.__transformers_versions__)}; installed: {transformers.__version__})"
+    )
+    assert importlib.metadata.version("vlmprep") == vlmprep.__version__

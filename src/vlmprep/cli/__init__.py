@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "preparation.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and transformers' own logs")
+    parser.add_argument("--version", action="version", version=_version_line())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     subparsers.required = True
     for entry in SUBCOMMANDS:
@@ -101,6 +102,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
         return error.exit_code if isinstance(error, CLIError) else 1
+
+
+def _version_line() -> str:
+    import transformers
+
+    import vlmprep
+
+    return (
+        f"{PROG} {vlmprep.__version__} (tested with transformers {', '.join(vlmprep.__transformers_versions__)}; "
+        f"installed: {transformers.__version__})"
+    )
 
 
 def _silence_stdout() -> None:
