@@ -9,7 +9,7 @@ import torch
 
 from conftest import model_pair
 from support.caller_caches import cache_of
-from support.families.cases_molmo2 import image_inputs
+from support.families.cases_molmo2 import POOLING_PER_IMAGE, image_inputs
 from support.references import (
     SYSTEM,
     USER,
@@ -41,13 +41,16 @@ def test_an_image_encodes_alike_alone_and_after_other_images():
     upstream, ours = model_pair("molmo2")
     alone, call = image_inputs(ours.config, [2]), image_inputs(ours.config, [0, 6, 2])
     keys = ("pixel_values", "image_token_pooling", "image_grids")
+    if POOLING_PER_IMAGE:  # 5.25 on: several images need their crop counts (their indices are their own)
+        keys = (*keys, "image_num_crops")
     with torch.no_grad():
-        expected = upstream.model.get_image_features(*(alone[key] for key in keys)).pooler_output[0]
-        in_call = upstream.model.get_image_features(*(call[key] for key in keys)).pooler_output[2]
+        expected = upstream.model.get_image_features(**{key: alone[key] for key in keys}).pooler_output[0]
+        in_call = upstream.model.get_image_features(**{key: call[key] for key in keys}).pooler_output[2]
         selected = ours.select_item_inputs(call, [2])
     assert_close(in_call, expected)
     assert expected.abs().max() > 1e-2, "the tiny adapter must give features that matter"
-    for key in keys:  # the item's inputs are the image's own, its pooling indices rebased
+    assert set(selected) == set(keys)
+    for key in keys:  # the item's inputs are the image's own, its pooling indices relative to its first crop
         assert torch.equal(selected[key], alone[key]), key
 
 
@@ -174,3 +177,79 @@ def test_token_types_of_new_text_tokens_only_after_a_cache_with_an_image_stay_ex
     }
     _, logits = generate_logits(ours, inputs, max_new_tokens=1, cache=cache)
     assert_close(logits[0], reference_next_logits(upstream, turn_2))
+
+
+class _TowerCrops:
+    """Crops through the vision tower, by a forward hook on it (each image's crops are its tower rows)."""
+
+    def __init__(self, model):
+        self.tower, self.crops = model.model.vision_tower, 0
+
+    def __enter__(self):
+        self.handle = self.tower.register_forward_hook(self._count)
+        return self
+
+    def _count(self, module, args, output):
+        self.crops += args[0].shape[0]
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+# Seeds 6 and 2 have three crops each (a low-resolution view and two high-resolution crops), 0 and 1 one: an image's
+# pooling indices then start past several crops of the images before it.
+THREE_IMAGES = [SYSTEM, IMAGE, [30], IMAGE, [31, 32], IMAGE, USER]
+
+
+def test_several_images_with_several_crops_each_are_exact_and_each_distinct_image_is_encoded_once():
+    """transformers 5.25 reads each image's `image_token_pooling` as its own and needs `image_num_crops` for several
+    images: before the layout followed it, this call failed (`image_num_crops` is required)."""
+    upstream, ours = model_pair("molmo2")
+    ours.encoder_cache = EncoderCache(max_bytes=2**24)
+    prompt = Prompt(ours.config, THREE_IMAGES, image_seeds=[6, 0, 2])
+    with _TowerCrops(ours) as tower:
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=3)
+    _, expected = generate_logits(upstream, prompt.inputs(), max_new_tokens=3)
+    assert_same_steps(logits, expected)
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
+    assert tower.crops == 3 + 1 + 3, "each image's crops go through the tower once"
+    with _TowerCrops(ours) as tower:  # the same images again: all from the encoder cache
+        _, again = generate_logits(ours, prompt.inputs(), max_new_tokens=3)
+    assert_same_steps(again, expected)
+    assert tower.crops == 0
+
+
+@pytest.mark.parametrize("cached_seeds", [[6], [6, 1]], ids=["one_cached", "two_cached"])
+def test_an_image_encoded_alone_after_cached_ones_is_exact(cached_seeds):
+    """The new image's crops sit past the cached images' crops in the call but are encoded alone: before the layout
+    followed 5.25's per-image indices, they were shifted below zero (a RuntimeError)."""
+    upstream, ours = model_pair("molmo2")
+    ours.encoder_cache = EncoderCache(max_bytes=2**24)
+    segments = [SYSTEM, *[part for _ in cached_seeds for part in (IMAGE, [30])]]
+    earlier = Prompt(ours.config, segments, image_seeds=cached_seeds)
+    prompt = Prompt(ours.config, [*segments, IMAGE, USER], image_seeds=[*cached_seeds, 2])
+    generate_logits(ours, earlier.inputs(), max_new_tokens=1)
+    with VisionRunCounter(ours) as runs, _TowerCrops(ours) as tower:
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2)
+    _, expected = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
+    assert_same_steps(logits, expected)
+    assert_close(logits[0], reference_next_logits(upstream, prompt))
+    assert runs.batch_sizes == [1], "the cached images come from the encoder cache"
+    assert tower.crops == 3  # seed 2's three crops alone
+
+
+def test_several_images_chunked_and_after_a_cached_prefix_are_exact():
+    upstream, ours = model_pair("molmo2")
+    ours.encoder_cache = EncoderCache(max_bytes=2**24)
+    prompt = Prompt(ours.config, THREE_IMAGES, image_seeds=[6, 1, 2])
+    expected = reference_next_logits(upstream, prompt)
+    with _TowerCrops(ours) as tower:
+        _, chunked = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefill_chunk_size=4)
+    assert_close(chunked[0], expected)
+    assert tower.crops == 3 + 1 + 3, "encoded once, not once per chunk"
+    # A caller's cache of the system text: the whole image block is prefilled on top of it, its features cached
+    cache = cache_of(upstream, {"input_ids": prompt.input_ids[:, : len(SYSTEM)]})
+    with _TowerCrops(ours) as tower:
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, cache=cache)
+    assert_close(logits[0], expected)
+    assert tower.crops == 0

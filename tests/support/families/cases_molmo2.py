@@ -1,5 +1,6 @@
 """Molmo2: an image is its crops (a low-resolution view, then high-resolution crops), each placeholder pooling 2x2
-patches of one crop by its row of `image_token_pooling`, which indexes the patches of every crop of the call.
+patches of one crop by its row of `image_token_pooling`, which indexes the patches of every crop of the call
+(transformers 5.24) or of its own image's crops (5.25 on), as the installed processor writes it.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, `<im_patch>` 122, `<im_start>` 120, `<im_end>` 121,
 `<low_res_im_start>` 118, `<im_col>` 119, text 3..99. The layout follows `Molmo2Processor.replace_image_token` (column
@@ -8,7 +9,10 @@ tokens after every row) and the image processor's pooling windows, never the dro
 
 from __future__ import annotations
 
+import inspect
+
 import torch
+import transformers
 
 from support.cases import FamilyCase, register
 from support.llava_like_inputs import left_pad, pixels, tiles_of
@@ -16,6 +20,10 @@ from vlmprep.testing import IMAGE
 from vlmprep.testing.configs.molmo2 import MOLMO2_COLUMN_ID, MOLMO2_LOW_RES_START_ID
 
 MOLMO2_IMAGE_START, MOLMO2_IMAGE_END = 120, 121
+# 5.25 changed processor and model together: the processor stopped shifting each image's indices past the crops before
+# it, and `get_image_features` took `image_num_crops` to do it. The processor cannot run here (it needs torchvision), so
+# its convention is read from the model's signature, upstream's, never the drop-in's.
+POOLING_PER_IMAGE = "image_num_crops" in inspect.signature(transformers.Molmo2Model.get_image_features).parameters
 # A crop is 4x4 patches, pooled 2x2: 2x2 tokens per crop
 PATCHES_SIDE, POOL = 4, 2
 TOKENS_SIDE = PATCHES_SIDE // POOL
@@ -52,13 +60,14 @@ def molmo2_pooling(seed: int) -> torch.Tensor:
 
 
 def image_inputs(config, seeds: list[int]) -> dict:
-    """`pixel_values` `(crops, 16, 48)`, `image_token_pooling` into all of them, `image_grids`, `image_num_crops`."""
+    """`pixel_values` `(crops, 16, 48)`, `image_token_pooling` into all of them (5.24) or each into its image's own
+    (5.25 on), `image_grids`, `image_num_crops`."""
     patch_dim = config.vision_config.patch_size**2 * config.vision_config.num_channels
     crops = [pixels((tiles_of(seed), PATCHES_SIDE**2, patch_dim), seed) for seed in seeds]
     pooling, offset = [], 0
     for seed, image_crops in zip(seeds, crops, strict=True):
         pooling.append(molmo2_pooling(seed) + offset)
-        offset += image_crops.shape[0] * PATCHES_SIDE**2
+        offset += 0 if POOLING_PER_IMAGE else image_crops.shape[0] * PATCHES_SIDE**2
     return {
         "pixel_values": torch.cat(crops),
         "image_token_pooling": torch.cat(pooling),
@@ -89,7 +98,7 @@ def build_molmo2_inputs(config, segments: list, image_seeds: list[int]) -> dict:
 
 def collate_molmo2(prompts: list, pad_token_id: int) -> dict:
     """Left-padded ids, mask and token types; every row's crops stacked, the pooling indices shifted past the crops of
-    the rows before, as the processor numbers the patches of a batch."""
+    the rows before (5.24; from 5.25 on each image's stay its own), as the processor numbers the patches of a batch."""
     width = max(prompt.length for prompt in prompts)
     batch = {
         "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
@@ -101,7 +110,7 @@ def collate_molmo2(prompts: list, pad_token_id: int) -> dict:
         pooling, offset = [], 0
         for inputs in with_images:
             pooling.append(inputs["image_token_pooling"] + offset)
-            offset += inputs["pixel_values"].shape[0] * inputs["pixel_values"].shape[1]
+            offset += 0 if POOLING_PER_IMAGE else inputs["pixel_values"].shape[0] * inputs["pixel_values"].shape[1]
         batch["image_token_pooling"] = torch.cat(pooling)
         for key in ("pixel_values", "image_grids", "image_num_crops"):
             batch[key] = torch.cat([inputs[key] for inputs in with_images])

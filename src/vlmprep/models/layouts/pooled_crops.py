@@ -3,10 +3,11 @@
 The processor cuts each image into crops (a low-resolution view of the whole image, then high-resolution crops), all
 of the call's crops stacked in `pixel_values` `(total_crops, patches_per_crop, patch_size**2 * channels)`, with
 `image_num_crops` crops per image. Each placeholder is one pooled token: its row of `image_token_pooling`
-`(total_tokens, pool_h * pool_w)` lists the patches it pools, as indices into the flattened patches of *every* crop of
-the call (`-1` for padding). The tower attends within a crop and the adapter within a token's patches, so an image's
-features depend on its own crops alone: an item is one image, its crops cut out by `image_num_crops` and its indices
-rebased to its first crop, so that it encodes (and hashes) alike alone or in any call.
+`(total_tokens, pool_h * pool_w)` lists the patches it pools (`-1` for padding), as indices into the flattened patches
+of *every* crop of the call (transformers 5.24) or of its own image's crops (5.25 on, where `get_image_features` takes
+`image_num_crops` to rebase them). The tower attends within a crop and the adapter within a token's patches, so an
+image's features depend on its own crops alone: an item is one image, its crops cut out by `image_num_crops` and its
+indices relative to its first crop, so that it encodes (and hashes) alike alone or in any call, under either version.
 
 An image's placeholders are its low-resolution grid (`image_grids[:, :2]` tokens a side) then its high-resolution grid
 (`image_grids[:, 2:]`), each in several runs when the processor puts a column token after every row: the runs are read
@@ -15,15 +16,35 @@ from the prompt and grouped into images by those counts.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
 
+from ...generation.encoding import encoding_module
 from ...generation.hooks import FamilyHooks
 from ...generation.spans import find_runs
 from ...generation.validation import check_passed_with
 
 __all__ = ["PooledCropsLayout"]
+
+
+@functools.lru_cache(maxsize=8)
+def pooling_indexes_each_image(encoder_class: type) -> bool:
+    """Whether `encoder_class.get_image_features` reads `image_token_pooling` per image (transformers 5.25 on).
+
+    5.25 changed processor and model together: the processor stopped shifting an image's indices past the crops of the
+    images before it, and `get_image_features` took `image_num_crops` to shift them itself (refusing several images
+    without it). The new parameter is the one sign of the new convention, read once per class.
+
+    Args:
+        encoder_class (`type`): the class whose `get_image_features` encodes the images (`Molmo2Model`).
+
+    Returns:
+        `bool`: `True` for indices local to each image (5.25 on), `False` for indices over the whole call (5.24).
+    """
+    return "image_num_crops" in inspect.signature(encoder_class.get_image_features).parameters
 
 
 def image_token_totals(image_grids: torch.Tensor) -> list[int]:
@@ -161,7 +182,8 @@ class PooledCropsLayout(FamilyHooks):
     def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
-        """The crops, pooling rows (rebased to the selection's crops) and grids of the given images, in that order.
+        """The crops, pooling rows and grids of the given images, in that order, as the installed transformers takes
+        them: on 5.24 the rows rebased to the selection's crops, on 5.25 each image's own rows with its crop count.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -169,10 +191,12 @@ class PooledCropsLayout(FamilyHooks):
             modality (`str`, *optional*, defaults to `"image"`): images only.
 
         Returns:
-            `dict[str, Any]`: `pixel_values`, `image_token_pooling` and `image_grids` for `get_image_features`.
+            `dict[str, Any]`: `pixel_values`, `image_token_pooling`, `image_grids` (and on 5.25 `image_num_crops`) for
+            `get_image_features`.
         """
         pixel_values, pooling = model_kwargs["pixel_values"], model_kwargs["image_token_pooling"]
         image_grids, num_crops = model_kwargs["image_grids"], model_kwargs["image_num_crops"].tolist()
+        per_image = pooling_indexes_each_image(type(encoding_module(self)))
         patches_per_crop = pixel_values.shape[1]
         crop_starts = [sum(num_crops[:index]) for index in range(len(num_crops))]
         totals = image_token_totals(image_grids)
@@ -181,11 +205,16 @@ class PooledCropsLayout(FamilyHooks):
         for index in indices:
             crops.append(pixel_values[crop_starts[index] : crop_starts[index] + num_crops[index]])
             own = pooling[token_starts[index] : token_starts[index] + totals[index]]
-            shift = (placed - crop_starts[index]) * patches_per_crop
-            rows.append(torch.where(own >= 0, own + shift, own))  # -1 marks padding slots: kept
+            if not per_image:  # 5.24: indices over the call's crops, moved to where the image's crops now sit
+                shift = (placed - crop_starts[index]) * patches_per_crop
+                own = torch.where(own >= 0, own + shift, own)  # -1 marks padding slots: kept
+            rows.append(own)
             placed += num_crops[index]
-        return {
+        selected = {
             "pixel_values": torch.cat(crops),
             "image_token_pooling": torch.cat(rows),
             "image_grids": image_grids[indices],
         }
+        if per_image:  # 5.25 on: `get_image_features` shifts each image's indices past the crops before it
+            selected["image_num_crops"] = model_kwargs["image_num_crops"][indices]
+        return selected
