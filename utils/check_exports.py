@@ -11,6 +11,11 @@ Each one must be:
 - named in docs/reference.md;
 - built tiny by the builder its spec names (`tiny_config`) in `vlmprep.testing.configs`: a config of its model type.
 
+The static tables (the names table, the `TYPE_CHECKING` block, the docs list) name the drop-ins of every supported
+transformers (`ALL_FAMILY_SPECS`), so they are the same whichever is installed; the classes themselves are checked
+where the installed transformers has their model type (`FAMILY_SPECS`): a newer type's family module is not imported
+under an older transformers (it refuses to load there, naming the release it needs).
+
 Every family module of `vlmprep.models` must define exactly the drop-ins the registry names for it, and import no other
 family module. The table, the `TYPE_CHECKING` block and the docs list are written between generated-block markers, so
 `--fix` rewrites all three from the registry.
@@ -34,7 +39,7 @@ import vlmprep
 from vlmprep.models import DROP_IN_CLASSES, DROP_IN_MODULES
 from vlmprep.models.base import VisionPrepMixin
 from vlmprep.models.layouts import all_layouts, layout_of
-from vlmprep.models.registry import FAMILY_SPECS
+from vlmprep.models.registry import ALL_FAMILY_SPECS, FAMILY_SPECS, NEWER_FAMILY_SPECS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE_INIT = ROOT / "src" / "vlmprep" / "__init__.py"
@@ -52,8 +57,9 @@ def _shown(path: pathlib.Path) -> str:
 
 
 def expected_modules() -> dict[str, str]:
-    """Class name -> family module name, for every drop-in of the registry, sorted by class name."""
-    modules = {spec.class_name: spec.module for spec in FAMILY_SPECS.values() if spec.drop_in is not None}
+    """Class name -> family module name, for every drop-in of the registry (of every supported transformers), sorted
+    by class name."""
+    modules = {spec.class_name: spec.module for spec in ALL_FAMILY_SPECS.values() if spec.drop_in is not None}
     return dict(sorted(modules.items(), key=lambda item: item[0].lower()))
 
 
@@ -81,9 +87,18 @@ def registry_problems() -> list[str]:
             found.append(
                 f"{spec.drop_in} has no layout (`all_layouts()`) among its bases: list its layout class first"
             )
-    registered = {(spec.module, spec.class_name) for spec in FAMILY_SPECS.values() if spec.drop_in is not None}
+    registered = {(spec.module, spec.class_name) for spec in ALL_FAMILY_SPECS.values() if spec.drop_in is not None}
+    newer = {spec.module for spec in NEWER_FAMILY_SPECS.values() if spec.drop_in is not None}
     family_modules = sorted(path.stem for path in MODELS_DIR.glob("*.py") if path.stem not in NOT_FAMILY_MODULES)
     for name in family_modules:
+        source = (MODELS_DIR / f"{name}.py").read_text()
+        found += [
+            f"vlmprep.models.{name} imports the family module {other}: move what they share to a layout"
+            for other in family_modules
+            if re.search(rf"^\s*from \.{other} import|^\s*from vlmprep\.models\.{other} import", source, re.M)
+        ]
+        if name in newer:
+            continue  # its transformers class is newer than the installed release: the module refuses to import
         module = importlib.import_module(f"vlmprep.models.{name}")
         for value in vars(module).values():
             if (
@@ -93,12 +108,6 @@ def registry_problems() -> list[str]:
                 and (name, value.__name__) not in registered
             ):
                 found.append(f"vlmprep.models.{name}.{value.__name__} has no entry in FAMILY_SPECS")
-        source = (MODELS_DIR / f"{name}.py").read_text()
-        found += [
-            f"vlmprep.models.{name} imports the family module {other}: move what they share to a layout"
-            for other in family_modules
-            if re.search(rf"^\s*from \.{other} import|^\s*from vlmprep\.models\.{other} import", source, re.M)
-        ]
     return found
 
 

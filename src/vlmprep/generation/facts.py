@@ -135,6 +135,10 @@ class VisionFacts:
             with `bidirectional="image"` (or `"items"`), the token type values whose runs attend to themselves
             (to each other) bidirectionally
             (Gemma 4: images and video frames, 1 and 2; its audio, 3, is causal).
+        features_per_item (`bool`, *optional*, defaults to `False`):
+            whether a forward's `pooler_output` is a list of one tensor per item run in its slice, every modality
+            (Ovis2.5, which counts the items fed against their start and end tokens), rather than one tensor (or a
+            one-tensor list, `features_as_list`) of all the slice's rows.
         has_images (`bool`, *optional*, defaults to `True`):
             whether the family has an image modality; `False` for a family of other modalities only
             (InstructBLIP-Video, whose config has no image placeholder): its modalities are `other_modalities` alone,
@@ -161,6 +165,7 @@ class VisionFacts:
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)
     has_images: bool = True
+    features_per_item: bool = False
 
     @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:

@@ -194,6 +194,22 @@ class FamilyHooks:
         """
         return {}
 
+    def whole_item_blocks(self, spans: list) -> list:
+        """Blocks around items that one forward must hold whole, though their tokens attend causally: the chunks and
+        resume points avoid their inside as they avoid a bidirectional block's.
+
+        Ovis2.5 embeds an item's start and end tokens with learned vision embeddings, and only in a forward that feeds
+        that item's features, whose start and end tokens it counts against the items fed: a forward holding part of
+        an item's start-to-end tokens gets wrong embeddings or fails. The default `[]`: no such blocks.
+
+        Args:
+            spans (`list[ItemSpan]`): the prompt's item spans (positions in the whole sequence).
+
+        Returns:
+            `list[Block]`
+        """
+        return []
+
     def block_layer_types(self) -> tuple[str, ...] | None:
         """The decoder layer types on which a bidirectional block's tokens attend to each other; `None`: every layer.
 

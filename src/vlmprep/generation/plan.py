@@ -40,7 +40,7 @@ class PromptPlan:
         offset (`int`): sequence position of `input_ids[:, 0]` (non-zero when the caller passes only new tokens).
         prompt_length (`int`): tokens of `input_ids`.
         spans (`list[ItemSpan]`): every item's placeholder spans, every modality, in sequence coordinates.
-        blocks (`list[Block]`): bidirectional blocks of every row.
+        blocks (`list[Block]`): bidirectional blocks of every row, and the blocks fed whole (`whole_item_blocks`).
         intervals (`list[tuple[int, int]]`): the blocks of all rows merged: no prefill chunk ends inside one.
         resume_point (`int`): the cache length prefill starts from.
         encoder (`ItemEncoder`): hashes and features of the call's items.
@@ -121,6 +121,7 @@ def plan_prompt(
     _set_multimodal_positions(model, input_ids, model_kwargs, offset)
 
     blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask"))
+    blocks += model.whole_item_blocks(spans)  # fed whole, as bidirectional blocks are (Ovis2.5's start-to-end runs)
     plan = PromptPlan(offset, prompt_length, spans, blocks, merge_blocks(blocks), past_length, encoder, given)
 
     # 4.4 A prefix-cache hit becomes the cache (when the caller passed none), with its exact resume point;

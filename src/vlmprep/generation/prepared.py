@@ -60,6 +60,9 @@ class PreparedItems:
         deepstack_targets (`tuple[int, ...]`, *optional*):
             the decoder layer of each deepstack entry when the model reads them as `(layer, features)` pairs
             (`VisionFacts.deepstack_targets`); `None`: one entry per layer, in layer order.
+        per_item_list (`bool`, *optional*, defaults to `False`):
+            whether `pooler_output` is a list of one tensor per run in a forward's slice (`VisionFacts.features_per_item`)
+            rather than in the `as_list` container.
     """
 
     spans: list[ItemSpan]
@@ -71,6 +74,7 @@ class PreparedItems:
     deepstack: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
     deepstack_targets: tuple[int, ...] | None = None
     item_independent: dict[str, dict] = field(default_factory=dict)
+    per_item_list: bool = False
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -99,6 +103,13 @@ class PreparedItems:
         Returns:
             `torch.Tensor` of shape `(num_placeholders, dim)`, or `None` when the slice has no placeholder.
         """
+        pieces = self._row_pieces(start, end, modality, layer)
+        if not pieces:
+            return None
+        return torch.cat(pieces, dim=0)
+
+    def _row_pieces(self, start: int, end: int, modality: str, layer: int | None = None) -> list[torch.Tensor]:
+        # The rows of each span (or part of one) inside `[start, end)`, span by span in the model's fill order
         pieces = []
         for span in self.spans:
             lo, hi = max(span.start, start), min(span.end, end)
@@ -106,9 +117,7 @@ class PreparedItems:
                 item = self.features[span.item_index] if layer is None else self.deepstack[span.item_index][layer]
                 first = span.feature_start + lo - span.start  # the item's row of the placeholder at `lo`
                 pieces.append(item[first : first + hi - lo])
-        if not pieces:
-            return None
-        return torch.cat(pieces, dim=0)
+        return pieces
 
     def encoder_outputs_between(self, start: int, end: int) -> dict[str, EncoderRows] | None:
         """`mm_encoder_outputs` for a forward over positions `[start, end)`, in the container the model reads."""
@@ -121,7 +130,10 @@ class PreparedItems:
             if rows is None:  # no placeholder in the slice, but the model reads the fields (Ovis2's indicators)
                 width = next(iter(self.features.values())).shape[-1] if self.features else _width(fields)
                 rows = torch.zeros(0, width)
-            output = EncoderRows(pooler_output=self._container(rows, modality))
+            if self.per_item_list:  # one tensor per run in the slice (Ovis2.5 counts the items it is fed)
+                output = EncoderRows(pooler_output=self._row_pieces(start, end, modality))
+            else:
+                output = EncoderRows(pooler_output=self._container(rows, modality))
             for name, value in fields.items():
                 setattr(output, name, value)
             items = [span.item_index for span in self.spans if span.modality == modality]
@@ -197,7 +209,7 @@ class PlannedEncoderOutputs(dict):
 
 def containers_of(model, spans: list[ItemSpan]) -> dict:
     """The `PreparedItems` arguments that say how a family's model reads its encoder outputs: `as_list`,
-    `deepstack_targets` and `item_independent` (for the modalities of `spans`).
+    `deepstack_targets`, `per_item_list` and `item_independent` (for the modalities of `spans`).
 
     Args:
         model: the drop-in model (its `vision_facts`, config and `item_independent_encoder_fields`).
@@ -211,6 +223,7 @@ def containers_of(model, spans: list[ItemSpan]) -> dict:
     return {
         "as_list": facts.features_as_list_by_modality(),
         "deepstack_targets": facts.deepstack_targets_of(model.config),
+        "per_item_list": facts.features_per_item,
         "item_independent": {
             modality: fields for modality in modalities if (fields := model.item_independent_encoder_fields(modality))
         },

@@ -7,8 +7,12 @@ Plain data: importing this module imports no model code.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
+
+from packaging.version import Version
 
 from .text_only_rules import TextOnlyFamily
 
@@ -27,6 +31,7 @@ __all__ = [
     "blocked_upstream",
     "candidate",
     "drop_in",
+    "installed_transformers",
     "not_placeholder_based",
 ]
 
@@ -36,6 +41,12 @@ CANDIDATE = "candidate"
 NOT_PLACEHOLDER_BASED = "not placeholder-based"
 BLOCKED_UPSTREAM = "blocked upstream"
 STATUSES = (DROP_IN, ALIAS, CANDIDATE, NOT_PLACEHOLDER_BASED, BLOCKED_UPSTREAM)
+
+
+@cache
+def installed_transformers() -> Version:
+    """The installed transformers release (its package metadata: nothing of transformers is imported)."""
+    return Version(importlib.metadata.version("transformers"))
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,10 @@ class FamilySpec:
         tiny_config (`str`, *optional*):
             the builder in `vlmprep.testing.configs` of the tiny test config (`"tiny_gemma3_config"`), which every
             drop-in has (`vlmprep.testing.tiny_config(model_type)` calls it).
+        since (`str`, *optional*):
+            the transformers release that added the model type (`"5.25"`), where it is newer than the lowest supported
+            one; `None` when every supported release has it. Under an older transformers the spec is not installed:
+            it is absent from `FAMILY_SPECS` (no drop-in, no test case), listed in `NEWER_FAMILY_SPECS` instead.
     """
 
     status: str
@@ -63,6 +78,7 @@ class FamilySpec:
     alias_of: str | None = None
     reason: str | None = None
     tiny_config: str | None = None
+    since: str | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -77,6 +93,12 @@ class FamilySpec:
             raise ValueError("An alias (and only an alias) names the model type whose drop-in it loads.")
         if (self.status in (DROP_IN, ALIAS)) == (self.reason is not None):
             raise ValueError("A type without a drop-in of its own or of another type says what stands in the way.")
+
+    @property
+    def installed(self) -> bool:
+        """Whether the installed transformers has this model type (a release at or after `since`)."""
+        # `base_version`: a 5.25 pre-release or dev build already has what 5.25 added
+        return self.since is None or Version(installed_transformers().base_version) >= Version(self.since)
 
     @property
     def module(self) -> str | None:
@@ -96,8 +118,9 @@ class FamilySpec:
         return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.class_name)
 
 
-def drop_in(drop_in: str, text_only: TextOnlyFamily | None = None) -> FamilySpec:
-    """A drop-in's spec: `"<module>.<class>"` and its text-only rule; its tiny config is named after the module.
+def drop_in(drop_in: str, text_only: TextOnlyFamily | None = None, since: str | None = None) -> FamilySpec:
+    """A drop-in's spec: `"<module>.<class>"`, its text-only rule and the transformers release that added it (`since`);
+    its tiny config is named after the module.
 
     The drop-in's layout is stated once, by its class (the layout class among its bases: `layouts.layout_of`).
     """
@@ -108,7 +131,7 @@ def drop_in(drop_in: str, text_only: TextOnlyFamily | None = None) -> FamilySpec
         )
     # A drop-in's tiny test config is built by `tiny_<module>_config` of `vlmprep.testing.configs`.
     tiny_config = f"tiny_{drop_in.rsplit('.', 1)[0]}_config"
-    return FamilySpec(DROP_IN, drop_in=drop_in, text_only=text_only, tiny_config=tiny_config)
+    return FamilySpec(DROP_IN, drop_in=drop_in, text_only=text_only, tiny_config=tiny_config, since=since)
 
 
 def alias(model_type: str) -> FamilySpec:
@@ -121,9 +144,10 @@ def candidate(reason: str, text_only: TextOnlyFamily | None = None) -> FamilySpe
     return FamilySpec(CANDIDATE, reason=reason, text_only=text_only)
 
 
-def not_placeholder_based(reason: str) -> FamilySpec:
-    """The spec of a type whose images do not reach `generate` through placeholder tokens."""
-    return FamilySpec(NOT_PLACEHOLDER_BASED, reason=reason)
+def not_placeholder_based(reason: str, since: str | None = None) -> FamilySpec:
+    """The spec of a type whose images do not reach `generate` through placeholder tokens (added to transformers by
+    the release `since`, where that is newer than the lowest supported one)."""
+    return FamilySpec(NOT_PLACEHOLDER_BASED, reason=reason, since=since)
 
 
 def blocked_upstream(reason: str) -> FamilySpec:

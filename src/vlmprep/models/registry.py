@@ -16,7 +16,8 @@ and tiny test config, or what stands in the way of a drop-in today.
   vlmprep does not depend on).
 
 A reason says what stands in the way with transformers as it is now (the lowest supported version's source), not how
-it came to be. Any spec may have a text-only rule (`vlmprep.models.text_only_rules`), which `vlmprep.text_only`
+it came to be. A model type that a newer supported transformers added states that release (`since`): under an older
+one its spec is in `NEWER_FAMILY_SPECS`, not in `FAMILY_SPECS`, so nothing loads, lists or tests it there. Any spec may have a text-only rule (`vlmprep.models.text_only_rules`), which `vlmprep.text_only`
 applies. `utils/families_table.py` writes the table into docs/families.md and fails when an image-text-to-text model
 type of transformers has no entry; `utils/check_exports.py` checks each drop-in against its module, class and layout.
 
@@ -68,7 +69,9 @@ __all__ = [
     "BLOCKED_UPSTREAM",
     "CANDIDATE",
     "DROP_IN",
+    "ALL_FAMILY_SPECS",
     "FAMILY_SPECS",
+    "NEWER_FAMILY_SPECS",
     "NOT_ADAPTED_REASONS",
     "NOT_PLACEHOLDER_BASED",
     "STATUSES",
@@ -97,9 +100,9 @@ _PIECES = "the spans take an item in pieces (as `patch_grid_per_frame`'s videos)
 _QWEN3_5_DECODER = "its Qwen3.5 decoder is the qwen3_5 drop-in's (recurrent layers snapshotted by the prefix store)"
 
 
-# model_type -> spec. Every model type of transformers' image-text-to-text mapping has an entry, and so does every
-# other type with a text-only rule.
-FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
+# model_type -> spec. Every model type of the image-text-to-text mapping of every supported transformers has an entry,
+# and so does every other type with a text-only rule.
+ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
     {
         "apertus1p5": drop_in("apertus1p5.Apertus1p5ForConditionalGeneration", LANGUAGE_MODEL),
         "aria": drop_in("aria.AriaForConditionalGeneration"),
@@ -185,6 +188,7 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "llava_next": drop_in("llava_next.LlavaNextForConditionalGeneration", LANGUAGE_MODEL),
         "llava_next_video": drop_in("llava_next_video.LlavaNextVideoForConditionalGeneration", LANGUAGE_MODEL),
         "llava_onevision": drop_in("llava_onevision.LlavaOnevisionForConditionalGeneration", LANGUAGE_MODEL),
+        "llava_onevision1_5": drop_in("llava_onevision1_5.LlavaOnevision15ForConditionalGeneration", since="5.25"),
         "minicpm_ocr": drop_in("minicpm_ocr.MiniCPMOcrForConditionalGeneration", LANGUAGE_MODEL),
         "minicpmv4_6": drop_in("minicpmv4_6.MiniCPMV4_6ForConditionalGeneration", LANGUAGE_MODEL),
         "minicpmv4_7": drop_in("minicpmv4_7.MiniCPMV4_7ForConditionalGeneration", LANGUAGE_MODEL),
@@ -200,12 +204,18 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
         "nemotron_h_omni": drop_in("nemotron_h_omni.NemotronH_Omni_Reasoning_V3", NEMOTRON_H_DECODER),
         "ovis2": drop_in("ovis2.Ovis2ForConditionalGeneration", LANGUAGE_MODEL),
+        "ovis2_5": drop_in("ovis2_5.Ovis2_5ForConditionalGeneration", since="5.25"),
         "paddleocr_vl": drop_in("paddleocr_vl.PaddleOCRVLForConditionalGeneration"),
         "paligemma": drop_in("paligemma.PaliGemmaForConditionalGeneration", LANGUAGE_MODEL),
         "perception_lm": candidate(f"the vision tower is a timm Perception Encoder: {_TIMM}"),
         "pi0": not_placeholder_based(
             "vision-language-action policy: `sample_actions` denoises continuous actions; not a `GenerationMixin` "
             "model"
+        ),
+        "pi05": not_placeholder_based(
+            "vision-language-action policy (PI0.5): `sample_actions` denoises continuous actions with a flow-matching "
+            "action expert; not a `GenerationMixin` model, it has no `generate`",
+            since="5.25",
         ),
         "pix2struct": not_placeholder_based(
             "encoder-decoder over `flattened_patches` (the prompt is rendered into the image); the decoder cross-"
@@ -244,6 +254,15 @@ FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "encoder-decoder: the image is the encoder input (no prompt placeholders); the decoder cross-attends"
         ),
     }
+)
+
+# The specs of the model types the installed transformers has (every one without `since`, and those at or after it):
+# what loads, lists and tests drop-ins reads these. Under an older transformers the others are `NEWER_FAMILY_SPECS`.
+FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
+    {model_type: spec for model_type, spec in ALL_FAMILY_SPECS.items() if spec.installed}
+)
+NEWER_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
+    {model_type: spec for model_type, spec in ALL_FAMILY_SPECS.items() if not spec.installed}
 )
 
 # model_type -> what stands in the way of a drop-in, for every type that loads none (a view of `FAMILY_SPECS`).

@@ -1,5 +1,5 @@
-"""Patch-grid families with 1D positions: Muse Glimmer, EXAONE 4.5, HyperCLOVAX-Vision v2, LFM3-VL and Kimi K2.5,
-prompts and pixel inputs as their processors build them.
+"""Patch-grid families with 1D positions: Muse Glimmer, EXAONE 4.5, HyperCLOVAX-Vision v2, LFM3-VL, Kimi K2.5,
+LLaVA-OneVision-1.5 and Ovis2.5, prompts and pixel inputs as their processors build them.
 
 Images are flattened patches with one `(t, h, w)` grid row per image (`patch_grid_inputs.py`), each image one run of
 `t * h * w / merge_size**2` placeholders between the vision start and end tokens (`<|image_start|>` and
@@ -10,7 +10,9 @@ per temporal patch its timestamp text and one run of `h * w / merge_size**2` vid
 video is one run of `t * h * w / merge_size**2` video placeholders (`replace_video_token`), here between the vision
 start and end tokens as an image; an LFM3-VL video, per temporal patch, its timestamp text and one run of
 `h * w / merge_size**2` between the vision start and end tokens.
-The processors return no `mm_token_type_ids` unless asked.
+LLaVA-OneVision-1.5 writes EXAONE 4.5's items (Qwen2-VL's processor), its rows one frame per patch; an Ovis2.5 image
+or video is one run between its own start and end tokens (`Ovis2_5Processor.replace_image_token`/
+`replace_video_token`). The processors return no `mm_token_type_ids` unless asked.
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, video placeholder 123, special tokens
 110-121, text 3..99.
@@ -25,6 +27,7 @@ import torch
 from support.cases import FamilyCase, register
 from support.patch_grid_inputs import IMAGE_GRIDS, grid_prompt, merged_tokens
 from vlmprep.testing import IMAGE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID
+from vlmprep.testing.configs.indicators import OVIS2_5_VIDEO_END, OVIS2_5_VIDEO_START
 from vlmprep.testing.configs.patch_grid import MERGE_SIZE, PATCH_SIZE, VISION_END, VISION_START
 
 VIDEO_START, VIDEO_FRAME_SEPARATOR, VIDEO_END = 112, 113, 114
@@ -70,11 +73,22 @@ def per_frame_placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list
     return ids, [0] * len(ids)
 
 
-def text_positions_builder(item_placeholder: Callable) -> Callable:
-    """A case's `build_inputs`: the ids, each item as `item_placeholder` writes it, and the pixel inputs."""
+def ovis2_5_placeholder(medium: str, grid: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    """Ovis2.5's items: one run of `t * h * w / merge_size**2` placeholders between the image's (the video's) start
+    and end tokens."""
+    if medium is IMAGE:
+        return placeholder(medium, grid)
+    ids = [OVIS2_5_VIDEO_START, *[TINY_VIDEO_TOKEN_ID] * merged_tokens(grid), OVIS2_5_VIDEO_END]
+    return ids, [0] * len(ids)
+
+
+def text_positions_builder(item_placeholder: Callable, patch_shape: tuple[int, ...] | None = None) -> Callable:
+    """A case's `build_inputs`: the ids, each item as `item_placeholder` writes it, and the pixel inputs (patch rows
+    of `patch_shape`, by default the towers' 2 frames per patch)."""
+    shape = {} if patch_shape is None else {"patch_shape": patch_shape}
 
     def build_inputs(config, segments: list, image_seeds: list[int]) -> dict:
-        ids, _, pixel_inputs, _ = grid_prompt(segments, image_seeds, image_grid, item_placeholder)
+        ids, _, pixel_inputs, _ = grid_prompt(segments, image_seeds, image_grid, item_placeholder, **shape)
         return {"input_ids": torch.tensor([ids]), **pixel_inputs}
 
     return build_inputs
@@ -88,6 +102,24 @@ for name, item_placeholder in (
     ("lfm3_vl", per_frame_placeholder),
 ):
     register(FamilyCase(name, text_positions_builder(item_placeholder), per_token_keys=(), pixel_keys=PATCH_GRID_KEYS))
+# transformers 5.25's types (`register` leaves them out under an older one). Both towers read one frame per patch.
+ONE_FRAME_PATCH_SHAPE = (3 * PATCH_SIZE**2,)
+register(
+    FamilyCase(
+        "llava_onevision1_5",
+        text_positions_builder(run_placeholder, ONE_FRAME_PATCH_SHAPE),
+        per_token_keys=(),
+        pixel_keys=PATCH_GRID_KEYS,
+    )
+)
+register(
+    FamilyCase(
+        "ovis2_5",
+        text_positions_builder(ovis2_5_placeholder, ONE_FRAME_PATCH_SHAPE),
+        per_token_keys=(),
+        pixel_keys=PATCH_GRID_KEYS,
+    )
+)
 # Kimi K2.5's media markers: an image is `<|media_begin|>image<|media_content|>` + run + `<|media_end|>` (its chat
 # template), a video chunk `HH:MM:SS.mmm<|media_begin|>video<|media_content|>` + run + `<|media_end|>`
 # (`Kimi_K25Processor.replace_video_token`), its run `h * w / 4` placeholders: the tower pools the chunk's frames.

@@ -63,7 +63,7 @@ from .indexed import (
     tiny_mistral_large4_config,
     tiny_qwen4_exp_config,
 )
-from .indicators import tiny_ovis2_config
+from .indicators import tiny_ovis2_5_config, tiny_ovis2_config
 from .ivideo import tiny_deepseek_ocr2_config, tiny_instructblipvideo_config
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
@@ -86,6 +86,7 @@ from .patch_grid import (
     tiny_hyperclovax_vision_v2_config,
     tiny_kimi_k25_config,
     tiny_lfm3_vl_config,
+    tiny_llava_onevision1_5_config,
     tiny_paddleocr_vl_config,
     tiny_patch_merger_vision_config,
     tiny_qwen2_5_vl_config,
@@ -186,9 +187,11 @@ __all__ = [
     "tiny_llava_next_config",
     "tiny_llava_next_video_config",
     "tiny_llava_onevision_config",
+    "tiny_llava_onevision1_5_config",
     "tiny_mistral3_config",
     "tiny_muse_glimmer_config",
     "tiny_nemotron_h_omni_config",
+    "tiny_ovis2_5_config",
     "tiny_ovis2_config",
     "tiny_paligemma_config",
     "tiny_patch_merger_vision_config",

@@ -323,6 +323,21 @@ def tiny_exaone4_5_config() -> transformers.Exaone4_5_Config:
     )
 
 
+def tiny_llava_onevision1_5_config() -> transformers.LlavaOnevision15Config:
+    """A tiny LLaVA-OneVision-1.5 config (transformers 5.25+): a two-layer RICE-ViT tower reading one frame per patch
+    (a class token per frame, a 2x2 merger), a Qwen3 decoder.
+
+    Returns:
+        `transformers.LlavaOnevision15Config`
+    """
+    # RICE-ViT has no temporal patch (`temporal_patch_size` is no attribute of its config) nor windowed layers.
+    vision = two_layer_tower(model_type="llava_onevision1_5_vision")
+    del vision["temporal_patch_size"]
+    return transformers.LlavaOnevision15Config(
+        text_config=tiny_text_config("qwen3", head_dim=16), vision_config=vision, **QWEN_SPECIAL_TOKENS
+    )
+
+
 def tiny_hyperclovax_vision_v2_config() -> transformers.HyperCLOVAXVisionV2Config:
     """A tiny HyperCLOVAX-Vision v2 config: EXAONE 4.5's tower (a Qwen2.5-VL tower), a HyperCLOVAX decoder.
 
