@@ -32,6 +32,7 @@ from serve_client import (
     wait_until_healthy,
 )
 
+import vlmprep.cli
 from vlmprep.cli.demo_checkpoint import build_demo_checkpoint, demo_images
 from vlmprep.registration import registered, unregister
 from vlmprep.serving import (
@@ -39,6 +40,7 @@ from vlmprep.serving import (
     add_serve_command,
     serve,
 )
+from vlmprep.utils._compat import serving_unsupported_message
 
 # From the server's start to its last answer: importing torch and transformers' server takes most of it (about 30 s
 # on a busy 2-core machine). Every wait takes what is left of it, so the test never runs much longer.
@@ -46,6 +48,17 @@ SERVER_DEADLINE_S = 60
 # After SIGTERM: the stats are written within about 2 s; tearing down the interpreter (torch, pydantic, FastAPI) takes
 # longer under load.
 SERVER_EXIT_TIMEOUT_S = 20
+
+
+@pytest.mark.skipif(
+    serving_unsupported_message() is None, reason="the installed transformers' server is the one vlmprep extends"
+)
+def test_serve_refuses_a_server_it_does_not_extend_naming_what_to_install(capsys):
+    # Serving transformers 5.25's rewritten server would load transformers' own classes in its engine process
+    assert vlmprep.cli.main(["serve", "--port", "1"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("vlmprep: error: ImportError: `vlmprep serve` extends transformers' server")
+    assert f"transformers {transformers.__version__} rewrote" in error and 'pip install "vlmprep[serving]"' in error
 
 
 def _transformers_answer(checkpoint: Path, image) -> str:
