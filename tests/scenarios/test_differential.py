@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import os
 import zlib
 from collections.abc import Iterator
@@ -144,10 +143,11 @@ def part_in_train_mode(models: tuple[torch.nn.Module, ...], part: str | None) ->
 def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options: CallOptions, returned_cache):
     """One drop-in `generate`, checked against transformers; returns its output."""
     upstream, ours = state.upstream, state.ours
-    if "linear_attention" in (getattr(ours.config.get_text_config(), "layer_types", None) or ()):
-        # A Gated DeltaNet's recurrent state only moves forward: transformers refuses assisted decoding on it, and
-        # `DynamicCache.crop` (how `callers_cache` is built) cannot roll it back
-        options = replace(options, assistant=None, cached_fraction=None)
+    recurrent = "linear_attention" in (getattr(ours.config.get_text_config(), "layer_types", None) or ())
+    if recurrent:
+        # A recurrent state (Gated DeltaNet, Mamba) only moves forward: `DynamicCache.crop` (how `callers_cache` is
+        # built) cannot roll it back
+        options = replace(options, cached_fraction=None)
     kwargs = {}
     if options.chunk_size is not None:
         kwargs["prefill_chunk_size"] = options.chunk_size
@@ -159,15 +159,16 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
         kwargs["cache"] = returned_cache
     elif options.cached_fraction is not None and inputs["input_ids"].shape[1] > 1:  # a cache must leave a token
         kwargs["cache"] = callers_cache(upstream, inputs, options.cached_fraction)
-    if options.assistant is not None and upstream._is_stateful:
-        # transformers refuses assisted decoding on a decoder with recurrent state (a rejected draft cannot be rolled
-        # back): the drop-in refuses it the same way, and the call runs without an assistant.
+    if options.assistant is not None and recurrent:
+        # A rejected draft cannot be rolled back out of a recurrent state exactly: the drop-in refuses assisted
+        # decoding on every transformers version (5.24 refused it, 5.25 runs it and drifts from greedy decoding), and
+        # the call runs without an assistant.
         assisted = (
             {"prompt_lookup_num_tokens": 3} if options.assistant == "prompt_lookup" else {"assistant_model": ours}
         )
-        with pytest.raises(ValueError, match="stateful"):
+        with pytest.raises(ValueError, match="recurrent state"):
             ours.generate(**inputs, max_new_tokens=1, **assisted)
-        options = dataclasses.replace(options, assistant=None)
+        options = replace(options, assistant=None)
     if options.assistant == "prompt_lookup":
         kwargs["prompt_lookup_num_tokens"] = 3
     elif options.assistant is not None:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import DynamicCache, GenerationConfig
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 from conftest import model_pair
-from support.references import Prompt
+from support.references import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
+from support.registry import FAMILY_CASES
 from vlmprep.generation import VisionFacts
 from vlmprep.generation.assisted import (
     assistant_model_of,
     first_forward_after_cache,
     is_assisted,
+    recurrent_layer_types,
     type_draft_tokens_as_generated,
 )
 from vlmprep.generation.prepared import PlannedEncoderOutputs, PreparedItems
@@ -103,3 +108,72 @@ def test_a_drafted_placeholder_is_refused_with_a_way_out(family):
     suppressed = {"max_new_tokens": 2, "do_sample": False, "suppress_tokens": [placeholder]}
     actual = ours.generate(**inputs, prompt_lookup_num_tokens=3, **suppressed)
     assert torch.equal(actual, upstream.generate(**inputs, **suppressed))
+
+
+# -- Assisted decoding on decoders with a state: greedy decoding's answer, or a clear refusal ------------------------
+
+# Gated DeltaNet (Qwen3.5), Mamba-2 (Nemotron-H Omni), KDA (GLM-5-Next): a recurrent state that only moves forward.
+RECURRENT_FAMILIES = ["qwen3_5", "nemotron_h_omni", "glm5_next"]
+# Short convolutions (LFM2-VL), attention plus a short convolution (Inkling 2): a window that `crop` cuts back.
+CONVOLUTION_FAMILIES = ["lfm2_vl", "inkling2"]
+
+
+def _assistant(upstream, kind: str, refused: bool):
+    # A transformers copy with other weights drafts tokens the main model rejects: the cache is rolled back
+    if kind == "prompt_lookup":
+        return {"prompt_lookup_num_tokens": 3}
+    if kind == "drop_in_assistant":
+        return {"assistant_model": model_pair(upstream.config.model_type)[1]}
+    if refused:  # refused before any draft
+        return {"assistant_model": upstream}
+    other, generator = copy.deepcopy(upstream), torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator))
+    return {"assistant_model": other}
+
+
+@pytest.mark.parametrize("family", RECURRENT_FAMILIES + CONVOLUTION_FAMILIES)
+@pytest.mark.parametrize("assistant", ["prompt_lookup", "drop_in_assistant", "rejected_drafts"])
+def test_assisted_decoding_on_a_decoder_with_state_is_greedy_or_refused(family, assistant):
+    """transformers 5.25 runs assisted decoding on recurrent decoders and drifts from greedy decoding (5.24 refused
+    it): the drop-in refuses it on every version, naming the reason; a convolution's window is rolled back exactly,
+    so there it equals transformers' greedy decoding, rejected drafts included."""
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, SYSTEM[:4]])
+    refused = "linear_attention" in ours.config.get_text_config(decoder=True).layer_types
+    kwargs = _assistant(upstream, assistant, refused)
+    if refused:
+        with pytest.raises(ValueError, match=r"not supported on .*recurrent state \(linear_attention layers\)"):
+            generate_logits(ours, prompt.inputs(), max_new_tokens=6, **kwargs)
+        return
+    expected_ids, expected = generate_logits(upstream, prompt.inputs(), max_new_tokens=6)
+    if assistant == "rejected_drafts":  # the assistant alone answers otherwise: some of its drafts are rejected
+        assert not torch.equal(generate_logits(kwargs["assistant_model"], prompt.inputs(), 6)[0], expected_ids)
+    ids, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=6, **kwargs)
+    assert torch.equal(ids, expected_ids)
+    assert_same_steps(logits, expected)
+
+
+@pytest.mark.parametrize("family", CONVOLUTION_FAMILIES)
+def test_convolution_layers_keep_no_recurrent_state(family):
+    """Why their assisted decoding is exact: after transformers' own forward, their linear-attention cache layers
+    hold convolution windows only (a recurrent state could not be cut back)."""
+    upstream, ours = model_pair(family)
+    with torch.no_grad():
+        cache = upstream(**Prompt(ours.config, [SYSTEM, IMAGE, USER]).inputs(), use_cache=True).cache
+    linear = [layer for layer in cache.layers if isinstance(layer, LinearAttentionCacheLayerMixin)]
+    assert linear and all(any(layer.is_conv_states_initialized.values()) for layer in linear)
+    assert not any(any(layer.is_recurrent_states_initialized.values()) for layer in linear)
+    assert recurrent_layer_types(ours.config) == []
+
+
+def test_recurrent_decoders_are_those_transformers_5_24_called_stateful():
+    """The structural rule (layer types) refuses exactly the families transformers 5.24 refused (`_is_stateful`,
+    removed in 5.25, where the families with `linear_attention` layers are checked instead)."""
+    for family, case in sorted(FAMILY_CASES.items()):
+        config = case.make_config()
+        stateful = getattr(case.upstream_class, "_is_stateful", None)
+        if stateful is None:  # transformers >= 5.25
+            stateful = "linear_attention" in (getattr(config.get_text_config(decoder=True), "layer_types", None) or ())
+        assert bool(recurrent_layer_types(config)) == stateful, family

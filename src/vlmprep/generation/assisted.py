@@ -7,6 +7,11 @@ every draft token the prompt's last `token_type_ids` and no other token type (`m
 that forward exact by feeding only the tokens after a caller's cache and typing the draft tokens as generated tokens,
 refuses a drafted placeholder clearly, and does not restore a stored prefix into an assisted call (an assistant model
 needs the features of every item: `vlmprep.generation.prefix.PrefixRequest.store_only_reason`).
+
+A decoder with a recurrent state (Gated DeltaNet, Mamba, KDA: a state that only moves forward) cannot be rolled back out
+of a rejected draft exactly: transformers 5.24 refused assisted decoding on it (`_is_stateful`); 5.25 rolls the state
+back from a history and drifts from greedy decoding (Qwen3.5: 2.7-3.8 in logits). vlmprep refuses it on every version
+(`check_no_recurrent_state`), decided by the decoder's layer types; a short convolution's window is cut back exactly.
 """
 
 from __future__ import annotations
@@ -16,11 +21,17 @@ from typing import Any
 
 import torch
 from transformers import GenerationMixin
+from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionCacheLayerMixin
 
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .prepared import PlannedEncoderOutputs
 
 _GENERATE_SIGNATURE = inspect.signature(GenerationMixin.generate)
+
+# Layer types whose linear-attention cache layer holds only a short convolution's window (LFM2's `conv`, the attention
+# plus convolution layers of Inkling): the cache records the window while drafts are verified and `crop` cuts it back
+# to the accepted tokens, exactly (no recurrent state, which only moves forward, is kept).
+CONVOLUTION_WINDOW_LAYER_TYPES = frozenset({"conv", "hybrid", "hybrid_sliding"})
 
 
 def assistant_model_of(args: tuple, kwargs: dict[str, Any]):
@@ -44,6 +55,56 @@ def is_assisted(generation_config, assistant_given: bool = False) -> bool:
         or getattr(generation_config, "use_mtp", False)
         or getattr(generation_config, "is_assistant", False)
     )
+
+
+def recurrent_layer_types(config) -> list[str]:
+    """The decoder's layer types whose cache keeps a recurrent state, which a rejected draft cannot be cut out of.
+
+    Read from the decoder config's `layer_types` and the cache layer transformers builds for each
+    (`DYNAMIC_LAYER_TYPE_MAPPING`): a linear-attention layer (Gated DeltaNet, Mamba, KDA) holds a recurrent state,
+    unless its type is a short convolution's window (`CONVOLUTION_WINDOW_LAYER_TYPES`). Decided by structure, not by
+    upstream's `_is_stateful` (removed in transformers 5.25).
+
+    Args:
+        config (`PreTrainedConfig`): the model's config (its decoder config is read).
+
+    Returns:
+        `list[str]`: the recurrent layer types, sorted; empty for a decoder whose every layer can be rolled back.
+    """
+    layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None) or ()
+    recurrent = set()
+    for layer_type in layer_types:
+        # A type upstream's mapping lacks is one a model's own cache class handles (MiniMax-M3's sparse attention)
+        layer_class = DYNAMIC_LAYER_TYPE_MAPPING.get(layer_type)
+        is_linear = layer_class is not None and issubclass(layer_class, LinearAttentionCacheLayerMixin)
+        if is_linear and layer_type not in CONVOLUTION_WINDOW_LAYER_TYPES:
+            recurrent.add(layer_type)
+    return sorted(recurrent)
+
+
+def check_no_recurrent_state(model) -> None:
+    """Refuse assisted decoding on a decoder with a recurrent state: it could not equal greedy decoding.
+
+    Assisted decoding runs the drafts through the decoder, then cuts the rejected ones out of the cache. An attention
+    layer drops their KV and a convolution its window, exactly; a recurrent state has already absorbed them.
+    transformers 5.24 refused such models (`_is_stateful`); 5.25 restores the state from a recorded history and its
+    logits drift from greedy decoding's (Qwen3.5's prompt lookup: 2.7-3.8 on steps 2-4, with no error).
+
+    Args:
+        model: the drop-in (its config gives the decoder's layer types).
+
+    Raises:
+        `ValueError`: the decoder has layers with a recurrent state.
+    """
+    layer_types = recurrent_layer_types(model.config)
+    if layer_types:
+        raise ValueError(
+            f"Assisted decoding (`prompt_lookup_num_tokens`, `assistant_model`, MTP, early exit) is not supported on "
+            f"{model.config.model_type}: its decoder keeps a recurrent state ({', '.join(layer_types)} layers), which "
+            "cannot be rolled back out of a rejected draft exactly, so the answer could differ from greedy decoding "
+            "(transformers 5.24 refused it too; 5.25 runs it and drifts). Generate without drafts: drop "
+            "`prompt_lookup_num_tokens` and `assistant_model` (decoding then runs one token per step, exactly)."
+        )
 
 
 def type_draft_tokens_as_generated(

@@ -5,6 +5,7 @@
 0. `generate` itself only splits off the opt-in `prefix_cache` and stores the finished rows afterwards.
 1. `_validate_model_kwargs`: vlmprep's own generate kwargs (`cache_salt`) are not model inputs; the language model's
    inputs a family's forward takes through its keyword arguments (`FamilyHooks.language_model_kwargs`) are.
+1. `_validate_generation_mode`: assisted decoding is refused on a decoder with a recurrent state (`assisted.py`).
 4. `_prepare_position_ids_for_generation`: families with multimodal rope never read `rope_deltas` left on the model.
 4. `_maybe_prepare_encoder_kwargs_for_generation`: the images are prepared here, from the image spans that lie
    after the cache's length: inputs checked, the cache rolled back out of any bidirectional block it ends in, and
@@ -27,10 +28,11 @@ from typing import Any
 
 import torch
 from transformers import GenerationMixin
+from transformers.generation import GenerationMode
 
 from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
-from .assisted import assistant_model_of, first_assisted_forward_inputs
+from .assisted import assistant_model_of, check_no_recurrent_state, first_assisted_forward_inputs
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
@@ -109,6 +111,15 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             return super()._validate_model_kwargs(model_kwargs)
         finally:
             model_kwargs.update(own)
+
+    # -- Step 1: `GenerationMixin._validate_generation_mode` ------------------------------------------------------
+
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+        # transformers 5.25 dropped its refusal of assisted decoding on recurrent decoders (`_is_stateful`) and
+        # drifts from greedy decoding there; refused before upstream's own checks, so every version says the same.
+        if generation_mode == GenerationMode.ASSISTED_GENERATION:
+            check_no_recurrent_state(self)
+        return super()._validate_generation_mode(generation_mode, generation_config, generation_mode_kwargs)
 
     # -- Step 4: `GenerationMixin._prepare_position_ids_for_generation` -------------------------------------------
 
