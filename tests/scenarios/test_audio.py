@@ -23,6 +23,7 @@ from support.generation_checks import (
 )
 from support.references import Prompt, assert_close, generate_logits, uncached_logits
 from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
+from vlmprep.cache.recording import record_past
 from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
 
@@ -76,7 +77,7 @@ def test_a_cache_ending_inside_an_audio_run_resumes_exactly(family):
     cut = len(SYSTEM) + 4  # inside the clip's run: audio is causal, its remaining rows are fed
     # transformers' prefill of the whole prompt, cut inside the run (upstream cannot take part of a clip)
     cache = DynamicCache(config=upstream.config)
-    cache.activate_past_recording()  # lets the cache be cropped past the sliding window
+    record_past(cache)  # lets the cache be cropped past the sliding window
     upstream.generate(**inputs, cache=cache, max_new_tokens=1, do_sample=False)
     cache.crop(cut - cache.get_seq_length())
     _, logits = generate_logits(ours, inputs, max_new_tokens=1, cache=cache)

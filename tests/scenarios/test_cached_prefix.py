@@ -23,6 +23,7 @@ from support.references import (
     reference_next_logits,
 )
 from support.registry import scenario
+from vlmprep.cache.recording import record_past
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 
@@ -32,7 +33,7 @@ def recorded_cache_of(model, inputs: dict) -> DynamicCache:
     Past recording is on so the test itself can `crop` it, also past Gemma3's sliding window.
     """
     cache = DynamicCache(config=model.config)
-    cache.activate_past_recording()
+    record_past(cache)
     with torch.no_grad():
         output = model(**inputs, cache=cache, use_cache=True)
     # The cache passed in is the one filled; BLIP-2's output holds it only in `language_model_outputs`.

@@ -10,6 +10,7 @@ import torch
 from transformers import DynamicCache
 
 from support.references import Prompt
+from vlmprep.cache.recording import holds_recurrent_state, record_past
 
 
 def cache_of(model, inputs: dict) -> DynamicCache:
@@ -30,15 +31,16 @@ def cropped_cache(upstream, inputs: dict, length: int) -> DynamicCache:
 
     The cache of the whole prompt (filled by `generate`, so left-padded rows get the positions `generate` gives
     them), cropped to `length`, where every layer can be cropped. A layer with a recurrent state (linear attention,
-    Gated DeltaNet) cannot be put back by `crop` (transformers' `is_croppable`): there a one-row prompt's cache is
-    upstream's forward over its first `length` tokens (`first_tokens_cache`), and a batch's is filled by
-    transformers' own chunked prefill, the first `length` tokens as its first chunk, `generate` stopped there.
+    Gated DeltaNet) cannot be put back by `crop` (its state only moves forward; transformers 5.25 keeps one past state
+    per forward, not per token): there a one-row prompt's cache is upstream's forward over its first `length` tokens
+    (`first_tokens_cache`), and a batch's is filled by transformers' own chunked prefill, the first `length` tokens
+    as its first chunk, `generate` stopped there.
     """
     cache = DynamicCache(config=upstream.config)
-    cache.activate_past_recording()  # lets the cache be cropped past a sliding window
+    record_past(cache)  # lets the cache be cropped past a sliding window, and a convolution back
     with torch.no_grad():
         upstream.generate(**inputs, cache=cache, max_new_tokens=1, do_sample=False)
-    if cache.is_croppable:
+    if cache.is_croppable and not any(holds_recurrent_state(layer) for layer in cache.layers):
         cache.crop(length - cache.get_seq_length())
         return cache
     if inputs["input_ids"].shape[0] == 1:

@@ -4,10 +4,12 @@ A Gated DeltaNet, linear-attention or short-convolution layer keeps no per-token
 (`transformers.cache_utils.LinearAttentionCacheLayerMixin`) holds, per state, a convolution window (the last
 `conv_kernel_size` inputs of its causal convolution) and a recurrent state (fixed size, whatever the length). A prefix
 of such a decoder can be resumed only where both are known at exactly that token: a `StateSnapshot` holds them for
-one batch row. Nothing here computes a state: the recurrent state is a copy of what the layer held after a forward
-that ended at that token, and the convolution window is cut out of the inputs the layer recorded (a cache whose
-`activate_past_recording` was called keeps every input of its convolution, not only the last window). Restoring goes
-through the cache's own `update_conv_state` / `update_recurrent_state`, as a forward would.
+one batch row. Nothing here computes a state: both are copies of what the layer held after a forward that ended at
+that token (`capture_recurrent_states` after each prefill forward, the cache itself at the end of the call); a layer
+that records its past (`vlmprep.cache.recording`: a convolution sharing its layer with sliding-window attention) holds
+every input of its convolution since its first forward, and the window is its last `conv_kernel_size` columns.
+Restoring goes through the cache's own `update_conv_state` / `update_recurrent_state`, as a forward would, and then
+sets the layer's own token count (transformers >= 5.25 counts tokens per linear-attention layer).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
+
+from .recording import records_past
 
 __all__ = [
     "RecurrentCapture",
@@ -26,8 +30,10 @@ __all__ = [
     "snapshot_of_row",
 ]
 
-# What a forward left in one recurrent state of every recurrent layer: `(layer, state) -> (batch, ...)` copies.
-RecurrentCapture = dict[tuple[int, int], torch.Tensor]
+# What a forward left in every state of every recurrent layer, `(layer, state) -> (conv_window, recurrent_state)`, whole
+# batch: the window `(batch, ..., conv_kernel_size)` or `None` for a state without a convolution, the recurrent state
+# or `None` for a state without one. A state whose window is not known there is left out.
+RecurrentCapture = dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor | None]]
 
 
 @dataclass(frozen=True)
@@ -56,79 +62,85 @@ def recurrent_layer_indices(cache: Cache) -> list[int]:
     return [i for i, layer in enumerate(cache.layers) if isinstance(layer, LinearAttentionCacheLayerMixin)]
 
 
-def capture_recurrent_states(cache: Cache) -> RecurrentCapture:
-    """Copies of every recurrent state the cache holds now (after a forward): the states at the token it ended at."""
+def capture_recurrent_states(cache: Cache, length: int) -> RecurrentCapture:
+    """Copies of every convolution window and recurrent state the cache holds now, after a forward that ended at token
+    `length`: the states a later call resumes from there.
+
+    Args:
+        cache (`Cache`): the call's cache, holding `length` tokens.
+        length (`int`): the tokens it holds.
+
+    Returns:
+        `RecurrentCapture`
+    """
     captured = {}
     for index in recurrent_layer_indices(cache):
         layer = cache.layers[index]
         for state in range(layer.number_of_states):
+            conv = rec = None
+            if layer.is_conv_states_initialized[state]:
+                inputs = layer.conv_states[state]
+                conv = _conv_window(inputs, layer.conv_kernel_size[state], length, records_past(layer))
+                if conv is None:
+                    continue  # not known at this token
             if layer.is_recurrent_states_initialized[state]:
-                captured[(index, state)] = layer.recurrent_states[state].detach().clone()
+                rec = layer.recurrent_states[state].detach().clone()
+            captured[(index, state)] = (conv, rec)
     return captured
 
 
-def snapshot_of_row(
-    cache: Cache, row: int, length: int, position: int, recurrent: RecurrentCapture | None
-) -> StateSnapshot | None:
-    """Row `row`'s snapshot at `position`, or `None` when some state at that token is not known.
+def snapshot_of_row(cache: Cache, row: int, length: int, captured: RecurrentCapture | None) -> StateSnapshot | None:
+    """Row `row`'s snapshot from captured states, or `None` when some state there is not known.
 
     Args:
-        cache (`Cache`): the call's cache, holding `length` tokens.
+        cache (`Cache`): the call's cache, holding `length` tokens (its layers say which states exist).
         row (`int`): the batch row.
-        length (`int`): tokens the cache holds (its recurrent states are those after token `length - 1`).
-        position (`int`): the token count the snapshot resumes from (`<= length`).
-        recurrent (`RecurrentCapture`, *optional*):
-            the recurrent states captured after a forward that ended at `position` (`None` when `position == length`:
-            the cache's own states are read).
+        length (`int`): tokens the cache holds.
+        captured (`RecurrentCapture`, *optional*):
+            the states captured after a prefill forward (`capture_recurrent_states`); `None`: the cache's own states,
+            after its last token.
 
     Returns:
         `StateSnapshot` or `None`
     """
+    if captured is None:
+        captured = capture_recurrent_states(cache, length)
     states = []
     for index in recurrent_layer_indices(cache):
         layer = cache.layers[index]
         for state in range(layer.number_of_states):
-            conv = rec = None
-            kernel = layer.conv_kernel_size[state]
-            if layer.is_conv_states_initialized[state]:
-                conv = _conv_window(layer.conv_states[state][row], kernel, length, position, layer.record_past)
-                if conv is None:
-                    return None
-            if layer.is_recurrent_states_initialized[state]:
-                source = layer.recurrent_states[state] if recurrent is None else recurrent.get((index, state))
-                if source is None:
-                    return None
-                rec = source[row].detach().clone()
-            states.append((index, state, kernel, conv, rec))
+            held = layer.is_conv_states_initialized[state] or layer.is_recurrent_states_initialized[state]
+            if held and (index, state) not in captured:
+                return None
+            conv, rec = captured.get((index, state), (None, None))
+            conv = conv[row].clone() if conv is not None else None
+            rec = rec[row].clone() if rec is not None else None
+            states.append((index, state, layer.conv_kernel_size[state], conv, rec))
     return StateSnapshot(tuple(states))
 
 
-def _conv_window(inputs: torch.Tensor, kernel: int, length: int, position: int, recorded: bool) -> torch.Tensor | None:
-    # `inputs`: (channels, columns) or (columns,) (Qwen4-exp keeps the token ids its n-grams read as a state), the
-    # last column being token `length - 1`'s input. A recording layer keeps every input since its first forward (or
-    # since the window it was restored from); otherwise only the last window.
+def _conv_window(inputs: torch.Tensor, kernel: int, length: int, recorded: bool) -> torch.Tensor | None:
+    # `inputs`: (batch, channels, columns) or (batch, columns) (Qwen4-exp keeps the token ids its n-grams read as a
+    # state), the last column being token `length - 1`'s input. A layer without recording holds exactly the window
+    # (transformers pads a short prefill with zeros); a recording one every input since its first forward (or since
+    # the window it was restored from).
     columns = inputs.shape[-1]
-    if not recorded:
-        return inputs.detach().clone() if position == length and columns == kernel else None
-    first_known = length - columns  # the token of the first column (negative: none before token 0)
-    end = columns - (length - position)
-    start = end - kernel
-    if start < 0 and (first_known > 0 or not inputs.is_floating_point()):
+    if not recorded or columns >= kernel:
+        return inputs[..., -kernel:].detach().clone() if columns >= kernel else None
+    if length > columns or not inputs.is_floating_point():
         # The window reaches before the recorded inputs, or before token 0 in a state of token ids, which its model
-        # pads with its own token (Qwen4-exp: eos), not zeros: no snapshot there
+        # pads with its own token (Qwen4-exp: eos), not zeros: not known
         return None
-    window = inputs[..., max(start, 0) : end]
-    if start < 0:  # before token 0: zeros, as transformers pads a short prefill
-        window = torch.nn.functional.pad(window, (-start, 0))
-    return window.detach().clone()
+    return torch.nn.functional.pad(inputs, (kernel - columns, 0)).detach().clone()  # zeros before token 0
 
 
-def restore_snapshot(cache: Cache, snapshot: StateSnapshot, device: torch.device) -> None:
+def restore_snapshot(cache: Cache, snapshot: StateSnapshot, length: int, device: torch.device) -> None:
     """Put a snapshot's states into a fresh cache (batch of one) through the cache's own update methods.
 
     Args:
         cache (`Cache`): a cache no forward has written to.
         snapshot (`StateSnapshot`): the states to resume from.
+        length (`int`): the token count the snapshot was taken at.
         device (`torch.device`): where the model runs.
     """
     for index, state, kernel, conv, rec in snapshot.states:
@@ -136,3 +148,9 @@ def restore_snapshot(cache: Cache, snapshot: StateSnapshot, device: torch.device
             cache.update_conv_state(conv[None].to(device), index, state_idx=state, conv_kernel_size=kernel)
         if rec is not None:
             cache.update_recurrent_state(rec[None].to(device), index, state_idx=state)
+    for index in recurrent_layer_indices(cache):
+        # transformers >= 5.25 counts each linear-attention layer's tokens (`cumulative_length_linear`, read by
+        # `get_seq_length` when layer 0 is one): `update_conv_state` counted the window's columns, not the prefix
+        counter = getattr(cache.layers[index], "cumulative_length_linear", None)
+        if isinstance(counter, torch.Tensor):
+            counter.fill_(length)  # in place: the layer marked the tensor as a static address

@@ -3,7 +3,8 @@
 The restored prefix becomes the call's cache, of the kind the call asks for (`cache_implementation`):
 
 - `None`, `"dynamic"`, `"offloaded"`: a `DynamicCache` (offloaded for `"offloaded"`), recording every state of its
-  sliding-window layers, so whole rows are stored afterwards.
+  sliding-window layers, so whole rows are stored afterwards; the cache `generate` returns no longer records, and its
+  sliding-window layers hold their window only, as transformers' own (`vlmprep.cache.recording.stop_recording`).
 - `"static"`, `"offloaded_static"` and the deprecated static kinds (`"sliding_window"`, `"hybrid"`, ...): a
   `StaticCache` sized as transformers sizes it. Rows are stored only while every layer still holds every state (a
   sliding-window layer keeps only its window): otherwise the call restores but stores nothing.
@@ -28,6 +29,7 @@ from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEME
 from ..cache.identity import any_module_training
 from ..cache.layer_extras import UnsupportedCacheLayer, extended_layer_classes, restore_layer_extras
 from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
+from ..cache.recording import drop_recurrent_history, record_past, stop_recording
 from ..cache.recurrent_state import (
     RecurrentCapture,
     StateSnapshot,
@@ -93,7 +95,8 @@ class PrefixRequest:
     def capture(self, cache: Cache, position: int) -> None:
         """Keep the recurrent states a prefill forward ending at `position` left (a snapshot point, stored later)."""
         if self.recurrent and cache is self.cache and position < self.prompt_length:
-            self.captures[position] = capture_recurrent_states(cache)
+            self.captures[position] = capture_recurrent_states(cache, position)
+            drop_recurrent_history(cache)  # what a recording layer kept of its past states: never rolled back
 
     @staticmethod
     def applies(model, generation_config, batch_size: int) -> bool:
@@ -239,7 +242,7 @@ class PrefixRequest:
         # them: stored KV is never written to)
         match = self.rows[0].match
         if self.recurrent:
-            restore_snapshot(self.cache, match.snapshots[resume], device)
+            restore_snapshot(self.cache, match.snapshots[resume], resume, device)
         for layer_index in range(len(self.cache.layers)):
             keys, values = match.row_kv(layer_index, resume)  # (1, heads, resume, head_dim)
             if keys.shape[1] == 0:
@@ -279,9 +282,18 @@ class PrefixRequest:
                 self.cache.update(keys, values, layer_index)
 
     def finish(self, sequences: torch.Tensor) -> None:
-        """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token)."""
+        """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token), then
+        leave the call's cache (which `generate` may return) as transformers' own: recording no more."""
         if self.cache is None or self.root is None:
             return
+        try:
+            self._store_rows(sequences)
+        finally:
+            # Sliding-window layers back to their window: a caller continuing with the cache would otherwise grow it
+            # every turn (it is no longer this call's to store)
+            stop_recording(self.cache)
+
+    def _store_rows(self, sequences: torch.Tensor) -> None:
         for layer, keys in self.adopted:
             if layer.keys is keys:  # never updated by this call (a layer sharing another's KV): it gets its own copy
                 layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
@@ -334,7 +346,7 @@ class PrefixRequest:
         points[length] = None  # the cache's own states, after the last token fed
         snapshots = {}
         for position, captured in points.items():
-            snapshot = snapshot_of_row(self.cache, row, length, position, captured)
+            snapshot = snapshot_of_row(self.cache, row, length, captured)
             if snapshot is not None and position > 0:
                 snapshots[position] = snapshot
         return snapshots
@@ -389,6 +401,8 @@ def _new_cache(model, generation_config, batch_size: int, prompt_length: int) ->
         cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, {})
     else:
         cache = DynamicCache(config=model.config, offloading=kind == "offloaded")
-        cache.activate_past_recording()  # sliding-window layers keep every state, so the whole row can be stored
+        # Sliding-window layers keep every state, so the whole row can be stored; layers holding only a running state
+        # do not record: their states are captured after each prefill forward (`capture`) and read at the end
+        record_past(cache, recurrent_layers=False)
     generation_config.cache_implementation = None  # this call's copy: the restored cache is its cache now
     return cache
