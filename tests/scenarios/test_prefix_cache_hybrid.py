@@ -14,7 +14,16 @@ import transformers
 import vlmprep
 from conftest import model_pair
 from support.chat import run_chat, turn_image_seeds
-from support.references import Prompt, assert_close, generate_logits, no_placeholder_answers, uncached_logits
+from support.references import (
+    Prompt,
+    assert_close,
+    continued,
+    generate_logits,
+    greedy_output,
+    no_placeholder_answers,
+    reference_next_logits,
+    uncached_logits,
+)
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config, tiny_model
 
@@ -132,3 +141,95 @@ def test_qwen4_exps_ngram_embeddings_reach_the_logits_and_resume_exactly():
         _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store)
     assert_close(logits[0], expected)
     assert sum(counter.lengths) < prompt.length // 2, counter.lengths  # resumed: only the new tokens are fed
+
+
+@pytest.mark.parametrize("shared", ["text", "image"])
+@pytest.mark.parametrize("family", ["lfm2_vl", "lfm3_vl"])
+def test_a_hit_at_a_chunk_end_resumes_from_the_restored_length(family, shared):
+    # transformers >= 5.25's `get_seq_length` reads layer 0's own count, here a convolution's: after a restore it must
+    # be the restored prefix's length, not the window's (it said 3: prefill went on from token 3, 0.64 off in logits,
+    # or a KeyError with an image in the restored prefix)
+    upstream, ours = model_pair(family)
+    chunk = 4
+    store = PrefixCache(max_bytes=2**26)
+    stored = Prompt(ours.config, [SYSTEM, IMAGE, list(range(30, 42))], image_seeds=[3])
+    generate_logits(ours, stored.inputs(), max_new_tokens=1, prefix_cache=store, prefill_chunk_size=chunk)
+    diverging = [SYSTEM[:10] + [60, 61], IMAGE, [30]] if shared == "text" else [SYSTEM, IMAGE, [*range(30, 38), 60]]
+    prompt = Prompt(ours.config, diverging, image_seeds=[3])
+    with PrefillCounter(ours) as counter:
+        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=1, prefix_cache=store, prefill_chunk_size=4)
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    resumed = prompt.length - sum(counter.lengths)
+    image_end = int((prompt.input_ids[0] == ours.config.image_token_id).nonzero().max()) + 1
+    # A chunk end inside the shared part (the stored row's end lies past where the prompts diverge)
+    assert resumed % chunk == 0 and (0 < resumed <= 10 if shared == "text" else resumed > image_end), resumed
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h_omni"])
+def test_a_call_keeps_no_past_recurrent_states_while_it_decodes(family):
+    # A recording Gated DeltaNet or Mamba-2 layer keeps a copy of its recurrent state per forward (transformers
+    # >= 5.25) and every input of its convolution, growing with each decoded token: the store needs neither
+    upstream, ours = model_pair(family)
+    store = PrefixCache(max_bytes=2**26)
+    held = []
+
+    def record_held(module, args, kwargs):
+        # Per running-state layer: past recurrent states kept, and inputs held beyond each convolution's window
+        cache = kwargs["cache"]
+        for layer in (layer for layer in cache.layers if hasattr(layer, "conv_states")):
+            history = getattr(layer, "recurrent_states_history", {})
+            beyond = [
+                inputs.shape[-1] - layer.conv_kernel_size[state]
+                for state, inputs in layer.conv_states.items()
+                if inputs is not None
+            ]
+            held.append((sum(len(states) for states in history.values()), max(beyond, default=0)))
+
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
+    handle = ours.register_forward_pre_hook(record_held, with_kwargs=True)
+    try:
+        for _ in range(2):  # the second call restores the first one's prompt
+            output = greedy_output(ours, prompt.inputs(), max_new_tokens=6, prefix_cache=store)
+            assert_close(output.logits[0], uncached_logits(upstream, prompt.inputs()))
+    finally:
+        handle.remove()
+    record_held(None, (), {"cache": output.cache})
+    assert store.stats.hits == 1 and held and set(held) == {(0, 0)}, held
+
+
+@pytest.mark.parametrize("family", ["gemma3", "inkling2"])
+def test_the_returned_cache_holds_what_upstreams_holds_and_continues_exactly(family):
+    # The call's cache records its sliding-window layers (and Inkling2's convolutions sharing their layer) to store
+    # whole rows; the cache handed back must not keep growing with every turn the caller continues with it
+    upstream, ours = model_pair(family)
+    store = PrefixCache(max_bytes=2**26)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
+    answer = no_placeholder_answers(ours)
+    for _ in range(2):  # the second turn restores the first one's prompt
+        output = greedy_output(ours, prompt.inputs(), max_new_tokens=4, prefix_cache=store, **answer)
+        expected = greedy_output(upstream, prompt.inputs(), max_new_tokens=4, **answer)
+        assert torch.equal(output.sequences, expected.sequences)
+        assert _held(output.cache) == _held(expected.cache)
+    assert store.stats.hits == 1
+    new_tokens = [*output.sequences[0, prompt.length :].tolist(), 40, 41]
+    continuing = continued(prompt, new_tokens)
+    output = greedy_output(ours, continuing, max_new_tokens=2, cache=output.cache, **answer)
+    assert_close(output.logits[0], reference_next_logits(upstream, prompt, new_tokens))
+    expected = greedy_output(upstream, continuing, max_new_tokens=2, **answer)
+    assert _held(output.cache) == _held(expected.cache)
+
+
+def _held(cache) -> list:
+    # Per layer: the tokens of K/V it holds, the inputs each convolution holds, whether it records its past
+    held = []
+    for layer in cache.layers:
+        keys = getattr(layer, "keys", None)
+        convolutions = getattr(layer, "conv_states", {})
+        held.append(
+            (
+                keys.shape[-2] if isinstance(keys, torch.Tensor) else None,
+                tuple(state.shape[-1] for state in convolutions.values() if state is not None),
+                bool(getattr(layer, "record_past", False)),
+            )
+        )
+    return held
