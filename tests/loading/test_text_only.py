@@ -21,9 +21,9 @@ from transformers import CONFIG_MAPPING, AutoModelForImageTextToText, LlamaConfi
 from transformers.utils import is_accelerate_available
 
 from support.registry import QWEN_FAMILIES
-from vlmprep.models.text_only_rules import LANGUAGE_MODEL
+from vlmprep.models.text_only_rules import COHERE2_VISION, LANGUAGE_MODEL
 from vlmprep.testing import TINY_CONFIG_BUILDERS, tiny_config, tiny_text_config, tiny_vision_config
-from vlmprep.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, decoder, load_text_decoder
+from vlmprep.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, decoder, load_text_decoder, logit_scale
 
 FAMILIES = sorted(TEXT_ONLY_FAMILIES)
 # One family per key layout and lm_head arrangement, for the error cases.
@@ -369,3 +369,39 @@ class QwenVLDecoderConfigTest(unittest.TestCase):
         decoder_config = decoder.text_decoder_config(config_class(text_config=text_config))
         self.assertEqual(decoder_config.model_type, decoder_type)
         self.assertEqual(decoder_config.rope_parameters, {"rope_type": "default", "rope_theta": 1e6})
+
+
+class LogitScaleTest(unittest.TestCase):
+    """Cohere2's causal LM multiplies its logits by `logit_scale`; transformers 5.25's Aya Vision class does too (5.24's
+    did not), Cohere2 Vision's does not: the decoder alone returns the logits of the installed multimodal class."""
+
+    @parameterized.expand(
+        [(model_type, scale) for model_type in ("aya_vision", "cohere2_vision") for scale in (4.0, 0.25)]
+    )
+    def test_decoder_logits_are_the_multimodal_class_logits(self, model_type, scale):
+        config = tiny_vlm_config(model_type)
+        config.text_config.logit_scale = scale
+        torch.manual_seed(0)
+        vlm = AutoModelForImageTextToText.from_config(config).eval()
+        directory = os.path.join(_ROOT, model_type, f"logit-scale-{scale}")
+        vlm.save_pretrained(directory)
+        model = AutoModelForCausalLM.from_pretrained(directory)
+        ids = _text_ids()
+        with torch.no_grad():
+            torch.testing.assert_close(model(input_ids=ids).logits, vlm(input_ids=ids).logits, atol=1e-5, rtol=0)
+        # Sampling reads the logits' scale (a temperature of its own): the same draws as the multimodal model
+        sampling = {"max_new_tokens": 4, "do_sample": True, "top_k": 0, "output_logits": True}
+        torch.manual_seed(1)
+        expected = vlm.generate(input_ids=ids, return_dict_in_generate=True, **sampling)
+        torch.manual_seed(1)
+        actual = model.generate(input_ids=ids, return_dict_in_generate=True, **sampling)
+        self.assertTrue(torch.equal(actual.sequences, expected.sequences))
+
+    def test_probe_leaves_the_random_state_alone(self):
+        logit_scale._PROBED.clear()  # the probe runs again, once
+        torch.manual_seed(3)
+        expected = torch.rand(4)
+        torch.manual_seed(3)
+        scales = logit_scale.multimodal_class_scales_logits("aya_vision", COHERE2_VISION.logit_scale_probe)
+        self.assertTrue(torch.equal(torch.rand(4), expected))
+        self.assertIs(logit_scale.multimodal_class_scales_logits("aya_vision", ()), scales)  # not probed again

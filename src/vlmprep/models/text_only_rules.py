@@ -47,12 +47,19 @@ class TextOnlyFamily:
             `(checkpoint infix, decoder infix)` pairs applied to a key the prefix rules kept, for checkpoints that
             name a decoder module otherwise (`.self_attn.to_q.`); a decoder infix of `None` marks a key that is not
             the decoder's (another tower's weights kept inside the decoder's layers).
+        logit_scale_probe (`tuple[tuple[str, Any], ...]`, *optional*, defaults to `()`):
+            for a decoder that multiplies its logits by `logit_scale` under a multimodal class that may not: the
+            keyword arguments of a tiny config of the multimodal type (sub-configs as pairs too: the rule stays
+            hashable). The installed multimodal class is probed once
+            on models of that config (`vlmprep.text_only.logit_scale`); the decoder keeps its `logit_scale` where the
+            class applies it too, and gets 1 where it does not.
     """
 
     key_rules: tuple[tuple[str, str | None], ...]
     decoder_config_overrides: tuple[tuple[str, Any], ...] = ()
     decoder_model_type: str | None = None
     key_renames: tuple[tuple[str, str | None], ...] = ()
+    logit_scale_probe: tuple[tuple[str, Any], ...] = ()
 
     def decoder_key(self, checkpoint_key: str) -> str | None:
         """The decoder's name for a checkpoint key, or `None` when the key is not a text-decoder tensor."""
@@ -161,9 +168,41 @@ GRANITE_DECODER = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_model_t
 # Granite Docling's (`granite_docling_text`) likewise, kept under `model.text_model` as Idefics3's.
 GRANITE_TEXT_MODEL = TextOnlyFamily(key_rules=TEXT_MODEL.key_rules, decoder_model_type="granite")
 
-# Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision and Cohere2Vision apply their lm_head without
-# it. The decoder gets a scale of 1 so that it returns the logits the multimodal model returns (and samples alike).
-COHERE2_VISION = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, decoder_config_overrides=(("logit_scale", 1.0),))
+# Cohere2ForCausalLM multiplies its logits by `logit_scale`; AyaVision does so too from transformers 5.25 on (not in
+# 5.24), Cohere2Vision does not. The decoder keeps the scale where the installed multimodal class applies it, and gets 1
+# where it does not, so that it returns the logits the multimodal model returns (and samples alike): probed on a model
+# of this tiny Aya Vision / Cohere2 Vision config.
+_COHERE2_VISION_PROBE = (
+    (
+        "text_config",
+        (
+            ("model_type", "cohere2"),
+            ("hidden_size", 16),
+            ("intermediate_size", 32),
+            ("num_hidden_layers", 1),
+            ("num_attention_heads", 2),
+            ("num_key_value_heads", 1),
+            ("head_dim", 8),
+            ("vocab_size", 32),
+            ("bos_token_id", 1),
+            ("eos_token_id", 2),  # Cohere2's default ids lie outside the tiny vocabulary
+        ),
+    ),
+    (
+        "vision_config",
+        (
+            ("model_type", "siglip_vision_model"),
+            ("hidden_size", 16),
+            ("intermediate_size", 32),
+            ("num_hidden_layers", 1),
+            ("num_attention_heads", 2),
+            ("image_size", 16),
+            ("patch_size", 8),
+        ),
+    ),
+    ("alignment_intermediate_size", 32),
+)
+COHERE2_VISION = TextOnlyFamily(key_rules=_LANGUAGE_MODEL_KEYS, logit_scale_probe=_COHERE2_VISION_PROBE)
 
 # Inkling2 is saved (by `save_pretrained` too, through transformers' conversion mapping) under its original names, the
 # decoder as `model.llm.*` next to `model.visual.*`, for `Inkling2ForCausalLM` as for the multimodal class; the causal

@@ -26,6 +26,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cache
 
 from ..models.registry import FAMILY_SPECS
 from ..models.text_only_rules import TextOnlyFamily
+from .logit_scale import multimodal_class_scales_logits
 
 __all__ = [
     "TEXT_ONLY_FAMILIES",
@@ -81,6 +82,10 @@ def text_decoder_config(config: PreTrainedConfig) -> PreTrainedConfig:
     decoder_config.tie_word_embeddings = getattr(config, "tie_word_embeddings", own_flag)
     for name, value in family.decoder_config_overrides if family is not None else ():
         setattr(decoder_config, name, value)
+    # The decoder scales its logits; the multimodal class, depending on the release, may not (`logit_scale.py`)
+    probe = family.logit_scale_probe if family is not None else ()
+    if probe and not multimodal_class_scales_logits(config.model_type, probe):
+        decoder_config.logit_scale = 1.0
     if type(decoder_config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ValueError(
             f"Text config {type(decoder_config).__name__} of {config.model_type!r} has no causal-LM class in "
