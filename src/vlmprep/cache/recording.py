@@ -83,7 +83,8 @@ def stop_recording(cache: Cache) -> None:
             # The window a non-recording `update` keeps; copies, so the recorded K/V are freed
             layer.keys = keys[:, :, -(window - 1) :].clone()  # (batch, heads, window - 1, head_dim)
             layer.values = layer.values[:, :, -(window - 1) :].clone()
-        layer.record_past = False  # (transformers has no call that turns recording off)
+        # transformers has no call that turns recording off; 5.25's own `DeferredStopCheck.finish` sets it so too
+        layer.record_past = False
 
 
 def _trim_convolution_inputs(layer) -> None:
