@@ -14,10 +14,11 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_
 from support.registry import FAMILY_CASES, Scenario
 from vlmprep.models import DROP_IN_CLASSES, registry
 from vlmprep.models.base import VisionPrepMixin
-from vlmprep.models.registry import ALIAS, FAMILY_SPECS, NOT_ADAPTED_REASONS
+from vlmprep.models.registry import ALIAS, ALL_FAMILY_SPECS, FAMILY_SPECS, NEWER_FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "utils" / "families_table.py"
+DOC = ROOT / "docs" / "families.md"
 
 
 @pytest.fixture(scope="module")
@@ -127,9 +128,83 @@ def test_missing_reason_is_an_error(families_table):
 def test_check_mode_fails_on_a_stale_file(families_table, rendered, tmp_path, monkeypatch, capsys):
     document, _, _ = rendered
     monkeypatch.setattr(families_table, "render", lambda: rendered)
+    monkeypatch.setattr(families_table, "NEWER_FAMILY_SPECS", {})  # the installed release as the newest
     monkeypatch.setattr(families_table, "DOC_PATH", tmp_path / "families.md")
     assert families_table.main(["--check"]) == 1
     assert "stale" in capsys.readouterr().out
     assert families_table.main([]) == 0
     assert (tmp_path / "families.md").read_text() == document
     assert families_table.main(["--check"]) == 0
+
+
+def test_document_covers_every_type_of_the_newest_supported_release():
+    # transformers 5.25 has 103 image-text-to-text types; under 5.24 the 3 it added are the registry's newer specs
+    rows = _table_rows(DOC.read_text())
+    assert set(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES) | set(NEWER_FAMILY_SPECS) <= set(rows)
+    assert set(rows) <= set(ALL_FAMILY_SPECS)
+    assert len(rows) >= 103
+    for model_type, spec in NEWER_FAMILY_SPECS.items():
+        assert spec.since and model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, model_type
+        assert f"| {spec.status} |" in rows[model_type]
+
+
+def test_newer_types_have_a_release_and_the_installed_one_has_the_others():
+    for model_type in ("llava_onevision1_5", "ovis2_5", "pi05"):
+        assert ALL_FAMILY_SPECS[model_type].since == "5.25"
+    for model_type, spec in FAMILY_SPECS.items():
+        assert spec.installed and model_type not in NEWER_FAMILY_SPECS
+    # an installed type's drop-in has a case; a newer type's case is left out, with the release it needs
+    from support.cases import CASES_FOR_NEWER_TRANSFORMERS
+
+    assert set(CASES_FOR_NEWER_TRANSFORMERS) == {t for t, s in NEWER_FAMILY_SPECS.items() if s.drop_in is not None}
+    assert all(">=5.25" in reason for reason in CASES_FOR_NEWER_TRANSFORMERS.values())
+    assert not set(NEWER_FAMILY_SPECS) & set(FAMILY_CASES)
+
+
+def _two_release_documents(families_table) -> tuple[str, str]:
+    # The same registry as the newest release renders it (with the type `new` it added) and as an older one does
+    scenarios = [Scenario("every_chunk_size_is_exact", "t.py")]
+    gemma3 = families_table.DROP_IN_CLASSES.get("gemma3", object)
+    arguments = {"reasons": {"old": "a true reason"}, "scenarios": scenarios, "text_only": set()}
+    case = types.SimpleNamespace(skip={})
+    newest, _, _ = families_table.build_table(
+        mapping={"fam": "FamClass", "new": "NewClass", "old": "OldClass"},
+        drop_ins={"fam": gemma3, "new": gemma3},
+        cases={"fam": case, "new": case},
+        layouts={"fam": "fixed_image", "new": "fixed_image"},
+        **arguments,
+    )
+    older, _, _ = families_table.build_table(
+        mapping={"fam": "FamClass", "old": "OldClass"},
+        drop_ins={"fam": gemma3},
+        cases={"fam": case},
+        layouts={"fam": "fixed_image"},
+        **arguments,
+    )
+    return newest, older
+
+
+def test_an_older_release_checks_the_types_it_has(families_table):
+    newest, older = _two_release_documents(families_table)
+    assert "`new`" in newest and "`new`" not in older
+    assert families_table.older_release_problems(newest, older, {"new": "9.9"}) == []
+    # a row of a type both releases have that is out of date is found; so is a newer type's row gone missing
+    stale = newest.replace("a true reason", "an old reason")
+    assert families_table.older_release_problems(stale, older, {"new": "9.9"})
+    without_new = "\n".join(line for line in newest.splitlines() if not line.startswith("| `new`"))
+    assert any(
+        "no row for new" in problem
+        for problem in families_table.older_release_problems(without_new, older, {"new": "9.9"})
+    )
+
+
+def test_an_older_release_does_not_rewrite_the_newest_view(families_table, monkeypatch, tmp_path, capsys):
+    newest, older = _two_release_documents(families_table)
+    (tmp_path / "families.md").write_text(newest)
+    monkeypatch.setattr(families_table, "DOC_PATH", tmp_path / "families.md")
+    monkeypatch.setattr(families_table, "render", lambda: (older, [], []))
+    monkeypatch.setattr(families_table, "NEWER_FAMILY_SPECS", {"new": types.SimpleNamespace(since="9.9")})
+    assert families_table.main(["--check"]) == 0
+    assert families_table.main([]) == 1
+    assert "transformers>=9.9" in capsys.readouterr().out
+    assert (tmp_path / "families.md").read_text() == newest
