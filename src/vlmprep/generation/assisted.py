@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from transformers import GenerationMixin
 from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionCacheLayerMixin
+from transformers.generation import GenerationMode
 
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .prepared import PlannedEncoderOutputs
@@ -82,7 +83,7 @@ def recurrent_layer_types(config) -> list[str]:
     return sorted(recurrent)
 
 
-def check_no_recurrent_state(model) -> None:
+def check_no_recurrent_state(model, generation_mode: GenerationMode) -> None:
     """Refuse assisted decoding on a decoder with a recurrent state: it could not equal greedy decoding.
 
     Assisted decoding runs the drafts through the decoder, then cuts the rejected ones out of the cache. An attention
@@ -92,10 +93,14 @@ def check_no_recurrent_state(model) -> None:
 
     Args:
         model: the drop-in (its config gives the decoder's layer types).
+        generation_mode (`GenerationMode`): the call's mode; only `ASSISTED_GENERATION` (drafts: prompt lookup, an
+            assistant model, MTP, early exit) is checked.
 
     Raises:
-        `ValueError`: the decoder has layers with a recurrent state.
+        `ValueError`: the call is assisted and the decoder has layers with a recurrent state.
     """
+    if generation_mode != GenerationMode.ASSISTED_GENERATION:
+        return
     layer_types = recurrent_layer_types(model.config)
     if layer_types:
         raise ValueError(

@@ -5,7 +5,7 @@
 0. `generate` itself only splits off the opt-in `prefix_cache` and stores the finished rows afterwards.
 1. `_validate_model_kwargs`: vlmprep's own generate kwargs (`cache_salt`) are not model inputs; the language model's
    inputs a family's forward takes through its keyword arguments (`FamilyHooks.language_model_kwargs`) are.
-1. `_validate_generation_mode`: assisted decoding is refused on a decoder with a recurrent state (`assisted.py`).
+   `_validate_generation_mode`: no assisted decoding on a decoder with a recurrent state (`assisted.py`).
 4. `_prepare_position_ids_for_generation`: families with multimodal rope never read `rope_deltas` left on the model.
 4. `_maybe_prepare_encoder_kwargs_for_generation`: the images are prepared here, from the image spans that lie
    after the cache's length: inputs checked, the cache rolled back out of any bidirectional block it ends in, and
@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 from transformers import GenerationMixin
-from transformers.generation import GenerationMode
 
 from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
@@ -100,7 +99,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         request.finish(output if isinstance(output, torch.Tensor) else output.sequences)
         return output
 
-    # -- Step 1: `GenerationMixin._validate_model_kwargs` ---------------------------------------------------------
+    # -- Step 1: `GenerationMixin._validate_model_kwargs`, `GenerationMixin._validate_generation_mode` -------------
 
     def _validate_model_kwargs(self, model_kwargs: dict[str, Any]):
         # Replaces the upstream check only to let vlmprep's own kwargs through (they are popped in step 4), and the
@@ -112,13 +111,8 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         finally:
             model_kwargs.update(own)
 
-    # -- Step 1: `GenerationMixin._validate_generation_mode` ------------------------------------------------------
-
     def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
-        # transformers 5.25 dropped its refusal of assisted decoding on recurrent decoders (`_is_stateful`) and
-        # drifts from greedy decoding there; refused before upstream's own checks, so every version says the same.
-        if generation_mode == GenerationMode.ASSISTED_GENERATION:
-            check_no_recurrent_state(self)
+        check_no_recurrent_state(self, generation_mode)  # before upstream's checks: every version says the same
         return super()._validate_generation_mode(generation_mode, generation_config, generation_mode_kwargs)
 
     # -- Step 4: `GenerationMixin._prepare_position_ids_for_generation` -------------------------------------------
