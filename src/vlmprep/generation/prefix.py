@@ -288,9 +288,7 @@ class PrefixRequest:
             return
         try:
             self._store_rows(sequences)
-        finally:
-            # Sliding-window layers back to their window: a caller continuing with the cache would otherwise grow it
-            # every turn (it is no longer this call's to store)
+        finally:  # sliding-window layers back to their window: a caller continuing with it would grow it every turn
             stop_recording(self.cache)
 
     def _store_rows(self, sequences: torch.Tensor) -> None:
@@ -342,14 +340,12 @@ class PrefixRequest:
         on); points whose states are not all known are left out."""
         if not self.recurrent:
             return None
-        points = {position: self.captures[position] for position in self.captures if position < length}
+        points = {position: captured for position, captured in self.captures.items() if 0 < position < length}
         points[length] = None  # the cache's own states, after the last token fed
-        snapshots = {}
-        for position, captured in points.items():
-            snapshot = snapshot_of_row(self.cache, row, length, captured)
-            if snapshot is not None and position > 0:
-                snapshots[position] = snapshot
-        return snapshots
+        snapshots = {
+            position: snapshot_of_row(self.cache, row, length, captured) for position, captured in points.items()
+        }
+        return {position: snapshot for position, snapshot in snapshots.items() if snapshot is not None and position}
 
     def _adopt(self, layer_index: int, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Make views of stored KV a dynamic layer's states without copying them, as `DynamicLayer.update` would.
