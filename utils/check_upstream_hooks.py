@@ -16,6 +16,7 @@ from vlmprep.utils._compat import (
     REQUIRED_GENERATION_HOOKS,
     changed_copied_sources,
     missing_generation_hooks,
+    serving_unsupported_message,
 )
 from vlmprep.utils._engine_compat import ENGINE_ATTRIBUTES, ENGINE_METHODS, missing_engine_hooks
 
@@ -29,10 +30,14 @@ def main() -> int:
         return 1
     methods = sum(len(names) for names in ENGINE_METHODS.values())
     attributes = sum(len(names) for names in ENGINE_ATTRIBUTES.values())
+    served = (
+        f"engine and server: {methods} methods, {attributes} attributes present."
+        if serving_unsupported_message() is None
+        else f"engine: present; server: not checked (`vlmprep serve` refuses transformers {transformers.__version__})."
+    )
     print(
         f"transformers {transformers.__version__}: all {len(REQUIRED_GENERATION_HOOKS)} generation hooks present; "
-        f"copied upstream code unchanged in {len(COPIED_UPSTREAM_SOURCE)} methods; "
-        f"engine and server: {methods} methods, {attributes} attributes present."
+        f"copied upstream code unchanged in {len(COPIED_UPSTREAM_SOURCE)} methods; {served}"
     )
     return 0
 

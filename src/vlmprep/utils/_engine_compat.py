@@ -16,7 +16,7 @@ import importlib
 import inspect
 import re
 
-from ._compat import method_problems
+from ._compat import method_problems, serving_unsupported_message
 
 # "module:Class" -> {method: parameters the override declares or passes on}. Where a vlmprep class overrides a method,
 # the upstream method must exist with these parameters; a method that only reads upstream state lists no parameters.
@@ -129,16 +129,20 @@ def _resolve(target: str):
         return None
 
 
-def missing_engine_hooks(include_server: bool = True) -> list[str]:
+def missing_engine_hooks(include_server: bool | None = None) -> list[str]:
     """Descriptions of the engine and server methods, parameters and attributes the installed transformers lacks.
 
     Args:
-        include_server (`bool`, *optional*, defaults to `True`):
-            also check the server's classes (`vlmprep serve`), whose modules need the `serving` extra.
+        include_server (`bool`, *optional*):
+            also check the server's classes (`vlmprep serve`), whose modules need the `serving` extra. By default,
+            only where `vlmprep serve` runs on the installed transformers (`serving_unsupported_message`): on a
+            release whose server it refuses (5.25), the server's names are not expected.
 
     Returns:
         `list[str]`: empty when everything `vlmprep.batching` (and `vlmprep serve`) rely on is there.
     """
+    if include_server is None:
+        include_server = serving_unsupported_message() is None
     problems = []
     for target, methods in ENGINE_METHODS.items():
         if not include_server and target.startswith(_SERVER_MODULES):
