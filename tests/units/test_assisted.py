@@ -10,6 +10,7 @@ from transformers import DynamicCache, GenerationConfig
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 from conftest import model_pair
+from support.caller_caches import cropped_cache
 from support.references import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
 from support.registry import FAMILY_CASES
 from vlmprep.generation import VisionFacts
@@ -94,6 +95,37 @@ def test_first_forward_after_a_cache_feeds_only_the_new_tokens():
     assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "cache": DynamicCache()})
     assert first_forward_after_cache(ids, {**kwargs, "next_sequence_length": 1})["next_sequence_length"] == 1
     assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, "is_first_iteration": False})
+
+
+def test_hidden_states_of_a_first_forward_cut_after_a_cache_are_refused():
+    """transformers splits the first assisted forward's hidden states and attentions as if it covered the whole prompt:
+    5.25 fails on a forward that runs the tokens after a cache only (5.24 misplaces them). Uncut forwards pass."""
+    cache = DynamicCache()
+    cache.update(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4), 0)
+    ids = torch.arange(7)[None]  # a 5-token prompt and 2 drafts, 3 of them cached
+    kwargs = {"is_first_iteration": True, "mm_encoder_outputs": _planned(5), "cache": cache}
+    for output in ("output_hidden_states", "output_attentions"):
+        with pytest.raises(ValueError, match="cache holding 3 tokens of the prompt cannot return hidden states"):
+            first_forward_after_cache(ids, {**kwargs, output: True})
+        assert "next_sequence_length" not in first_forward_after_cache(ids, {**kwargs, output: True, "cache": None})
+
+
+@pytest.mark.parametrize("assistant", ["prompt_lookup", "upstream_assistant"])
+def test_assisted_hidden_states_after_a_callers_cache_are_refused_clearly(assistant):
+    """transformers 5.25 fails with a bare "Could not find a (batch_size, seq_len) pair" there; the drop-in names why
+    and the way out, which gives transformers' greedy answer."""
+    upstream, ours = model_pair("llava")
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, SYSTEM[:4]])
+    kwargs = {"prompt_lookup_num_tokens": 3} if assistant == "prompt_lookup" else {"assistant_model": upstream}
+    cache = cropped_cache(upstream, prompt.inputs(), 3)
+    with pytest.raises(ValueError, match="cannot return hidden states or attentions.*Pass no `cache`"):
+        generate_logits(ours, prompt.inputs(), 4, cache=cache, output_hidden_states=True, **kwargs)
+    expected_ids, expected = generate_logits(upstream, prompt.inputs(), 4)
+    ids, logits = generate_logits(
+        ours, prompt.inputs(), 4, cache=cropped_cache(upstream, prompt.inputs(), 3), **kwargs
+    )
+    assert torch.equal(ids, expected_ids)
+    assert_same_steps(logits, expected)
 
 
 @pytest.mark.parametrize("family", ["ernie4_5_vl_moe", "gemma3"])

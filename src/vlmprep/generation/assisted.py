@@ -166,6 +166,9 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
 
     `_prefill` cuts them itself; assisted decoding's first forward does not, and would feed the cached tokens again on
     top of their KV. Only a prompt that starts at position 0 (no `input_ids` passed after the cache alone) is cut.
+    transformers splits that forward's hidden states and attentions into steps as if it covered the whole prompt:
+    5.25 fails on the shorter hidden states, 5.24 returns them at the wrong positions. A cut forward that returns
+    them is refused.
 
     Args:
         input_ids (`torch.Tensor` of shape `(batch_size, length)`): the forward's ids (prompt and drafts).
@@ -173,6 +176,9 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
 
     Returns:
         `dict[str, Any]`: `model_kwargs`, with `next_sequence_length` set where the forward must be cut.
+
+    Raises:
+        `ValueError`: the forward must be cut and the call returns hidden states or attentions.
     """
     planned = model_kwargs.get("mm_encoder_outputs")
     cache = model_kwargs.get("cache")
@@ -188,6 +194,13 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
     past_length = cache.get_seq_length()
     if past_length == 0 or past_length >= input_ids.shape[-1]:
         return model_kwargs
+    if model_kwargs.get("output_hidden_states") or model_kwargs.get("output_attentions"):
+        raise ValueError(
+            f"Assisted decoding after a cache holding {past_length} tokens of the prompt cannot return hidden states "
+            "or attentions: its first forward runs the tokens after the cache only (feeding the cached ones again "
+            "gives other logits), and transformers splits them as if it covered the whole prompt (5.25 fails, 5.24 "
+            "places them wrongly). Pass no `cache`, no drafts, or no `output_hidden_states` / `output_attentions`."
+        )
     return {**model_kwargs, "next_sequence_length": input_ids.shape[-1] - past_length}
 
 
