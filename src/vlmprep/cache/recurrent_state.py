@@ -24,6 +24,7 @@ from .recording import records_past
 __all__ = [
     "RecurrentCapture",
     "StateSnapshot",
+    "cache_length",
     "capture_recurrent_states",
     "recurrent_layer_indices",
     "restore_snapshot",
@@ -55,6 +56,16 @@ class StateSnapshot:
         """Bytes of the stored tensors (they count in the prefix store's budget)."""
         tensors = [t for *_, conv, rec in self.states for t in (conv, rec) if t is not None]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def cache_length(cache: Cache) -> int:
+    """The tokens a cache holds, as an `int`.
+
+    transformers >= 5.25 answers `get_seq_length()` from layer 0, and a linear-attention layer answers with its 0-d
+    tensor counter (`cumulative_length_linear`): positions built from it are tensors, which arithmetic takes but set
+    and dict lookups (which positions are padding, which snapshots exist) silently miss.
+    """
+    return int(cache.get_seq_length())
 
 
 def recurrent_layer_indices(cache: Cache) -> list[int]:

@@ -6,6 +6,7 @@ import torch
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 from ..cache.recording import holds_recurrent_state, records_past
+from ..cache.recurrent_state import cache_length
 
 
 def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
@@ -30,7 +31,7 @@ def roll_back_cache(cache, past_length: int, resume_point: int) -> int:
         except (RuntimeError, ValueError):
             pass
         else:
-            if cache.get_seq_length() == resume_point:
+            if cache_length(cache) == resume_point:
                 return resume_point
     # Emptied rather than cropped to 0: models such as PaliGemma treat an initialized cache as "not first forward"
     cache.reset()
