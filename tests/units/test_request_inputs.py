@@ -51,6 +51,8 @@ NOT_READ = {
     "internvl": {"image_sizes"},
     "qianfan_ocr": {"image_sizes"},
     "llava_onevision": {"image_sizes_videos"},
+    # Video timing metadata of the shared (Qwen2-VL) processor, which the 1D positions never read
+    "llava_onevision1_5": {"second_per_grid_ts"},
     "nemotron_h_omni": {"pixel_values_videos"},  # videos are refused
     "molmo2": {"pixel_values_videos", "video_token_pooling", "video_grids"},  # videos are refused
     # Computed from `input_ids` by the forward; only a caller passing `inputs_embeds` instead of ids supplies them

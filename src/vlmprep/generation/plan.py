@@ -120,8 +120,8 @@ def plan_prompt(
         prefix_request = None  # features without pixels have no content hash to key a stored prefix by
     _set_multimodal_positions(model, input_ids, model_kwargs, offset)
 
-    blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask"))
-    blocks += model.whole_item_blocks(spans)  # fed whole, as bidirectional blocks are (Ovis2.5's start-to-end runs)
+    whole_item_blocks = model.whole_item_blocks(spans)  # fed whole, as bidirectional blocks are (Ovis2.5's)
+    blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask")) + whole_item_blocks
     plan = PromptPlan(offset, prompt_length, spans, blocks, merge_blocks(blocks), past_length, encoder, given)
 
     # 4.4 A prefix-cache hit becomes the cache (when the caller passed none), with its exact resume point;
@@ -135,6 +135,12 @@ def plan_prompt(
         model_kwargs["cache"], plan.resume_point = prefix_request.restore(
             model, input_ids, model_kwargs, plan, salt, generation_config
         )
+        if whole_item_blocks:
+            # The store resumes one row inside a block whose KV it holds exact; a block fed whole needs its forward
+            # whole too (Ovis2.5 embeds an end token as its item's only in a forward that feeds the item)
+            plan.resume_point = _resume_in_callers_cache(
+                model_kwargs["cache"], plan.resume_point, 0, merge_blocks(whole_item_blocks)
+            )
     else:
         plan.resume_point = _resume_in_callers_cache(cache, past_length, offset, plan.intervals)
     return plan
