@@ -277,6 +277,7 @@ def test_finding_5_admin_endpoints_are_not_served_without_an_api_key(served):
     served.assert_still_serving()  # the model is still loaded
 
 
+@needs_serving
 def test_finding_5_an_api_key_guards_every_endpoint():
     from fastapi.testclient import TestClient
 
