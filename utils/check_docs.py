@@ -5,6 +5,9 @@ The one place documentation examples run (CI runs it as `make docs-check`); the 
 - each name in `vlmprep.__all__` has a docstring and is named in docs/reference.md;
 - every `>>>` example in docs/*.md and in the docstrings of `vlmprep`'s modules runs as a doctest.
 
+A drop-in of a model type that the installed transformers lacks (`NEWER_FAMILY_SPECS`: a newer supported release added
+it) refuses to import, naming that release: its export and its family module are checked under that release.
+
 Usage: python utils/check_docs.py
 """
 
@@ -17,17 +20,21 @@ import pkgutil
 import sys
 
 import vlmprep
+from vlmprep.models.registry import NEWER_FAMILY_SPECS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+# The drop-ins (class names, family modules) the installed transformers lacks: they refuse to import here
+NEWER_NAMES = {spec.class_name for spec in NEWER_FAMILY_SPECS.values() if spec.drop_in is not None}
+NEWER_MODULES = {f"vlmprep.models.{spec.module}" for spec in NEWER_FAMILY_SPECS.values() if spec.drop_in is not None}
 
 
 def undocumented_objects() -> list[str]:
     reference = (DOCS / "reference.md").read_text()
     problems = []
     for name in vlmprep.__all__:
-        if name.startswith("__"):
+        if name.startswith("__") or name in NEWER_NAMES:
             continue
         obj = getattr(vlmprep, name)
         if not (getattr(obj, "__doc__", None) or "").strip():
@@ -46,6 +53,8 @@ def failing_doc_examples() -> list[str]:
     for module_info in pkgutil.walk_packages(vlmprep.__path__, prefix="vlmprep."):
         if module_info.name.rsplit(".", 1)[-1] == "__main__":
             continue  # importing a `__main__` runs the command line
+        if module_info.name in NEWER_MODULES:
+            continue
         module = importlib.import_module(module_info.name)
         result = doctest.testmod(module, optionflags=FLAGS, verbose=False)
         if result.failed:
