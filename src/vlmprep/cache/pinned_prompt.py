@@ -38,7 +38,7 @@ def reopen_pinned_prompt(cache: Cache, prompt_length: int) -> None:
     Raises:
         `ValueError`: a static cache of these layers, or a window that slid while the ids passed start after it.
     """
-    held = cache.get_seq_length()
+    held = int(cache.get_seq_length())  # transformers >= 5.25: a 0-d tensor when layer 0 is linear attention
     for layer in pinning_layers(cache):
         if not layer.is_initialized or layer.prefill_cumulative_length == 0:
             continue

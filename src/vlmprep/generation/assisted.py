@@ -24,6 +24,7 @@ from transformers import GenerationMixin
 from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionCacheLayerMixin
 from transformers.generation import GenerationMode
 
+from ..cache.recurrent_state import cache_length
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .prepared import PlannedEncoderOutputs
 
@@ -191,7 +192,7 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
         or all(getattr(cache, "is_linear", [False]))
     ):
         return model_kwargs
-    past_length = cache.get_seq_length()
+    past_length = cache_length(cache)
     if past_length == 0 or past_length >= input_ids.shape[-1]:
         return model_kwargs
     if model_kwargs.get("output_hidden_states") or model_kwargs.get("output_attentions"):

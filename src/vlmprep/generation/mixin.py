@@ -31,6 +31,7 @@ from transformers import GenerationMixin
 
 from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
+from ..cache.recurrent_state import cache_length
 from .assisted import assistant_model_of, check_no_recurrent_state, first_assisted_forward_inputs
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
@@ -219,7 +220,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             return super()._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=is_first_iteration)
 
         cache = model_kwargs.get("cache")
-        start = cache.get_seq_length() if cache is not None else 0
+        start = cache_length(cache) if cache is not None else 0
         chunk_size = check_prefill_chunk_size(generation_config.prefill_chunk_size, cache)
         chunks = planned.plan_chunks(start, chunk_size, cache, model_kwargs.get("attention_mask"))
         check_no_block_after_cache_in_static_cache(cache, chunks, planned.prepared.intervals)

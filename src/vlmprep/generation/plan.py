@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..cache.recurrent_state import cache_length
 from ..utils.logging import get_logger
 from .cache_rollback import roll_back_cache
 from .encoding import ItemEncoder, SuppliedFeatures
@@ -100,7 +101,7 @@ def plan_prompt(
 
     # 4.1 The cache: what it holds, and that it can belong to this model and this prompt.
     cache = model_kwargs.get("cache")
-    past_length = cache.get_seq_length() if cache is not None else 0
+    past_length = cache_length(cache) if cache is not None else 0
     if cache is not None:
         check_cache_matches_model(cache, model.config, batch_size, model.cached_key_shape())
     offset = _prompt_offset(model_kwargs, generation_config, batch_size, prompt_length, past_length)
