@@ -39,6 +39,7 @@ REFUSED = {
     "molmo2": "forward reads `cache.is_initialized`",
     "unlimited_ocr": "reference sliding-window layers pin each prompt",
     "instructblipvideo": "not adapted to the continuous-batching engine",
+    "ovis2_5": "embeds an item's start and end tokens only in a forward that feeds that item",
 }
 # Families whose requests with images the engine refuses one by one (each fails alone, with this error); their text
 # requests run.
