@@ -178,9 +178,9 @@ def _resume_in_callers_cache(cache, past_length: int, offset: int, intervals) ->
     resume_point = resolve_resume_point(past_length, intervals)
     if resume_point < offset:
         raise ValueError(
-            f"The cache ends at position {past_length}, inside a bidirectional block that starts at "
-            f"{resume_point}, and only the tokens after the cache were passed, so the block cannot be recomputed "
-            "whole. Pass the whole prompt as `input_ids` (with its attention mask)."
+            f"The cache ends at position {past_length}, inside a block fed whole (bidirectional, or an item with its "
+            f"start and end tokens) that starts at {resume_point}, and only the tokens after the cache were passed, "
+            "so the block cannot be recomputed whole. Pass the whole prompt as `input_ids` (with its attention mask)."
         )
     if resume_point < past_length:
         resume_point = roll_back_cache(cache, past_length, resume_point)
