@@ -42,6 +42,19 @@ HYBRID_FAMILIES = [
 ]
 
 
+# A chat template re-renders earlier answers: Qwen3.5's strips their thinking (here an answer's first 2 tokens become an
+# empty thinking block), and an answer re-tokenized from its text may differ near its end (a token replaced). These ids
+# are kept out of answers, so each re-sent answer parts from the generated one exactly there.
+EMPTY_THINKING = [77, 78]
+REPLACED = 79
+
+
+def _resent_by_a_template(turn: int, answer: list[int]) -> list[int]:
+    if turn % 2 == 0:
+        return [*EMPTY_THINKING, *answer[2:]]  # parts where the answer starts (the end of the stored prompt)
+    return [*answer[:-2], REPLACED, answer[-1]]  # parts at the answer's last fed token
+
+
 def _first_convolution_weight(model) -> torch.Tensor:
     # The running state's convolution: Gated DeltaNet's and GLM-5-Next's `conv1d`, LFM2's short convolution,
     # Inkling2's short convolutions of keys, values and residual streams
@@ -80,6 +93,42 @@ def test_five_turn_chat_with_two_images_resumes_from_snapshots(family):
     assert fed <= 1.02 * minimum, (fed, minimum)
     stats = store.stats
     assert stats.hits == len(USER_TURNS) - 1 and stats.snapshots > 0 and 0 < stats.snapshot_bytes < stats.bytes
+
+
+@pytest.mark.parametrize("family", HYBRID_FAMILIES)
+def test_five_turn_chat_whose_answers_are_re_sent_otherwise_feeds_the_minimum(family):
+    # Every re-sent answer parts from the stored row inside it (at the generation boundary, or near the answer's end):
+    # the store resumes exactly there, from the snapshot at the prompt's end or among the answer's last positions
+    upstream, ours = model_pair(family)
+    ours.encoder_cache.clear()
+    store = PrefixCache(max_bytes=2**26)
+    answer = no_placeholder_answers(ours)
+    answer["suppress_tokens"] = sorted({*answer["suppress_tokens"], *EMPTY_THINKING, REPLACED})
+    seeds = turn_image_seeds(USER_TURNS)
+    chat = run_chat(upstream, ours, USER_TURNS, seeds, store, 6, resend=_resent_by_a_template, **answer)
+    assert chat.fed <= 1.02 * chat.minimum, (chat.fed, chat.minimum)
+    stats = store.stats
+    assert stats.hits == len(USER_TURNS) - 1 and stats.tokens_shared == stats.tokens_reused, stats
+
+
+def test_a_resume_short_of_the_shared_prefix_shows_in_the_stats():
+    # No snapshot among the answer's last positions but its end (`snapshot_tail=1`): a turn re-sending the answer with
+    # its last fed token replaced resumes at the previous prompt's end, and the stats say how much was shared
+    upstream, ours = model_pair("qwen3_5")
+    store = PrefixCache(max_bytes=2**26, snapshot_tail=1)
+    answer = no_placeholder_answers(ours)
+    answer["suppress_tokens"] = sorted({*answer["suppress_tokens"], REPLACED})
+    first = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
+    sequences, _ = generate_logits(ours, first.inputs(), max_new_tokens=6, prefix_cache=store, **answer)
+    generated = sequences[0, first.length :].tolist()
+    second = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31], _resent_by_a_template(1, generated), [32]], image_seeds=[3])
+    with PrefillCounter(ours) as counter:
+        _, logits = generate_logits(ours, second.inputs(), max_new_tokens=1, prefix_cache=store)
+    assert_close(logits[0], uncached_logits(upstream, second.inputs()))
+    stats = store.stats
+    shared = first.length + len(generated) - 2  # up to the replaced token
+    assert (stats.tokens_shared, stats.tokens_reused) == (shared, first.length), stats
+    assert sum(counter.lengths) == second.length - first.length
 
 
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from support.references import Prompt, assert_close, generate_logits, uncached_logits
@@ -20,8 +21,9 @@ class ChatRun:
 
     Args:
         fed: tokens passed to the decoder over the whole chat.
-        minimum: the least any cache can feed: per turn, the tokens no earlier call computed (new user text, items,
-            the previous answer's last token), then one token per decode step.
+        minimum: the least any cache can feed: per turn, the prompt tokens no earlier forward computed (its tokens
+            after the longest prefix it shares with an earlier call's fed tokens: new user text, items, a re-sent
+            answer from where it parts from the generated one, the last answer token), then one token per decode step.
         encoded: items per encoder call, in call order.
         last_prompt: the last turn's prompt.
     """
@@ -33,7 +35,14 @@ class ChatRun:
 
 
 def run_chat(
-    upstream, ours, turns: list[list], turn_seeds: list[list[int]], store: PrefixCache, new_tokens: int, **answer
+    upstream,
+    ours,
+    turns: list[list],
+    turn_seeds: list[list[int]],
+    store: PrefixCache,
+    new_tokens: int,
+    resend: Callable[[int, list[int]], list[int]] | None = None,
+    **answer,
 ) -> ChatRun:
     """Runs a chat whose every turn re-sends the whole conversation (earlier answers included) with `prefix_cache=store`.
 
@@ -47,14 +56,16 @@ def run_chat(
         turn_seeds: each turn's seeds of the items it adds.
         store: the prefix cache the chat uses.
         new_tokens: tokens each answer has.
+        resend: `(turn, answer) -> tokens` the next turns re-send in the answer's place (a chat template re-rendering
+            it: thinking stripped, a token replaced); defaults to the answer as generated.
         answer: more `generate` kwargs (which ids an answer may not hold).
 
     Returns:
         `ChatRun`
     """
-    segments, seeds, encoded = [], [], []
-    fed = minimum = known = 0
-    for user, new_seeds in zip(turns, turn_seeds, strict=True):
+    segments, seeds, encoded, seen = [], [], [], []
+    fed = minimum = 0
+    for turn, (user, new_seeds) in enumerate(zip(turns, turn_seeds, strict=True)):
         segments += user
         seeds += new_seeds
         prompt = Prompt(ours.config, segments, image_seeds=seeds)
@@ -67,7 +78,18 @@ def run_chat(
         assert counter.lengths[len(counter.lengths) - decode_steps :] == [1] * decode_steps
         assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
         fed += sum(counter.lengths)
-        minimum += prompt.length - known + decode_steps
-        known = sequences.shape[1] - 1  # KV of prompt and answer, except the answer's last token
-        segments.append(sequences[0, prompt.length :].tolist())
+        # Same ids at the same positions are the same tokens here: a turn's items are the same images at the same
+        # places in every later prompt, so positions and item contents follow from the ids
+        ids = prompt.input_ids[0].tolist()
+        known = max((_common_prefix(ids, earlier) for earlier in seen), default=0)
+        minimum += prompt.length - min(known, prompt.length - 1) + decode_steps
+        seen.append(sequences[0, :-1].tolist())  # fed: prompt and answer, except the answer's last token
+        generated = sequences[0, prompt.length :].tolist()
+        segments.append(resend(turn, generated) if resend is not None else generated)
     return ChatRun(fed, minimum, encoded, prompt)
+
+
+def _common_prefix(first: list[int], second: list[int]) -> int:
+    return next(
+        (i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b), min(len(first), len(second))
+    )

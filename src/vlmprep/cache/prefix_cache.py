@@ -45,6 +45,11 @@ class PrefixCacheStats:
         lookups (`int`): prompts (batch rows) looked up.
         hits (`int`): lookups that reused at least one token.
         tokens_reused (`int`): prompt tokens restored from the store instead of prefilled.
+        tokens_shared (`int`):
+            prompt tokens the store held (all but each prompt's last, which is always fed). Above `tokens_reused`
+            where a resume point fell short of them: a hybrid decoder resumes only at a snapshot of its recurrent
+            states (docs/prefix_cache.md says where they are taken), a batch at a block boundary; the difference was
+            prefilled again.
         tokens_prefilled (`int`): prompt tokens prefilled by calls that used the store.
         bytes (`int`): bytes of stored KV, never more than `max_bytes`.
         tokens (`int`): tokens whose KV is stored (a prefix shared by several rows counts once).
@@ -58,6 +63,7 @@ class PrefixCacheStats:
     lookups: int = 0
     hits: int = 0
     tokens_reused: int = 0
+    tokens_shared: int = 0
     tokens_prefilled: int = 0
     bytes: int = 0
     tokens: int = 0
@@ -135,6 +141,12 @@ class PrefixCache:
         block_size (`int`, *optional*):
             ignored, kept so existing code runs: sharing used to be in blocks of this many tokens and is now at token
             granularity (see the migration guide).
+        snapshot_tail (`int`, *optional*, defaults to 4):
+            a hybrid decoder's answer positions, counted back from its end, whose recurrent states are stored (an
+            answer re-sent with its last tokens changed resumes there). Each costs one snapshot's bytes.
+        snapshot_every (`int`, *optional*, defaults to 256):
+            also store a hybrid decoder's states every this many decoded tokens (`0`: never). The end of every prompt
+            and stored row, and every item's end, always hold a snapshot (docs/prefix_cache.md).
 
     Example:
 
@@ -147,8 +159,16 @@ class PrefixCache:
     ```
     """
 
-    def __init__(self, max_bytes: int = 2**30, block_size: int | None = None):
-        for name, value, least in (("max_bytes", max_bytes, 0), ("block_size", block_size, 1)):
+    def __init__(
+        self, max_bytes: int = 2**30, block_size: int | None = None, snapshot_tail: int = 4, snapshot_every: int = 256
+    ):
+        checked = (
+            ("max_bytes", max_bytes, 0),
+            ("block_size", block_size, 1),
+            ("snapshot_tail", snapshot_tail, 0),
+            ("snapshot_every", snapshot_every, 0),
+        )
+        for name, value, least in checked:
             if name == "block_size" and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
@@ -158,14 +178,20 @@ class PrefixCache:
             if value < least:
                 raise ValueError(f"`{name}` must be at least {least}, got {value}.")
         self.block_size = block_size  # no effect: kept only so code passing it (and copies) keep working
+        self.snapshot_tail, self.snapshot_every = snapshot_tail, snapshot_every
         self._tree = RadixTree(max_bytes)
         self._lock = threading.Lock()
-        self._lookups = self._hits = self._tokens_reused = self._tokens_prefilled = 0
+        self._lookups = self._hits = self._tokens_reused = self._tokens_shared = self._tokens_prefilled = 0
         self._extras: dict[bytes, LayerExtras] = {}  # per root: what its rows hold per token beyond K/V
 
     @property
     def max_bytes(self) -> int:
         return self._tree.max_bytes
+
+    @property
+    def snapshot_policy(self) -> tuple[int, int]:
+        """`(snapshot_tail, snapshot_every)`: where in an answer a hybrid decoder's states are stored."""
+        return self.snapshot_tail, self.snapshot_every
 
     @property
     def stats(self) -> PrefixCacheStats:
@@ -176,6 +202,7 @@ class PrefixCache:
                 lookups=self._lookups,
                 hits=self._hits,
                 tokens_reused=self._tokens_reused,
+                tokens_shared=self._tokens_shared,
                 tokens_prefilled=self._tokens_prefilled,
                 bytes=tree.bytes,
                 tokens=tree.tokens,
@@ -230,11 +257,13 @@ class PrefixCache:
                     match.snapshots[end] = node.snapshot
         return match
 
-    def record_use(self, reused: int, prefilled: int) -> None:
-        """Count the tokens a call reused and prefilled (after the caller capped and aligned the match)."""
+    def record_use(self, reused: int, prefilled: int, shared: int | None = None) -> None:
+        """Count the tokens a call reused and prefilled (after the caller capped and aligned the match), and those
+        the store held (`shared`, defaults to `reused`): the resume point may fall short of them."""
         with self._lock:
             self._hits += int(reused > 0)
             self._tokens_reused += reused
+            self._tokens_shared += reused if shared is None else shared
             self._tokens_prefilled += prefilled
 
     def insert_keys(
@@ -280,7 +309,12 @@ class PrefixCache:
     def __getstate__(self) -> dict:
         # A copy (`copy.deepcopy`, pickle, `torch.save` of a model holding the store) is an empty store with the same
         # settings and a lock of its own: a lock cannot be pickled, and stored KV is not worth duplicating.
-        return {"max_bytes": self.max_bytes, "block_size": self.block_size}
+        return {
+            "max_bytes": self.max_bytes,
+            "block_size": self.block_size,
+            "snapshot_tail": self.snapshot_tail,
+            "snapshot_every": self.snapshot_every,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)

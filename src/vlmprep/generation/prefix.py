@@ -29,15 +29,8 @@ from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEME
 from ..cache.identity import any_module_training
 from ..cache.layer_extras import UnsupportedCacheLayer, extended_layer_classes, restore_layer_extras
 from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
-from ..cache.recording import drop_recurrent_history, record_past, stop_recording
-from ..cache.recurrent_state import (
-    RecurrentCapture,
-    StateSnapshot,
-    capture_recurrent_states,
-    recurrent_layer_indices,
-    restore_snapshot,
-    snapshot_of_row,
-)
+from ..cache.recording import record_past, stop_recording
+from ..cache.recurrent_state import recurrent_layer_indices, restore_snapshot
 from ..utils.logging import get_logger
 from .assisted import is_assisted
 from .prefix_layers import layer_refusal, stored_layer_states
@@ -50,7 +43,8 @@ from .prefix_rows import (
     per_token_inputs,
     row_inputs,
 )
-from .spans import resolve_resume_point, split_chunks_at
+from .prefix_snapshots import SnapshotPoints
+from .spans import resolve_resume_point
 
 if TYPE_CHECKING:
     from .plan import PromptPlan
@@ -81,22 +75,20 @@ class PrefixRequest:
         self.adopted: list[tuple[DynamicLayer, torch.Tensor]] = []  # layers holding views of stored KV (`_adopt`)
         self.recurrent = False  # a hybrid decoder: resumes only where a snapshot of its recurrent states is stored
         self.padding_sensitive = False  # a padded row's KV is not the unpadded row's: padded rows are not stored
-        self.captures: dict[int, RecurrentCapture] = {}  # recurrent states after prefill forwards, by their end
+        self.snapshots: SnapshotPoints | None = None  # a hybrid decoder's states where a later request may part
         self.layer_count = 0  # the call's cache layers before any forward
 
     def chunks_with_snapshot_points(self, chunks: list, prepared, cache: Cache) -> list[tuple[int, int]]:
-        """A hybrid decoder's prefill chunks also cut at each item's and block's end: its states are known only where a
-        forward ends, and there a later prompt sharing this one up to that point (a system prompt with an image)
-        resumes. Other calls' chunks are returned as they are."""
-        if not self.recurrent or not self.lookup or cache is not self.cache:
+        """A hybrid decoder's prefill chunks also cut where its states are snapshotted (`SnapshotPoints.chunks`);
+        other calls' chunks are returned as they are."""
+        if self.snapshots is None or not self.lookup or cache is not self.cache:
             return chunks  # (a call that is not looked up returns what each forward computed: one forward, as asked)
-        return split_chunks_at(chunks, [span.end for span in prepared.spans] + [end for _, end in prepared.intervals])
+        return self.snapshots.chunks(chunks, prepared)
 
     def capture(self, cache: Cache, position: int) -> None:
         """Keep the recurrent states a prefill forward ending at `position` left (a snapshot point, stored later)."""
-        if self.recurrent and cache is self.cache and position < self.prompt_length:
-            self.captures[position] = capture_recurrent_states(cache, position)
-            drop_recurrent_history(cache)  # what a recording layer kept of its past states: never rolled back
+        if self.snapshots is not None and cache is self.cache:
+            self.snapshots.after_prefill_forward(position)
 
     @staticmethod
     def applies(model, generation_config, batch_size: int) -> bool:
@@ -171,7 +163,8 @@ class PrefixRequest:
             self._load_rows(resume, input_ids.device)
         for record in self.rows:
             reused = max(0, resume - record.pad)
-            self.store.record_use(reused, len(record.keys) - reused)
+            shared = min(record.match.tokens, len(record.keys) - 1)  # what the store holds (the last token is fed)
+            self.store.record_use(reused, len(record.keys) - reused, max(shared, reused))
         return self.cache, resume
 
     def _start(self, model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], namespace, generation_config):
@@ -189,6 +182,10 @@ class PrefixRequest:
             )
         self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
         self.recurrent = bool(recurrent_layer_indices(self.cache))
+        if self.recurrent:
+            self.snapshots = SnapshotPoints(self.cache, self.prompt_length, *self.store.snapshot_policy)
+            if not is_assisted(generation_config, self.assisted):  # (refused with recurrent states: crops them)
+                self.snapshots.watch(model)  # the prompt's end and the answer's states, after each forward
         self.padding_sensitive = self.recurrent or bool(extended_layer_classes(self.cache))
         self.layer_count = len(self.cache.layers)
 
@@ -284,6 +281,8 @@ class PrefixRequest:
     def finish(self, sequences: torch.Tensor) -> None:
         """Store every row's prompt and generated tokens whose KV the cache now holds exactly (to the token), then
         leave the call's cache (which `generate` may return) as transformers' own: recording no more."""
+        if self.snapshots is not None:
+            self.snapshots.stop()
         if self.cache is None or self.root is None:
             return
         try:
@@ -331,21 +330,9 @@ class PrefixRequest:
                 lo, hi = record.pad + start, record.pad + end
                 return [(keys[record.row, :, lo:hi], values[record.row, :, lo:hi]) for keys, values in states]
 
-            snapshots = self._row_snapshots(record.row, length)
+            snapshots = self.snapshots.row_snapshots(record.row, length) if self.snapshots else None
             intervals = record.intervals_with(row_keys)
             self.store.insert_keys(self.root, row_keys, kv_between, intervals, snapshots, extras)
-
-    def _row_snapshots(self, row: int, length: int) -> dict[int, StateSnapshot] | None:
-        """A hybrid row's snapshots: after each prefill forward, and at the end of the row (where the next turn goes
-        on); points whose states are not all known are left out."""
-        if not self.recurrent:
-            return None
-        points = {position: captured for position, captured in self.captures.items() if 0 < position < length}
-        points[length] = None  # the cache's own states, after the last token fed
-        snapshots = {
-            position: snapshot_of_row(self.cache, row, length, captured) for position, captured in points.items()
-        }
-        return {position: snapshot for position, snapshot in snapshots.items() if snapshot is not None and position}
 
     def _adopt(self, layer_index: int, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Make views of stored KV a dynamic layer's states without copying them, as `DynamicLayer.update` would.
