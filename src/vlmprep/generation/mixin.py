@@ -7,19 +7,17 @@
    inputs a family's forward takes through its keyword arguments (`FamilyHooks.language_model_kwargs`) are.
    `_validate_generation_mode`: no assisted decoding on a decoder with a recurrent state (`assisted.py`).
 4. `_prepare_position_ids_for_generation`: families with multimodal rope never read `rope_deltas` left on the model.
-4. `_maybe_prepare_encoder_kwargs_for_generation`: the images are prepared here, from the image spans that lie
-   after the cache's length: inputs checked, the cache rolled back out of any bidirectional block it ends in, and
-   features computed once for exactly the images prefill needs (encoder-cache hits first, then one batched call).
-   They leave as upstream's own `mm_encoder_outputs` (a `PlannedEncoderOutputs`: the rows of every placeholder after
-   the resume point, plus the plan), so every upstream path that runs the rest of the prompt in one forward is
-   exact unchanged: assisted decoding, `use_cache=False`, an assistant model copying these kwargs.
+4. `_maybe_prepare_encoder_kwargs_for_generation`: the items after the cache's length are prepared here: inputs
+   checked, the cache rolled back out of any bidirectional block it ends in, features computed once (encoder-cache
+   hits, then one batched call). They leave as upstream's `mm_encoder_outputs` (a `PlannedEncoderOutputs`: every
+   placeholder's rows after the resume point, and the plan): upstream's one-forward paths stay exact unchanged.
 5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
 6. `_supports_logits_to_keep`: also where the forward takes `logits_to_keep` through its keyword arguments.
 9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block); each runs through
    upstream's own unchunked prefill with exactly the feature rows of the placeholders in its slice.
 
 Decoding is left to transformers. No request state is kept on the model: everything lives in `model_kwargs`
-(Qwen-VL's `rope_deltas` are written for code that reads them after a call, never read).
+(Qwen-VL's `rope_deltas` are written for readers after a call, never read).
 """
 
 from __future__ import annotations
@@ -69,9 +67,8 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
 
     @classmethod
     def is_custom_code(cls) -> bool:
-        # Upstream treats any class defined outside `transformers.` as custom modeling code and then skips the
-        # checkpoint key conversions (e.g. LLaVA's legacy `language_model.lm_head` layout) and weight-init rules.
-        # A drop-in runs transformers' own modeling code; only generation differs, so it loads exactly as upstream.
+        # Upstream skips checkpoint key conversions (LLaVA's legacy `language_model.lm_head`) and weight-init rules
+        # for classes defined outside `transformers.`; a drop-in runs upstream's modeling code, so it loads as upstream.
         return False
 
     # -- Step 0: `GenerationMixin.generate` ------------------------------------------------------------------------
@@ -81,10 +78,9 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
 
         Args:
             prefix_cache (`PrefixCache`, *optional*):
-                resume from the longest stored prefix of the prompt, and store the prompt and answer afterwards;
-                defaults to `model.prefix_cache`. Not used with a `cache`, beams, `num_return_sequences > 1`, train
-                mode or a quantized cache; only stored to with `output_hidden_states`, `output_attentions` or assisted
-                decoding; composes with every other `cache_implementation` (see `vlmprep.generation.prefix`).
+                resume from the longest stored prefix of the prompt, then store prompt and answer; defaults to
+                `model.prefix_cache`. Not used with a `cache`, beams, `num_return_sequences > 1`, train mode or a
+                quantized cache; only stored to with hidden states, attentions or assisted decoding (`prefix.py`).
             cache_salt (`str`, *optional*):
                 isolates encoder- and prefix-cache entries: entries made under one salt are invisible under another.
             args, kwargs: everything transformers' `generate` takes.
@@ -171,8 +167,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 value = model_kwargs.pop(key, None)
                 if value is not None and key not in modality.pixel_keys:
                     item_extras[key] = value
-        # The features travel as upstream's own `mm_encoder_outputs` (rows of every placeholder after the resume
-        # point), so every upstream path that runs the rest of the prompt in one forward is exact as it is.
+        # As upstream's own `mm_encoder_outputs`: every upstream path running the rest in one forward stays exact
         model_kwargs["mm_encoder_outputs"] = PlannedEncoderOutputs(prepared, plan.end, item_extras, request)
         return model_kwargs
 

@@ -32,6 +32,8 @@ ALLOW_UNTESTED_ENV = "VLMPREP_ALLOW_UNTESTED_TRANSFORMERS"
 # by the tests themselves (`tests/scenarios/test_upstream_fidelity.py`): `import vlmprep` does not depend on them.
 REQUIRED_GENERATION_HOOKS: dict[str, tuple[str, ...]] = {
     "_validate_model_kwargs": ("model_kwargs",),
+    # Where assisted decoding on a decoder with a recurrent state is refused (`generation/assisted.py`)
+    "_validate_generation_mode": ("generation_mode", "generation_config", "generation_mode_kwargs"),
     "_maybe_prepare_encoder_kwargs_for_generation": (
         "inputs_tensor",
         "model_kwargs",
