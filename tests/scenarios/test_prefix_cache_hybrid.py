@@ -131,6 +131,27 @@ def test_a_resume_short_of_the_shared_prefix_shows_in_the_stats():
     assert sum(counter.lengths) == second.length - first.length
 
 
+@pytest.mark.parametrize("family", ["qwen3_5", "lfm2_vl"])
+def test_an_answer_edited_in_its_middle_resumes_at_the_last_periodic_snapshot_before_the_edit(family):
+    # Snapshots every 4 decoded tokens and at the last 2 positions: an edit at decoded token 6 of 12 resumes at 4
+    upstream, ours = model_pair(family)
+    store = PrefixCache(max_bytes=2**26, snapshot_tail=2, snapshot_every=4)
+    answer = no_placeholder_answers(ours)
+    answer["suppress_tokens"] = sorted({*answer["suppress_tokens"], REPLACED})
+    first = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
+    sequences, _ = generate_logits(ours, first.inputs(), max_new_tokens=12, prefix_cache=store, **answer)
+    generated = sequences[0, first.length :].tolist()
+    assert len(generated) == 12 and not ours._forward_hooks, "the call's hook leaves with it"
+    # Stored: the image's end, the prompt's end, decoded tokens 4 and 8, the last 2 fed positions (10 and 11)
+    assert store.stats.snapshots == 6, store.stats
+    edited = [*generated[:6], REPLACED, *generated[7:]]
+    second = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31], edited, [32]], image_seeds=[3])
+    with PrefillCounter(ours) as counter:
+        _, logits = generate_logits(ours, second.inputs(), max_new_tokens=1, prefix_cache=store)
+    assert_close(logits[0], uncached_logits(upstream, second.inputs()))
+    assert sum(counter.lengths) == second.length - (first.length + 4), counter.lengths
+
+
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)
 def test_two_conversations_share_a_system_prompt_with_an_image(family):
     upstream, ours = model_pair(family)
