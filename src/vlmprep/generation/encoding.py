@@ -150,7 +150,8 @@ class ItemEncoder:
         """Features (and per-layer deepstack features, when the encoder returns them) of every needed item.
 
         Supplied features are used as they are; the rest come from the encoder cache, then from one encoder call per
-        modality for the misses, which are stored.
+        modality for the misses, which are stored. An item the call holds twice (the same key: identity and content
+        hash) is looked up and encoded once, its rows serving every occurrence.
 
         Args:
             needed (`list[int]`): item indices prefill needs.
@@ -162,29 +163,31 @@ class ItemEncoder:
         """
         model = self.model
         cache = model.encoder_cache
-        use_cache = cache is not None and not torch.is_grad_enabled() and not any_module_training(model)
+        # An item's features are a function of its key only with no graph to keep and no module drawing dropout or
+        # updating batch statistics: then, and only then, are they served from the cache or shared by repeats.
+        reusable = not torch.is_grad_enabled() and not any_module_training(model)
+        use_cache = cache is not None and reusable
         given_features, given_deepstack = supplied or ({}, {})
         features = {index: given_features[index] for index in needed if index in given_features}
         deepstack = {index: given_deepstack[index] for index in features if index in given_deepstack}
-        self._check_pixels_present([index for index in needed if index not in features])
-        keys: dict[int, tuple] = {}
-        # The identity walks every weight of the vision part: only worth it when an item is looked up (a text prompt,
-        # or one whose items all lie in the KV cache, looks up nothing).
-        if use_cache and any(index not in features for index in needed):
-            identity = model._encoder_cache_identity()
-            known = known_hashes or {}
-            missing_hashes = [index for index in needed if index not in known and index not in features]
-            hashes = {**known, **self.hashes(missing_hashes)}
-            for index in needed:
-                if index in features:
-                    continue
-                keys[index] = (*identity, hashes[index])
+        pending = [index for index in needed if index not in features]
+        self._check_pixels_present(pending)
+        keys = self._keys(pending, known_hashes or {}, use_cache) if reusable else {}
+        # The first occurrence of each key stands for the item; later ones take its rows (no lookup, no encoding).
+        first_of: dict[tuple, int] = {}
+        representative = {
+            index: first_of.setdefault((self.span_of[index].modality, keys[index]), index) if index in keys else index
+            for index in pending
+        }
+        distinct = [index for index in pending if representative[index] == index]
+        if use_cache:
+            for index in distinct:
                 hit = cache.get(keys[index])
                 if isinstance(hit, dict):  # stored with its deepstack features
                     features[index], deepstack[index] = hit["features"], hit["deepstack"]
                 elif hit is not None:
                     features[index] = hit
-        misses = [index for index in needed if index not in features]
+        misses = [index for index in distinct if index not in features]
         for modality in model.vision_facts.modalities:
             group = [index for index in misses if self.span_of[index].modality == modality.name]
             if not group:
@@ -206,8 +209,29 @@ class ItemEncoder:
                     entry = {"features": features[index], "deepstack": deepstack[index]}
                 if use_cache:
                     cache.put(keys[index], entry)
+        for index in pending:
+            first = representative[index]
+            if first != index:  # the same tensors as the first occurrence's: read only, as cached features are
+                features[index] = features[first]
+                if first in deepstack:
+                    deepstack[index] = deepstack[first]
         self._check_feature_rows(needed, features)
         return features, deepstack
+
+    def _keys(self, pending: list[int], known: dict[int, str], use_cache: bool) -> dict[int, tuple]:
+        # The encoder-cache key of each pending item: (*identity, content hash). With the cache off only the hashes
+        # the call already holds (the prefix lookup's) key items, the identity left out as one call has one: hashing
+        # only to find repeats is a sha256 pass over every item's pixels (~15 ms for a 896 px image on a CPU core,
+        # more with the copy off a GPU, about what encoding it costs there), which turning the cache off opts out of.
+        if not use_cache:
+            return {index: (known[index],) for index in pending if index in known}
+        if not pending:
+            # The identity walks every weight of the vision part: only worth it when an item is looked up (a text
+            # prompt, or one whose items all lie in the KV cache, looks up nothing).
+            return {}
+        identity = self.model._encoder_cache_identity()
+        hashes = {**known, **self.hashes([index for index in pending if index not in known])}
+        return {index: (*identity, hashes[index]) for index in pending}
 
     def _check_feature_rows(self, needed: list[int], features: dict[int, torch.Tensor]) -> None:
         for index in needed:
