@@ -34,7 +34,8 @@ class EncoderCacheStats:
         evictions (`int`): entries dropped to make room (by `put` or by shrinking `max_bytes`).
         bytes (`int`): bytes held by the stored tensors, never more than `max_bytes`.
         entries (`int`): number of stored entries.
-        encoder_runs_saved (`int`): images not re-encoded thanks to the cache; equal to `hits`.
+        encoder_runs_saved (`int`): images not re-encoded thanks to the cache; equal to `hits` (a repeat inside one
+            call is not counted: the model looks each distinct item of a call up once).
         max_bytes (`int`): the byte budget.
     """
 
@@ -78,35 +79,35 @@ def _detached(value: EncoderOutput) -> tuple[EncoderOutput, int]:
 class EncoderCache:
     """Content-addressed, byte-budgeted, thread-safe LRU of per-image encoder outputs.
 
-        Values are stored detached (a cached feature never holds an autograd graph) and are returned as stored, without a
-        copy: do not modify a returned tensor in place. When a `put` would exceed `max_bytes`, least-recently-used entries
-        are evicted until it fits; an entry larger than the whole budget is not stored.
+    Values are stored detached (a cached feature never holds an autograd graph) and are returned as stored, without a
+    copy: do not modify a returned tensor in place. When a `put` would exceed `max_bytes`, least-recently-used entries
+    are evicted until it fits; an entry larger than the whole budget is not stored.
 
-        Args:
-            max_bytes (`int`, *optional*, defaults to `512 * 2**20`):
-                Byte budget: the sum of `numel() * element_size()` over every stored tensor never exceeds it. Settable;
-                lowering it evicts at once.
+    A drop-in model looks each distinct item of a call up once: an item the call holds twice is one lookup (one hit
+    or one miss) and, on a miss, one encoding and one `put`.
 
-        Example:
+    Args:
+        max_bytes (`int`, *optional*, defaults to `512 * 2**20`):
+            Byte budget: the sum of `numel() * element_size()` over every stored tensor never exceeds it. Settable;
+            lowering it evicts at once.
 
-        ```python
-        >>> import torch
+    Example:
 
-    # The default budget of an `EncoderCache`, and of the one every drop-in model carries: 512 MiB.
-    DEFAULT_MAX_BYTES = 512 * 2**20
-        >>> from vlmprep.cache.encoder_cache import EncoderCache
-        >>> cache = EncoderCache(max_bytes=1024)
-        >>> cache.put(("my-model", "image-hash"), torch.ones(4, 32))  # 4 * 32 * 4 bytes = 512
-        True
-        >>> cache.get(("my-model", "image-hash")).shape
-        torch.Size([4, 32])
-        >>> cache.get(("my-model", "other-hash")) is None
-        True
-        >>> stats = cache.stats
-        >>> stats.hits, stats.misses, stats.bytes, stats.entries
-        (1, 1, 512, 1)
+    ```python
+    >>> import torch
+    >>> from vlmprep.cache.encoder_cache import EncoderCache
+    >>> cache = EncoderCache(max_bytes=1024)
+    >>> cache.put(("my-model", "image-hash"), torch.ones(4, 32))  # 4 * 32 * 4 bytes = 512
+    True
+    >>> cache.get(("my-model", "image-hash")).shape
+    torch.Size([4, 32])
+    >>> cache.get(("my-model", "other-hash")) is None
+    True
+    >>> stats = cache.stats
+    >>> stats.hits, stats.misses, stats.bytes, stats.entries
+    (1, 1, 512, 1)
 
-        ```
+    ```
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
