@@ -7,9 +7,12 @@ where it happens (vision-encoder calls, tokens each language-model forward is fe
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 import transformers
+from transformers import LogitsProcessor
 
 import vlmprep
 from conftest import model_pair
@@ -150,6 +153,28 @@ def test_an_answer_edited_in_its_middle_resumes_at_the_last_periodic_snapshot_be
         _, logits = generate_logits(ours, second.inputs(), max_new_tokens=1, prefix_cache=store)
     assert_close(logits[0], uncached_logits(upstream, second.inputs()))
     assert sum(counter.lengths) == second.length - (first.length + 4), counter.lengths
+
+
+def test_a_call_that_raises_while_decoding_leaves_no_hook_behind():
+    # The call's forward hook (reading the answer's states) is removed when the call stores its rows; a call that
+    # raises never does, and its hook must neither keep the call's cache alive nor read a later call's forwards
+    upstream, ours = model_pair("qwen3_5")
+    store = PrefixCache(max_bytes=2**26)
+    prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31]], image_seeds=[3])
+
+    class RaiseAtStep(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            if input_ids.shape[1] > prompt.length + 1:
+                raise RuntimeError("stopped by the caller")
+            return scores
+
+    with pytest.raises(RuntimeError, match="stopped by the caller"):
+        generate_logits(ours, prompt.inputs(), max_new_tokens=4, prefix_cache=store, logits_processor=[RaiseAtStep()])
+    gc.collect()
+    assert len(ours._forward_hooks) == 1 and store.stats.snapshots == 0
+    _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefix_cache=store)
+    assert_close(logits[0], uncached_logits(upstream, prompt.inputs()))
+    assert not ours._forward_hooks and store.stats.snapshots > 0
 
 
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)
