@@ -164,8 +164,10 @@ class ItemEncoder:
         model = self.model
         cache = model.encoder_cache
         # An item's features are a function of its key only with no graph to keep and no module drawing dropout or
-        # updating batch statistics: then, and only then, are they served from the cache or shared by repeats.
-        reusable = not torch.is_grad_enabled() and not any_module_training(model)
+        # updating batch statistics: then, and only then, are they served from the cache or shared by repeats (keys
+        # exist with the cache on, or from a prefix lookup's hashes; without either the module walk is skipped).
+        keyed = cache is not None or bool(known_hashes)
+        reusable = keyed and not torch.is_grad_enabled() and not any_module_training(model)
         use_cache = cache is not None and reusable
         given_features, given_deepstack = supplied or ({}, {})
         features = {index: given_features[index] for index in needed if index in given_features}
