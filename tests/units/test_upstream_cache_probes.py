@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_cache_identity import fresh_pair
 from transformers import DynamicCache
 
 from conftest import model_pair
@@ -50,7 +51,9 @@ def _filled_cache(model, ends: list[int], record: bool = True, recurrent_layers:
 
 @pytest.mark.parametrize("kind", DECODER_KINDS)
 def test_a_prefix_restored_into_a_fresh_cache_counts_its_tokens_and_resumes_exactly(kind):
-    upstream, _ = model_pair(DECODER_KINDS[kind])
+    # A model of its own: in whole-suite runs the session's shared Qwen3.5 pair gave 1.7e-2 here (never alone or with
+    # this file; the state an earlier test leaves on it is not found yet: see the issue note)
+    upstream, _ = fresh_pair(DECODER_KINDS[kind])
     cut = 12
     filled = _filled_cache(upstream, [8, cut])
     fresh = DynamicCache(config=upstream.config)
