@@ -3,6 +3,12 @@
 transformers' handler reads the request's fields as it goes (`int(body["max_tokens"])`, `message["role"]`, ...), so a
 malformed field there is a `KeyError` or `TypeError` and an HTTP 500. Here every field the handler reads is checked
 first, and the work a request may ask for is bounded (images, audio clips, new tokens).
+
+A media part may carry a client-chosen `uuid` (vLLM's convention): with its data, the server remembers the data under
+that id; with its data `null` or absent, the part names an item an earlier part sent (`vlmprep.serving.item_refs`).
+Such a reference passes these checks as the item it names (it counts towards the request's images or clips), and
+`resolve_item_references` fills its data in afterwards: `request_image_urls` and `request_audio_parts` read resolved
+messages only.
 """
 
 from __future__ import annotations
@@ -17,9 +23,13 @@ from .policy import ServingPolicy
 
 __all__ = [
     "AUDIO_PART_TYPES",
+    "IMAGE_PART_TYPES",
+    "MAX_ITEM_UUID_CHARS",
+    "MEDIA_FIELDS",
     "REFUSED_PART_TYPES",
     "check_chat_request",
     "check_template_kwargs",
+    "is_item_reference",
     "request_audio_parts",
     "request_image_urls",
 ]
@@ -31,6 +41,16 @@ AUDIO_PART_TYPES = ("input_audio", "audio_url")
 # Parts transformers' server would load from a URL or path through code that has no media policy (its video loader):
 # refused until they go through `vlmprep.serving.media`.
 REFUSED_PART_TYPES = ("video_url",)
+# The field of each media part type that holds its data (a URL, or base64 audio): what a part with a `uuid` sends once.
+MEDIA_FIELDS = {
+    "image_url": "image_url",
+    "input_image": "image_url",
+    "video_url": "video_url",
+    "input_audio": "input_audio",
+    "audio_url": "audio_url",
+}
+# The longest `uuid` of a media part (as long as a `cache_salt`): an id, not a place to send data in.
+MAX_ITEM_UUID_CHARS = 256
 MAX_LOGIT_BIAS_ENTRIES = 300
 MAX_STOP_SEQUENCES = 4
 # apply_chat_template's own arguments and the processor's inputs: a request's `chat_template_kwargs` never sets them.
@@ -61,13 +81,18 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
 )
 
 
-def check_chat_request(body: object, policy: ServingPolicy, allowed_fields: Iterable[str]) -> None:
+def check_chat_request(
+    body: object, policy: ServingPolicy, allowed_fields: Iterable[str], item_references: bool = False
+) -> None:
     """Checks a chat-completion request's shape and bounds.
 
     Args:
         body (`object`): the parsed JSON body.
         policy (`ServingPolicy`): the server's limits.
         allowed_fields (`Iterable[str]`): the top-level fields the endpoint accepts.
+        item_references (`bool`, *optional*, defaults to `False`): whether the caller resolves media parts that name
+            an item by `uuid` alone (`resolve_item_references`); when not, such a part is refused (a part's `uuid`
+            with its data is accepted either way).
 
     Raises:
         `fastapi.HTTPException`: 400 (422 for fields the endpoint does not know) naming the first problem.
@@ -82,7 +107,7 @@ def check_chat_request(body: object, policy: ServingPolicy, allowed_fields: Iter
         raise bad_request("`messages` must be a non-empty list of messages")
     images = clips = 0
     for number, message in enumerate(messages, 1):
-        message_images, message_clips = _checked_message_media(number, message)
+        message_images, message_clips = _checked_message_media(number, message, item_references)
         images, clips = images + message_images, clips + message_clips
     if images > policy.max_images_per_request:
         raise bad_request(
@@ -102,7 +127,7 @@ def check_chat_request(body: object, policy: ServingPolicy, allowed_fields: Iter
         raise bad_request("`tools` must be a list of objects")
 
 
-def _checked_message_media(number: int, message: object) -> tuple[int, int]:
+def _checked_message_media(number: int, message: object, item_references: bool) -> tuple[int, int]:
     where = f"message {number}"
     if not isinstance(message, dict):
         raise bad_request(f"{where} must be an object")
@@ -126,18 +151,61 @@ def _checked_message_media(number: int, message: object) -> tuple[int, int]:
             if not isinstance(part.get("text"), str):
                 raise bad_request(f"{part_where}: `text` must be a string")
         elif part_type in IMAGE_PART_TYPES:
-            url = part.get("image_url")
-            url = url.get("url") if isinstance(url, dict) else url
-            if not isinstance(url, str):
-                raise bad_request(f"{part_where}: `image_url` must be a string or an object with a string `url`")
+            if not _checked_item_uuid(part_where, part, item_references):
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                if not isinstance(url, str):
+                    raise bad_request(f"{part_where}: `image_url` must be a string or an object with a string `url`")
             images += 1
         elif part_type in AUDIO_PART_TYPES:
-            _check_audio_part(part_where, part)
+            if not _checked_item_uuid(part_where, part, item_references):
+                _check_audio_part(part_where, part)
             clips += 1
         else:
             types = ", ".join((*TEXT_PART_TYPES, *IMAGE_PART_TYPES, *AUDIO_PART_TYPES))
             raise bad_request(f"{part_where}: `type` must be one of {types}")
     return images, clips
+
+
+def _checked_item_uuid(where: str, part: dict, item_references: bool) -> bool:
+    """Checks a media part's `uuid` (vLLM's: a string, `null` for none); whether the part is a reference to an item
+    sent before (a uuid and no data), whose data `resolve_item_references` fills in."""
+    uuid = part.get("uuid")
+    if uuid is None:
+        return False
+    if not isinstance(uuid, str) or not 0 < len(uuid) <= MAX_ITEM_UUID_CHARS:
+        raise bad_request(f"{where}: `uuid` must be a non-empty string of at most {MAX_ITEM_UUID_CHARS} characters")
+    field = MEDIA_FIELDS[part["type"]]
+    data = part.get(field)
+    if data is None:
+        if not item_references:
+            raise bad_request(f"{where}: this server takes no item by `uuid` alone: send `{field}` with it")
+        return True
+    # The server keeps this object under the uuid: plain values only, so that what it holds is what it counts
+    plain = isinstance(data, str) or (
+        isinstance(data, dict)
+        and all(value is None or isinstance(value, (str, int, float)) for value in data.values())
+    )
+    if not plain:
+        raise bad_request(f"{where}: with a `uuid`, `{field}` must be a string, an object of plain values, or null")
+    return False
+
+
+def is_item_reference(part: object) -> bool:
+    """Whether a content part names an item sent before by its `uuid` alone (its data `null` or absent).
+
+    Args:
+        part (`object`): a content part of a message that passed `check_chat_request`.
+
+    Returns:
+        `bool`
+    """
+    return (
+        isinstance(part, dict)
+        and part.get("type") in MEDIA_FIELDS
+        and part.get("uuid") is not None
+        and part.get(MEDIA_FIELDS[part["type"]]) is None
+    )
 
 
 def _check_audio_part(where: str, part: dict) -> None:
@@ -249,16 +317,20 @@ def request_audio_parts(messages: list[dict]) -> list[dict]:
     """The audio parts (`input_audio`, `audio_url`) of checked messages, in order.
 
     Args:
-        messages (`list[dict]`): messages that passed `check_chat_request`.
+        messages (`list[dict]`): messages that passed `check_chat_request`, then `resolve_item_references`.
 
     Returns:
         `list[dict]`
+
+    Raises:
+        `ValueError`: a part still names its item by `uuid` alone (the messages were not resolved): a server error.
     """
     parts = []
     for message in messages:
         content = message.get("content")
         for part in content if isinstance(content, list) else ():
             if part["type"] in AUDIO_PART_TYPES:
+                _refuse_unresolved(part)
                 parts.append(part)
     return parts
 
@@ -267,16 +339,29 @@ def request_image_urls(messages: list[dict]) -> list[str]:
     """The image URLs of checked messages, in order.
 
     Args:
-        messages (`list[dict]`): messages that passed `check_chat_request`.
+        messages (`list[dict]`): messages that passed `check_chat_request`, then `resolve_item_references`.
 
     Returns:
         `list[str]`
+
+    Raises:
+        `ValueError`: a part still names its item by `uuid` alone (the messages were not resolved): a server error.
     """
     urls = []
     for message in messages:
         content = message.get("content")
         for part in content if isinstance(content, list) else ():
             if part["type"] in IMAGE_PART_TYPES:
+                _refuse_unresolved(part)
                 url = part["image_url"]
                 urls.append(url["url"] if isinstance(url, dict) else url)
     return urls
+
+
+def _refuse_unresolved(part: dict) -> None:
+    # Skipping it would pair the request's other items with the wrong placeholders: the wiring is wrong, say so
+    if is_item_reference(part):
+        raise ValueError(
+            f"a `{part['type']}` part names its item by `uuid` alone: call `resolve_item_references` on the messages "
+            "before reading their items"
+        )
