@@ -1,20 +1,41 @@
 """Reading a request's audio clip under the server's `ServingPolicy`: where from, how many bytes and seconds, which
-format.
+format, at which sample rate.
 
-A clip comes as an OpenAI `input_audio` part (`{"data": <base64>, "format": "wav"}`) or an `audio_url` part (a data
-URL, or a URL or path the media policy allows, read by `vlmprep.serving.media`). transformers serve hands such a clip
-to `load_audio`, which decodes it with soundfile or torchcodec and resamples it with soxr to the model's rate; neither
-is a dependency of vlmprep. This module decodes PCM WAV with the standard library's `wave` reader, to the float32 mono
-waveform soundfile gives (samples scaled by `2 ** (bits - 1)`, 8-bit ones centred first; channels averaged), and
-refuses what it cannot decode exactly: any other format, and a clip whose sample rate is not the model's (it never
-resamples). The header is read, and the duration checked against `--max-audio-seconds`, before any sample is.
+A clip comes as an OpenAI `input_audio` part (`{"data": <base64>, "format": "mp3"}`) or an `audio_url` part (a data
+URL, or a URL or path the media policy allows, read by `vlmprep.serving.media`). Its format is read from its first bytes
+(RIFF/WAVE, `fLaC`, `OggS`, an ID3 tag or an MPEG layer III frame, an ISO-BMFF `ftyp` box, an EBML header): bytes of
+none of `AUDIO_FORMATS`, or of another format than the part declares, are refused before any decoder sees them.
+
+The clip reaches the model as the float32 mono waveform transformers' `load_audio` (its soundfile backend) makes of the
+same file, so a server answer matches what a user of plain transformers gets:
+
+- PCM WAV is read with the standard library's `wave` (no extra needed), to the samples soundfile gives (scaled by
+  `2 ** (bits - 1)`, 8-bit ones centred first); other WAV encodings (float, extensible) with soundfile;
+- FLAC, Ogg (Vorbis, Opus) and MP3 with soundfile (libsndfile, which reads MP3 from 1.1 on), as transformers does;
+- M4A (AAC, ALAC) and WebM (Opus, Vorbis), which libsndfile does not read, with PyAV (FFmpeg): only that container's
+  demuxer and the decoders of its audio codecs are reached from a request. PyAV also reads MP3, Ogg and FLAC where
+  soundfile cannot (not installed, a libsndfile without MP3, a FLAC stream that states no length).
+
+Channels are averaged; a clip at another rate than the model's is resampled with soxr (`soxr_hq`) and padded or cut to
+`ceil(samples * rate / source_rate)` samples, exactly as transformers' soundfile backend does (its torchcodec backend
+resamples with FFmpeg instead). soundfile, PyAV and soxr come with the `serving` extra; without them, PCM WAV at the
+model's rate still works and every other clip is refused with the command that installs them.
+
+`--max-audio-seconds` is checked against the length the header or container states before any sample is decoded
+(soundfile never reads a file past that length); PyAV's decoders, which can read past a stated length or find none,
+stop as soon as the decoded samples pass the limit, so a small file declaring or holding hours of audio costs at most
+the limit's worth of decoding. Every decoder error is a `MediaRefused`. A stream cut at a frame boundary (Ogg, WebM,
+MP3) decodes to the part that is there, as players read it; one cut inside a header or a frame is refused.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import math
 import wave
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -22,19 +43,45 @@ from .errors import shorten
 from .media import MediaRefused, base64_media_bytes, base64_media_key, data_url_payload, request_media_bytes
 from .policy import ServingPolicy
 
-__all__ = ["AUDIO_FORMATS", "DecodedAudio", "decode_wav", "load_request_audio_cached", "request_audio_bytes"]
+__all__ = [
+    "AUDIO_FORMATS",
+    "MAX_SOURCE_SAMPLING_RATE",
+    "DecodedAudio",
+    "decode_audio",
+    "decode_wav",
+    "load_request_audio_cached",
+    "request_audio_bytes",
+]
 
-# The formats a request's audio clip may have (`input_audio.format`); others are refused, never guessed at.
-AUDIO_FORMATS = ("wav",)
-_RIFF_MAGIC, _WAVE_MAGIC = b"RIFF", b"WAVE"
+# The formats a request's audio clip may have (`input_audio.format`, and what its bytes are); others are refused.
+AUDIO_FORMATS = ("wav", "mp3", "flac", "ogg", "m4a", "webm")
+# The highest sample rate read: with `--max-audio-seconds`, it bounds the samples one clip may decode to.
+MAX_SOURCE_SAMPLING_RATE = 192_000
+
+_FORMAT_NAMES = {"wav": "WAV", "mp3": "MP3", "flac": "FLAC", "ogg": "Ogg", "m4a": "M4A", "webm": "WebM"}
+_INSTALL_HINT = '`pip install "vlmprep[serving]"`'
+# libsndfile's major formats (`SoundFile.format`) of each format it decodes here; the first is the one it must list in
+# `soundfile.available_formats()` (MP3 only from libsndfile 1.1 on)
+_SOUNDFILE_FORMATS = {"wav": ("WAV", "WAVEX"), "flac": ("FLAC",), "ogg": ("OGG",), "mp3": ("MP3",)}
+# FFmpeg's demuxer of each format PyAV decodes here, and the audio decoders (`CodecContext.name`) its stream may need
+_PYAV_CONTAINERS = {
+    "m4a": ("mp4", ("aac", "alac")),
+    "webm": ("webm", ("opus", "vorbis")),
+    "mp3": ("mp3", ("mp3float", "mp3")),
+    "ogg": ("ogg", ("vorbis", "opus", "flac")),
+    "flac": ("flac", ("flac",)),
+}
+_SOUNDFILE_BLOCK_FRAMES = 1 << 16
+_SOUNDFILE_UNKNOWN_LENGTH = 2**62  # libsndfile states a length it does not know as SF_COUNT_MAX (2 ** 63 - 1)
 
 
 @dataclass(frozen=True)
 class DecodedAudio:
-    """A decoded clip: its float32 mono samples in [-1, 1) and its sample rate in Hz."""
+    """A decoded clip: its float32 mono samples in [-1, 1], its sample rate in Hz, and the format its bytes were in."""
 
     waveform: np.ndarray
     sampling_rate: int
+    format: str = "wav"
 
 
 def request_audio_bytes(part: dict, policy: ServingPolicy) -> bytes:
@@ -48,21 +95,26 @@ def request_audio_bytes(part: dict, policy: ServingPolicy) -> bytes:
         `bytes`
 
     Raises:
-        `MediaRefused`: a format other than WAV, or bytes the policy refuses.
+        `MediaRefused`: a declared format not in `AUDIO_FORMATS`, or bytes the policy refuses.
     """
     if part["type"] == "audio_url":
         return request_media_bytes(part["audio_url"]["url"], policy, "audio clip")
-    _check_audio_format(part)
+    _declared_format(part)
     return base64_media_bytes(part["input_audio"]["data"], policy, "audio clip")
 
 
-def _check_audio_format(part: dict) -> None:
-    """Refuses an `input_audio` part of a format this server does not decode."""
-    fmt = part["input_audio"].get("format")
-    if fmt is not None and str(fmt).lower() not in AUDIO_FORMATS:
+def _declared_format(part: dict) -> str | None:
+    """The format an `input_audio` part declares (`None` for an `audio_url` part, or none declared); a format this
+    server does not decode is refused."""
+    if part["type"] != "input_audio" or part["input_audio"].get("format") is None:
+        return None
+    declared = str(part["input_audio"]["format"]).lower()
+    if declared not in AUDIO_FORMATS:
         raise MediaRefused(
-            f'audio format {shorten(fmt, 20)!r} is not decoded by this server: send PCM WAV (`"format": "wav"`)'
+            f"audio format {shorten(part['input_audio']['format'], 20)!r} is not decoded by this server: send one of "
+            f"{', '.join(AUDIO_FORMATS)}"
         )
+    return declared
 
 
 def _base64_payload(part: dict) -> str | None:
@@ -71,12 +123,82 @@ def _base64_payload(part: dict) -> str | None:
     if part["type"] == "audio_url":
         url = part["audio_url"]["url"]
         return data_url_payload(url, "audio clip") if isinstance(url, str) and url.startswith("data:") else None
-    _check_audio_format(part)
+    _declared_format(part)
     return part["input_audio"]["data"]
 
 
+def _sniffed_format(data: bytes) -> str | None:
+    """The format of a clip's bytes, from its first bytes, or `None` for none of `AUDIO_FORMATS`."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return "wav"
+    if data[:4] == b"fLaC":
+        return "flac"
+    if data[:4] == b"OggS":
+        return "ogg"
+    # An ID3v2 tag, or an MPEG audio frame's sync (11 bits set) with layer bits `01` (layer III)
+    if data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE6 == 0xE2):
+        return "mp3"
+    if data[4:8] == b"ftyp":
+        return "m4a"
+    if data[:4] == b"\x1a\x45\xdf\xa3":  # EBML: WebM (and Matroska audio, which the same demuxer reads)
+        return "webm"
+    return None
+
+
+def _check_format(actual: str | None, declared: str | None) -> None:
+    if actual is None:
+        raise MediaRefused(f"the audio clip is none of the formats this server decodes ({', '.join(AUDIO_FORMATS)})")
+    if declared is not None and declared != actual:
+        raise MediaRefused(
+            f"the audio clip's bytes are {_FORMAT_NAMES[actual]}, not the declared format {declared!r}: declare "
+            f'`"format": "{actual}"`'
+        )
+
+
+def _check_sampling_rate(name: str, rate: int) -> None:
+    if rate <= 0:
+        raise MediaRefused(f"the {name} clip has no valid sample rate")
+    if rate > MAX_SOURCE_SAMPLING_RATE:
+        raise MediaRefused(
+            f"the {name} clip is sampled at {rate} Hz, over the {MAX_SOURCE_SAMPLING_RATE} Hz this server reads"
+        )
+
+
+def _check_seconds(seconds: float, policy: ServingPolicy, stated: bool = True) -> None:
+    """Refuses a clip longer than `--max-audio-seconds`: by the length its header states, or (`stated=False`) by the
+    samples decoded so far."""
+    if seconds > policy.max_audio_seconds:
+        limit = policy.max_audio_seconds
+        if not stated:
+            raise MediaRefused(f"the audio clip lasts longer than --max-audio-seconds ({limit:g})")
+        raise MediaRefused(f"the audio clip lasts {seconds:.1f} s, over --max-audio-seconds ({limit:g})")
+
+
+def decode_audio(data: bytes, policy: ServingPolicy, declared_format: str | None = None) -> DecodedAudio:
+    """Decodes a clip of any of `AUDIO_FORMATS` to float32 mono samples at its own rate, within `--max-audio-seconds`.
+
+    Args:
+        data (`bytes`): the clip's bytes.
+        policy (`ServingPolicy`): the server's limits.
+        declared_format (`str`, *optional*): the format the request declares; bytes of another format are refused.
+
+    Returns:
+        `DecodedAudio`: at the clip's own sample rate.
+
+    Raises:
+        `MediaRefused`: another format than declared or none decoded, a decoder missing, malformed, empty, sampled
+        over `MAX_SOURCE_SAMPLING_RATE` or longer than the limit.
+    """
+    actual = _sniffed_format(data)
+    _check_format(actual, declared_format)
+    if actual == "wav":
+        return decode_wav(data, policy)
+    return _decode_with_library(data, actual, policy)
+
+
 def decode_wav(data: bytes, policy: ServingPolicy) -> DecodedAudio:
-    """Decodes PCM WAV bytes as soundfile reads them (float32, channels averaged), within `--max-audio-seconds`.
+    """Decodes WAV bytes as soundfile reads them (float32, channels averaged), within `--max-audio-seconds`: PCM with
+    the standard library, other encodings with soundfile (the `serving` extra).
 
     Args:
         data (`bytes`): the clip's bytes.
@@ -86,30 +208,34 @@ def decode_wav(data: bytes, policy: ServingPolicy) -> DecodedAudio:
         `DecodedAudio`
 
     Raises:
-        `MediaRefused`: not PCM WAV, malformed, empty, or longer than the limit.
+        `MediaRefused`: not WAV, malformed, empty, or longer than the limit.
     """
-    if data[:4] != _RIFF_MAGIC or data[8:12] != _WAVE_MAGIC:
-        raise MediaRefused('the audio clip is not a WAV file: send PCM WAV (`"format": "wav"`)')
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise MediaRefused('the audio clip is not a WAV file: declare the format its bytes are in (`"format"`)')
     try:
         with wave.open(io.BytesIO(data), "rb") as reader:  # reads the header only
             channels, width, rate = reader.getnchannels(), reader.getsampwidth(), reader.getframerate()
             frames = reader.getnframes()
             if rate <= 0 or channels <= 0 or width not in (1, 2, 3, 4):
                 raise MediaRefused("the WAV clip has no valid sample rate, channel count or sample width")
-            if frames / rate > policy.max_audio_seconds:
-                limit = policy.max_audio_seconds
-                raise MediaRefused(f"the audio clip lasts {frames / rate:.1f} s, over --max-audio-seconds ({limit:g})")
+            _check_sampling_rate("WAV", rate)
+            _check_seconds(frames / rate, policy)
             raw = reader.readframes(frames)
     except MediaRefused:
         raise
     except (wave.Error, EOFError, ValueError, OverflowError):  # `wave` raises these for a broken or non-PCM header
-        raise MediaRefused("the WAV clip could not be decoded: only uncompressed PCM WAV is read") from None
+        # `wave` reads PCM only: float and extensible WAV (and a broken header, refused there too) are soundfile's
+        if _optional_module("soundfile") is None:
+            raise MediaRefused(
+                f"the WAV clip could not be decoded: only PCM WAV is read without soundfile ({_INSTALL_HINT})"
+            ) from None
+        return _decode_with_library(data, "wav", policy)
     usable = len(raw) // (width * channels) * width * channels
     if usable == 0:
         raise MediaRefused("the WAV clip holds no samples")
     samples = _pcm_to_float(raw[:usable], width).reshape(-1, channels)  # (frames, channels)
     waveform = samples.T.mean(axis=0) if channels > 1 else samples[:, 0]
-    return DecodedAudio(np.ascontiguousarray(waveform, dtype=np.float32), rate)
+    return DecodedAudio(np.ascontiguousarray(waveform, dtype=np.float32), rate, "wav")
 
 
 def _pcm_to_float(raw: bytes, width: int) -> np.ndarray:
@@ -125,45 +251,161 @@ def _pcm_to_float(raw: bytes, width: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype).astype(np.float32) / np.float32(2 ** (8 * width - 1))
 
 
+def _optional_module(name: str) -> ModuleType | None:
+    """An audio library of the `serving` extra, or `None` where it is not installed (or its native library is not)."""
+    try:
+        return importlib.import_module(name)
+    except (ImportError, OSError):  # soundfile raises OSError when it finds no libsndfile
+        return None
+
+
+def _decode_with_library(data: bytes, fmt: str, policy: ServingPolicy) -> DecodedAudio:
+    """Decodes a clip whose bytes are `fmt` with soundfile where it reads that format, else with PyAV."""
+    soundfile = _optional_module("soundfile")
+    if (
+        soundfile is not None
+        and fmt in _SOUNDFILE_FORMATS
+        and _SOUNDFILE_FORMATS[fmt][0] in soundfile.available_formats()
+    ):
+        return _decode_with_soundfile(soundfile, data, fmt, policy)
+    av = _optional_module("av") if fmt in _PYAV_CONTAINERS else None
+    if av is None:
+        raise MediaRefused(f"this server has no decoder of {_FORMAT_NAMES[fmt]} audio installed ({_INSTALL_HINT})")
+    return _decode_with_pyav(av, data, fmt, policy)
+
+
+def _decode_with_soundfile(soundfile: ModuleType, data: bytes, fmt: str, policy: ServingPolicy) -> DecodedAudio:
+    name = _FORMAT_NAMES[fmt]
+    try:
+        with soundfile.SoundFile(io.BytesIO(data)) as reader:  # reads the header only
+            if reader.format not in _SOUNDFILE_FORMATS[fmt]:  # e.g. a FLAC stream behind an ID3 tag
+                raise MediaRefused(f"the {name} clip could not be decoded: its bytes hold {reader.format} audio")
+            rate, frames = reader.samplerate, reader.frames
+            if frames < _SOUNDFILE_UNKNOWN_LENGTH:
+                _check_sampling_rate(name, rate)
+                _check_seconds(frames / rate, policy)
+                # On a seekable file soundfile reads up to the stated length, never past it: checked above
+                blocks = []
+                while len(block := reader.read(_SOUNDFILE_BLOCK_FRAMES, dtype="float32", always_2d=True)):
+                    # (frames, channels) -> (frames,): per frame, the mean transformers takes over the whole clip
+                    blocks.append(block.T.mean(axis=0) if block.shape[1] > 1 else block[:, 0])
+    except MediaRefused:
+        raise
+    except Exception:  # libsndfile's errors, and cffi's or numpy's on a header it misread: all the client's bytes
+        raise MediaRefused(f"the {name} clip could not be decoded") from None
+    if frames >= _SOUNDFILE_UNKNOWN_LENGTH:  # a stream that states no length: PyAV stops at the limit while decoding
+        av = _optional_module("av") if fmt in _PYAV_CONTAINERS else None
+        if av is None:
+            raise MediaRefused(
+                f"the {name} clip states no length, which this server needs to read it ({_INSTALL_HINT})"
+            )
+        return _decode_with_pyav(av, data, fmt, policy)
+    return _joined(blocks, rate, fmt)
+
+
+def _decode_with_pyav(av: ModuleType, data: bytes, fmt: str, policy: ServingPolicy) -> DecodedAudio:
+    name = _FORMAT_NAMES[fmt]
+    demuxer, codecs = _PYAV_CONTAINERS[fmt]
+    blocks, decoded, rate = [], 0, None
+    try:
+        # The format's own demuxer, never FFmpeg's probing of every format it knows
+        with av.open(io.BytesIO(data), mode="r", format=demuxer) as container:
+            stream = next(iter(container.streams.audio), None)
+            if stream is None:
+                raise MediaRefused(f"the {name} clip holds no audio stream")
+            codec = stream.codec_context.name
+            if codec not in codecs:
+                raise MediaRefused(
+                    f"the {name} clip's audio codec {shorten(codec, 20)!r} is not decoded by this server"
+                )
+            if stream.duration is not None and stream.time_base is not None:
+                _check_seconds(float(stream.duration * stream.time_base), policy)
+            elif container.duration is not None:
+                _check_seconds(container.duration / av.time_base, policy)
+            # Decoders hand integer or interleaved samples too: converted to planar float32 (channels and rate kept)
+            to_planar_float = av.AudioResampler(format="fltp")
+            for frame in container.decode(stream):
+                if rate is None:  # the first frame's rate is the clip's: a header's can differ (HE-AAC)
+                    rate = frame.sample_rate
+                    _check_sampling_rate(name, rate)
+                elif frame.sample_rate != rate:
+                    raise MediaRefused(f"the {name} clip changes its sample rate midway")
+                for planar in to_planar_float.resample(frame):
+                    samples = planar.to_ndarray()  # (channels, frames)
+                    blocks.append(samples.mean(axis=0) if samples.shape[0] > 1 else samples[0])
+                    decoded += samples.shape[1]
+                _check_seconds(decoded / rate, policy, stated=False)
+    except MediaRefused:
+        raise
+    except Exception:  # FFmpeg's errors (invalid data, end of file) and PyAV's on what it cannot convert
+        raise MediaRefused(f"the {name} clip could not be decoded") from None
+    return _joined(blocks, rate or 0, fmt)
+
+
+def _joined(blocks: list[np.ndarray], rate: int, fmt: str) -> DecodedAudio:
+    if not blocks or not sum(len(block) for block in blocks):
+        raise MediaRefused(f"the {_FORMAT_NAMES[fmt]} clip holds no samples")
+    return DecodedAudio(np.ascontiguousarray(np.concatenate(blocks), dtype=np.float32), rate, fmt)
+
+
+def _resampled(clip: DecodedAudio, sampling_rate: int) -> DecodedAudio:
+    """`clip` at `sampling_rate`, resampled as transformers' `load_audio` (soundfile backend) resamples."""
+    if clip.sampling_rate == sampling_rate:
+        return clip
+    soxr = _optional_module("soxr")
+    if soxr is None:
+        raise MediaRefused(
+            f"the audio clip is sampled at {clip.sampling_rate} Hz and the model takes {sampling_rate} Hz: this "
+            f"server has no resampler installed ({_INSTALL_HINT})"
+        )
+    length = math.ceil(len(clip.waveform) * sampling_rate / clip.sampling_rate)
+    waveform = soxr.resample(clip.waveform, clip.sampling_rate, sampling_rate, quality="soxr_hq")
+    waveform = np.pad(waveform, (0, max(0, length - len(waveform))))[:length]
+    return DecodedAudio(np.ascontiguousarray(waveform, dtype=np.float32), sampling_rate, clip.format)
+
+
 def load_request_audio_cached(
     part: dict, policy: ServingPolicy, sampling_rate: int, media_cache=None, salt: str | None = None
 ) -> tuple[np.ndarray, str | None]:
-    """Reads one audio part of a request under `policy`; with a media cache, bytes seen before are not decoded again.
+    """Reads one audio part of a request under `policy`, resampled to `sampling_rate`; with a media cache, bytes seen
+    before are not decoded (or resampled) again.
 
     Args:
         part (`dict`): an `input_audio` or `audio_url` content part that passed `check_chat_request`.
         policy (`ServingPolicy`): the server's media policy and limits.
-        sampling_rate (`int`): the rate the model's feature extractor takes; a clip at another rate is refused.
+        sampling_rate (`int`): the rate the model's feature extractor takes; a clip at another rate is resampled.
         media_cache (`MediaCache`, *optional*): the server's media cache.
         salt (`str`, *optional*): the request's tenant salt: entries of other salts are not seen.
 
     Returns:
-        `tuple[np.ndarray, str | None]`: the float32 mono waveform, and the media cache's key of its bytes (`None`
-        without a cache).
+        `tuple[np.ndarray, str | None]`: the float32 mono waveform at `sampling_rate`, and the media cache's key of its
+        bytes (`None` without a cache).
 
     Raises:
-        `MediaRefused`: the policy refuses it, or it cannot be decoded exactly.
+        `MediaRefused`: the policy refuses it, its format is not the declared one or none decoded, or it cannot be
+        decoded.
     """
+    declared = _declared_format(part)
+
+    def decode(data: bytes) -> DecodedAudio:
+        return _resampled(decode_audio(data, policy, declared), sampling_rate)
+
     key = None
     if media_cache is None:
-        clip = decode_wav(request_audio_bytes(part, policy), policy)
+        clip = decode(request_audio_bytes(part, policy))
     else:
         from .media_cache import media_key
 
+        # An entry holds the clip resampled to one rate: the same bytes for a model of another rate are another entry
+        kind = f"audio@{sampling_rate}Hz"
         payload = _base64_payload(part)
         if payload is not None:
-            key = base64_media_key(payload, policy, salt, "audio", "audio clip", media_cache)
+            key = base64_media_key(payload, policy, salt, kind, "audio clip", media_cache)
         if key is not None:  # the base64 text hashed as it came: a re-sent clip is not base64-decoded again
-            clip = media_cache.decoded(
-                key, lambda: decode_wav(base64_media_bytes(payload, policy, "audio clip"), policy)
-            )
+            clip = media_cache.decoded(key, lambda: decode(base64_media_bytes(payload, policy, "audio clip")))
         else:
             data = request_audio_bytes(part, policy)
-            key = media_key(data, salt, kind="audio")
-            clip = media_cache.decoded(key, lambda: decode_wav(data, policy))
-    if clip.sampling_rate != sampling_rate:
-        raise MediaRefused(
-            f"the audio clip is sampled at {clip.sampling_rate} Hz and the model takes {sampling_rate} Hz: resample "
-            "it before sending (this server does not resample)"
-        )
+            key = media_key(data, salt, kind=kind)
+            clip = media_cache.decoded(key, lambda: decode(data))
+    _check_format(clip.format, declared)  # an entry may have been decoded for a part that declared no format
     return clip.waveform, key
