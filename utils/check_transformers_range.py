@@ -23,7 +23,7 @@ from packaging.version import Version
 from vlmprep.utils._compat import (
     MAX_TRANSFORMERS_EXCLUSIVE,
     MIN_TRANSFORMERS,
-    SERVING_MAX_TRANSFORMERS_EXCLUSIVE,
+    SERVING_MIN_TRANSFORMERS,
     TESTED_TRANSFORMERS,
 )
 
@@ -92,15 +92,18 @@ def range_problems(pyproject: Path = PYPROJECT) -> list[str]:
         problems.append("pyproject.toml declares no transformers dependency")
     for where, requirement in requirements.items():
         lower, upper, others = _bounds(requirement)
-        expected_upper = Version(SERVING_MAX_TRANSFORMERS_EXCLUSIVE) if where == "extra serving" else highest
+        expected_lower = Version(SERVING_MIN_TRANSFORMERS) if where == "extra serving" else lowest
         if others:
             problems.append(f"{where}: `{requirement}` has specifiers other than >= and < ({others})")
-        if lower != lowest:
-            problems.append(f"{where}: `{requirement}` must start at the first tested release ({lowest})")
-        if upper != expected_upper:
+        if lower != expected_lower:
             problems.append(
-                f"{where}: `{requirement}` must end before {expected_upper} (the minor release after the newest "
-                "tested one" + (", for the server vlmprep extends" if where == "extra serving" else "") + ")"
+                f"{where}: `{requirement}` must start at {expected_lower} (the first tested release"
+                + (" with the server vlmprep extends" if where == "extra serving" else "")
+                + ")"
+            )
+        if upper != highest:
+            problems.append(
+                f"{where}: `{requirement}` must end before {highest} (the minor release after the newest tested one)"
             )
     return problems
 
@@ -117,7 +120,7 @@ def main(argv: list[str]) -> int:
         return 1
     print(
         f"transformers range >={MIN_TRANSFORMERS},<{MAX_TRANSFORMERS_EXCLUSIVE} is the tested range "
-        f"({', '.join(TESTED_TRANSFORMERS)}); the server's ends before {SERVING_MAX_TRANSFORMERS_EXCLUSIVE}."
+        f"({', '.join(TESTED_TRANSFORMERS)}); the server's starts at {SERVING_MIN_TRANSFORMERS}."
     )
     return 0
 

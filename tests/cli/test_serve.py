@@ -54,11 +54,12 @@ SERVER_EXIT_TIMEOUT_S = 20
     serving_unsupported_message() is None, reason="the installed transformers' server is the one vlmprep extends"
 )
 def test_serve_refuses_a_server_it_does_not_extend_naming_what_to_install(capsys):
-    # Serving transformers 5.25's rewritten server would load transformers' own classes in its engine process
+    # vlmprep serve extends transformers 5.25's server (engine processes); 5.24's is another design
     assert vlmprep.cli.main(["serve", "--port", "1"]) == 1
     error = capsys.readouterr().err
     assert error.startswith("vlmprep: error: ImportError: `vlmprep serve` extends transformers' server")
-    assert f"transformers {transformers.__version__} rewrote" in error and 'pip install "vlmprep[serving]"' in error
+    assert f"transformers {transformers.__version__}'s server is another design" in error
+    assert 'pip install "vlmprep[serving]"' in error
 
 
 def _transformers_answer(checkpoint: Path, image) -> str:
@@ -158,17 +159,15 @@ def test_serve_help_and_refused_arguments_are_transformers_serve_s(argv, exit_co
 
 
 @needs_serving
-# uvicorn ends its thread with `sys.exit(3)` when it cannot bind (a plain thread drops it silently; pytest reports it).
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_serve_that_cannot_listen_exits_non_zero(capsys):
     registered_before = registered()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         exit_code = serve(["--host", "127.0.0.1", "--port", str(taken.getsockname()[1]), "--device", "cpu"])
-    assert exit_code == 1
-    assert registered() == registered_before  # registered while the server ran, not after
-    assert "stopped on its own" in capsys.readouterr().err
+    assert exit_code not in (0, None)  # uvicorn's own status for a socket it cannot bind (3)
+    assert registered() == registered_before  # the API server process loads no model: it registers nothing
+    assert "address already in use" in capsys.readouterr().err
 
 
 def test_transformers_serve_loads_every_drop_in_through_the_registered_auto_class():

@@ -9,6 +9,7 @@ log must show that the chats ran in continuous batching.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ from serve_client import (
     wait_until_healthy,
 )
 
+from vlmprep.serving import SERVE_STATS_ENV
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
 NUM_CHATS = 16
@@ -94,7 +96,8 @@ def _transformers_answers(checkpoint: Path, images, chats) -> list[str]:
 def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     checkpoint = build_llava_checkpoint(tmp_path / "checkpoint")
     port = free_loopback_port()
-    env = server_env()
+    stats_path = tmp_path / "stats.json"
+    env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     command = [
         *(sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--continuous-batching"),
         *("--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"),
@@ -145,73 +148,80 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     answers = [results[number] for number in range(len(payloads)) if number not in bad_positions]
     assert [status for status, _ in answers] == [200] * NUM_CHATS, answers
     assert [text for _, text in answers] == expected
-    # transformers' handler logs each request's path: every chat ran in continuous batching.
-    assert "CB: True" in server_log and "CB: False" not in server_log, server_log
+    # The engine process ran the drop-in in vlmprep's batched runner: every chat went through continuous batching
+    # (the two refused requests never reached it)
+    served = json.loads(stats_path.read_text())[str(checkpoint)]
+    assert served["drop_in"] and served["runner"] == "VisionPrepCBGenerateRunner", served
+    assert served["engine_prefill"]["requests"] == NUM_CHATS, served
 
 
 @needs_serving
-def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_exactly():
-    from transformers.cli.serving.utils import Modality
-
+def test_continuous_batching_takes_image_chats_only_of_drop_ins_the_engine_runs_exactly(monkeypatch):
     import vlmprep
-    from vlmprep.serving.batching import VisionPrepCBGenerateManager, VisionPrepGenerationState
+    from vlmprep.serving import runners
+    from vlmprep.serving.loader import VisionPrepGenerationState
+    from vlmprep.serving.policy import DEFAULT_LIMITS
     from vlmprep.testing import tiny_gemma3_config, tiny_llava_config, tiny_paligemma_config
 
-    llava = vlmprep.LlavaForConditionalGeneration(tiny_llava_config())
+    # The API server says yes for any drop-in type: whether the engine runs its images needs the loaded model
     state = VisionPrepGenerationState(continuous_batching=True)
-    assert state.use_continuous_batching(llava, Modality.MULTIMODAL)
-    assert isinstance(state.get_manager("llava@main", use_cb=True), VisionPrepCBGenerateManager)
+    assert state.use_continuous_batching(tiny_llava_config(), None)
+    assert not VisionPrepGenerationState(continuous_batching=False).use_continuous_batching(tiny_llava_config(), None)
+    # The engine process decides on the loaded model (the batched runner itself starts an engine: a stand-in here)
+    monkeypatch.setattr(runners, "VisionPrepCBGenerateRunner", lambda *args, **kwargs: "batched")
+    services = runners.EngineServices(DEFAULT_LIMITS)
+
+    def runner(model):
+        chosen = runners.runner_for(model, None, lambda *results: None, services)
+        return chosen if chosen == "batched" else type(chosen).__name__
+
+    assert runner(vlmprep.LlavaForConditionalGeneration(tiny_llava_config())) == "batched"
     # Gemma3's bidirectional image blocks run in the engine with sdpa or eager attention, not with flash (no mask)
     gemma3 = vlmprep.Gemma3ForConditionalGeneration(tiny_gemma3_config())
-    assert state.use_continuous_batching(gemma3, Modality.VLM)
+    assert runner(gemma3) == "batched"
     gemma3.config._attn_implementation = "flash_attention_2"  # set, not loaded: no flash kernel is needed on CPU
-    assert not state.use_continuous_batching(gemma3, Modality.VLM)
+    assert runner(gemma3) == "VisionPrepGenerateRunner"
     # PaliGemma's whole prefix is bidirectional: the engine refuses it, its chats stay sequential
-    assert not state.use_continuous_batching(
-        vlmprep.PaliGemmaForConditionalGeneration(tiny_paligemma_config()), Modality.VLM
-    )
-    # transformers' own class: upstream's answer (no continuous batching for image models)
-    assert not state.use_continuous_batching(
-        transformers.LlavaForConditionalGeneration(tiny_llava_config()), Modality.VLM
-    )
-    assert not VisionPrepGenerationState(continuous_batching=False).use_continuous_batching(llava, Modality.MULTIMODAL)
+    assert runner(vlmprep.PaliGemmaForConditionalGeneration(tiny_paligemma_config())) == "VisionPrepGenerateRunner"
 
 
 @needs_serving
-def test_image_batching_is_refused_at_start_when_a_server_hook_is_missing(monkeypatch):
-    from vlmprep.serving.server import check_engine_hooks
+def test_the_server_refuses_to_start_when_an_upstream_hook_is_missing(monkeypatch):
+    from vlmprep.serving.server import check_server_hooks
     from vlmprep.utils import _engine_compat
 
-    problem = "transformers.cli.serving.utils:GenerationState.use_continuous_batching is missing"
+    problem = "transformers.cli.serving.model_manager:EngineClient.run_engine no longer builds GenerateRunner"
     monkeypatch.setattr(_engine_compat, "missing_engine_hooks", lambda include_server=True: [problem])
-    with pytest.raises(RuntimeError, match="use_continuous_batching is missing"):
-        check_engine_hooks()
+    with pytest.raises(RuntimeError, match="no longer builds GenerateRunner"):
+        check_server_hooks()
 
 
 @needs_serving
-def test_a_sequential_generation_stops_when_cancelled():
-    import asyncio
-
+def test_the_sequential_runner_gives_a_drop_in_the_engine_s_caches_and_a_transformers_class_none():
     import vlmprep
-    from vlmprep.serving.batching import VisionPrepGenerateManager
+    from vlmprep.serving.policy import DEFAULT_LIMITS
+    from vlmprep.serving.runners import EngineServices, VisionPrepGenerateRunner
     from vlmprep.testing import tiny_llava_config
 
-    model = vlmprep.LlavaForConditionalGeneration(tiny_llava_config()).eval()
-    config = transformers.GenerationConfig(max_new_tokens=20_000, do_sample=False, eos_token_id=None)
+    services = EngineServices(DEFAULT_LIMITS)
+    inputs = {"input_ids": torch.tensor([[1, 5, 6, 7]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    settings = {"max_new_tokens": 3, "do_sample": False, "eos_token_id": None}
+    for model_class, reaches in (
+        (vlmprep.LlavaForConditionalGeneration, True),
+        (transformers.LlavaForConditionalGeneration, False),
+    ):
+        model = model_class(tiny_llava_config()).eval()
+        done = threading.Event()
+        results = []
 
-    class Decoder:
-        def decode(self, ids, skip_special_tokens=True):
-            return ""
+        def send_results(ids, tokens, finished, results=results, done=done):
+            results.extend(finished)
+            done.set()
 
-    async def generate_then_cancel():
-        manager = VisionPrepGenerateManager()
-        inputs = {"input_ids": torch.tensor([[1, 5, 6, 7]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
-        work = asyncio.ensure_future(manager.generate_non_streaming(model, Decoder(), inputs, config, "request-1"))
-        await asyncio.sleep(0.5)
-        manager.cancel("request-1")
-        manager.cancel("unknown")  # ignored
-        return await asyncio.wait_for(work, timeout=30)
-
-    started = time.monotonic()
-    _, _, generated = asyncio.run(generate_then_cancel())
-    assert 0 < len(generated) < 20_000 and time.monotonic() - started < 30
+        before = services.prefix_cache.stats.tokens_prefilled
+        runner = VisionPrepGenerateRunner(model, None, send_results, services)
+        runner.generate(1, {**inputs, "cache_salt": "tenant"}, dict(settings), stream=False)
+        assert done.wait(60)
+        ((request_id, generated),) = results
+        assert request_id == 1 and isinstance(generated, list) and len(generated) == 3, generated
+        assert (services.prefix_cache.stats.tokens_prefilled > before) is reaches

@@ -152,3 +152,75 @@ def test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once(tm
     else:  # whole 16-token pages alone prefilled 1.33x the minimum here (148 tokens); partly filled pages are shared
         prefilled = stats["engine_prefill"]["tokens_prefilled"]
     assert minimum <= prefilled <= 1.02 * minimum, (prefilled, minimum, stats)
+
+
+def _uuid_part(index: int, url: str | None) -> dict:
+    # vLLM's convention: the data with its id once, then the id alone
+    return {"type": "image_url", "image_url": None if url is None else {"url": url}, "uuid": f"photo-{index}"}
+
+
+@needs_serving
+@pytest.mark.parametrize("mode", ["sequential", "two_api_servers"])
+def test_a_chat_naming_its_images_by_uuid_sends_each_image_once_and_only_to_its_tenant(tmp_path, chat, mode):
+    checkpoint, images, expected, minimum, _ = chat
+    sequential = mode == "sequential"
+    extra = [] if sequential else ["--continuous-batching", "--api-server-count", "2"]
+    port, stats_path, log = free_loopback_port(), tmp_path / "stats.json", tmp_path / "server.log"
+    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), *extra]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    urls = [data_url(image) for image in images]
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    answers, turns, body_sizes = [], [], []
+    with server_process(command, server_env(**{SERVE_STATS_ENV: str(stats_path)}), log) as server:
+        deadline = time.monotonic() + SERVER_DEADLINE_S
+        wait_until_healthy(f"http://127.0.0.1:{port}", server, log, deadline)
+        for number, (image_index, text) in enumerate(TURNS):
+            turns.append((image_index, text))
+            messages = []
+            for turn, (index, user_text) in enumerate(turns):
+                # The image's bytes travel in the turn that shows it; every later turn names it by its id alone
+                messages.append(
+                    _user_message(
+                        index, user_text, lambda i, new=turn == number: _uuid_part(i, urls[i] if new else None)
+                    )
+                )
+                if turn < number:
+                    messages.append({"role": "assistant", "content": answers[turn]})
+            payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS, "cache_salt": "alice"}
+            body_sizes.append(len(json.dumps(payload)))
+            status, answer = post_chat(url, payload, deadline)
+            assert status == 200, (answer, log.read_text())
+            answers.append(answer)
+        # Another tenant cannot name alice's image, and an id nobody sent is unknown: a short 400 each
+        for salt, uuid in (("bob", "photo-0"), ("alice", "photo-9")):
+            part = {**_uuid_part(0, None), "uuid": uuid}
+            stranger = {"messages": [_user_message(0, "What is it?", lambda _, part=part: part)]}
+            status, body = post_chat(url, {**stranger, "max_tokens": 2, "cache_salt": salt}, deadline)
+            assert status == 400 and "unknown or expired" in body and len(body) < 400, (salt, status, body)
+        stop_gracefully(server, min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
+    assert server.returncode == 0, log.read_text()
+    assert answers == expected
+    # No turn re-sends an image: the last turn's body is a few hundred bytes, the first carried the photo
+    assert body_sizes[-1] < 2000 < body_sizes[0], body_sizes
+    (stats,) = json.loads(stats_path.read_text()).values()  # the engine process's counters
+    assert stats["drop_in"] and stats["item_refs"]["remembered"] == 2, stats
+    assert stats["encoder_cache"]["misses"] == 2, stats["encoder_cache"]
+    prefilled = stats["prefix_cache" if sequential else "engine_prefill"]["tokens_prefilled"]
+    assert minimum <= prefilled <= 1.02 * minimum, (prefilled, minimum, stats)
+    if sequential:  # one API server: its media cache decoded each image once
+        assert stats["media_cache"]["decodes"] == 2, stats["media_cache"]
+
+
+@needs_serving
+@pytest.mark.parametrize(
+    "flags",
+    [["--cb-num-blocks", "256"], ["--cb-max-batch-tokens", "256"], ["--cb-block-size", "32"]],
+    ids=["num_blocks", "max_batch_tokens", "block_size"],
+)
+def test_the_engine_shares_a_chat_s_earlier_turns_whatever_flag_sizes_it(tmp_path, chat, flags):
+    # Upstream's 256-token pages, which an explicit `--cb-*` flag used to bring back, shared 0 tokens of this chat
+    checkpoint, images, expected, minimum, _ = chat
+    answers, stats = _serve_chat(tmp_path, checkpoint, images, ["--continuous-batching", *flags], False)
+    assert answers == expected
+    engine = stats["engine_prefill"]
+    assert engine["tokens_shared"] > 0 and minimum <= engine["tokens_prefilled"] <= 1.02 * minimum, (minimum, engine)

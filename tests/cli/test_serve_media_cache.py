@@ -139,25 +139,18 @@ def test_an_image_of_one_tenant_is_decoded_again_for_another():
     assert (cache.stats.decodes, cache.stats.decode_hits) == (3, 2)
 
 
-def test_the_prefix_cache_reaches_only_a_drop_ins_sequential_generations():
-    import transformers
-
-    import vlmprep
+def test_the_caches_follow_the_policy_the_media_cache_in_the_api_server_the_prefix_cache_in_the_engine():
     from vlmprep.serving.chat import VisionPrepChatCompletionHandler
-    from vlmprep.testing import tiny_llava_config
+    from vlmprep.serving.runners import EngineServices
 
     def handler(policy: ServingPolicy):
         return VisionPrepChatCompletionHandler(model_manager=None, generation_state=None, policy=policy)
 
-    config = tiny_llava_config()
-    drop_in, plain = vlmprep.LlavaForConditionalGeneration(config), transformers.LlavaForConditionalGeneration(config)
-    on, off = handler(ServingPolicy()), handler(ServingPolicy(prefix_cache=False, media_cache_bytes=0))
-    assert on.prefix_cache.max_bytes == ServingPolicy().prefix_cache_bytes and on.media_cache is not None
-    assert off.prefix_cache is None and off.media_cache is None
-    assert on._with_caches({}, drop_in, "t", use_cb=False) == {"cache_salt": "t", "prefix_cache": on.prefix_cache}
-    assert on._with_caches({}, drop_in, None, use_cb=True) == {}  # the engine shares pages instead
-    assert off._with_caches({}, drop_in, None, use_cb=False) == {}
-    assert on._with_caches({}, plain, "t", use_cb=False) == {}  # transformers' class takes neither
+    on, off = ServingPolicy(), ServingPolicy(prefix_cache=False, media_cache_bytes=0)
+    assert handler(on).media_cache is not None and handler(off).media_cache is None
+    assert EngineServices(on).prefix_cache.max_bytes == on.prefix_cache_bytes
+    assert EngineServices(off).prefix_cache is None
+    # Which generations take the prefix cache: tests/cli/test_serve_batching.py (the sequential runner)
 
 
 def test_a_re_sent_data_url_is_hashed_as_text_not_decoded_again(monkeypatch):

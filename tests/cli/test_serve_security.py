@@ -132,11 +132,20 @@ def _server(work: Path, extra_args: list[str]):
             process.wait()
 
 
-@pytest.fixture(scope="module", params=["continuous-batching", "sequential"])
+# Each way the server runs: the engine batching, one generation at a time, and two API server processes in front of
+# one engine process (each request lands on either; the item store and caches live in the engine).
+SERVER_MODES = {
+    "continuous-batching": ["--continuous-batching"],
+    "sequential": [],
+    "two-api-servers": ["--continuous-batching", "--api-server-count", "2"],
+}
+
+
+@pytest.fixture(scope="module", params=list(SERVER_MODES))
 def served(request, tmp_path_factory):
     if needs_serving.args[0]:
         pytest.skip(needs_serving.kwargs["reason"])
-    mode = ["--continuous-batching"] if request.param == "continuous-batching" else []
+    mode = SERVER_MODES[request.param]
     # localhost is an allowed domain here, but it resolves to a loopback address: refused by default
     with _server(tmp_path_factory.mktemp("serve-security"), [*mode, "--allowed-media-domains", "localhost"]) as served:
         yield served
@@ -201,7 +210,7 @@ def test_finding_3_work_per_request_is_bounded(served):
     attacks = {
         "pixels": (chat([bomb]), "12000x12000"),
         "images": (chat([image_url] * 9), "max-images-per-request"),
-        "prompt": (chat([image_url], "red " * 2100), "positions"),
+        "prompt": (chat([image_url], "red " * 2100), "takes at most 2048"),
         "template": (
             chat([image_url], chat_template_kwargs={"chat_template": "{% for i in range(9) %}{% endfor %}"}),
             "chat_template",
@@ -286,16 +295,13 @@ def test_finding_5_an_api_key_guards_every_endpoint():
 
     class Models:
         force_model = None
+        is_dead = False
 
         def shutdown(self):
             self.reset = True
 
-    class State:
-        def is_cb_alive(self):
-            return True
-
     models = Models()
-    client = TestClient(build_app(models, None, State(), ServingPolicy(api_key="s3cret")))
+    client = TestClient(build_app(models, None, ServingPolicy(api_key="s3cret")))
     for method, path in (("get", "/health"), ("post", "/reset"), ("post", "/v1/chat/completions")):
         assert getattr(client, method)(path).status_code == 401
         assert getattr(client, method)(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -336,22 +342,23 @@ def _answer(text: str, stream: bool) -> str:
 
 
 def _server_rss_bytes(pid: int) -> int:
+    """The resident memory of a server process and all its descendants (the engine and API server processes)."""
+    total = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+            total += int(line.split()[1]) * 1024
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += _server_rss_bytes(int(child))
+    return total
 
 
 def test_finding_7_the_engine_is_sized_from_the_model(served):
     if "--continuous-batching" not in served.process.args:
         pytest.skip("the engine runs with --continuous-batching only")
-    from vlmprep.serving.batching import (
-        DEFAULT_ENGINE_BATCH_TOKENS,
-        DEFAULT_ENGINE_CACHE_TOKENS,
-        default_engine_config,
-    )
+    from vlmprep.serving.runners import DEFAULT_ENGINE_BATCH_TOKENS, DEFAULT_ENGINE_CACHE_TOKENS, engine_config
 
-    config = default_engine_config(served.model)
+    config = engine_config(served.model)
     assert config.num_blocks * config.page_size <= DEFAULT_ENGINE_CACHE_TOKENS + config.page_size
     assert config.max_batch_tokens <= DEFAULT_ENGINE_BATCH_TOKENS
     assert _server_rss_bytes(served.process.pid) < MAX_SERVER_RSS_BYTES

@@ -125,11 +125,6 @@ def _post_through_app(app, body: bytes) -> list:
     return sent
 
 
-class _State:
-    def is_cb_alive(self):
-        return True
-
-
 class _RecordingHandler:
     def __init__(self, handler=None):
         self.received = []
@@ -150,7 +145,7 @@ def test_the_app_reads_a_body_sent_in_many_chunks_whole():
 
     handler = _RecordingHandler()
     body = json.dumps(chat(URL, URL)).encode()
-    sent = _post_through_app(build_app(None, handler, _State(), ServingPolicy()), body)
+    sent = _post_through_app(build_app(None, handler, ServingPolicy()), body)
     assert sent[0]["status"] == 200 and handler.received == [json.loads(body)]
 
 
@@ -163,7 +158,7 @@ def test_the_app_recalls_a_re_sent_data_url_per_tenant_as_the_string_the_media_c
     policy = ServingPolicy(api_key="secret")
     real = VisionPrepChatCompletionHandler(model_manager=None, generation_state=None, policy=policy)
     handler = _RecordingHandler(real)
-    app = build_app(None, handler, _State(), policy)
+    app = build_app(None, handler, policy)
     scope_headers = [(b"authorization", b"Bearer secret")]
 
     def post(body: dict) -> str:

@@ -42,7 +42,7 @@ def test_the_installed_transformers_is_a_tested_minor_release():
     ("dependency", "problem"),
     [
         ('"transformers>=5.24,<6"', "must end before 5.26.0"),
-        ('"transformers>=5.23,<5.26"', "must start at the first tested release"),
+        ('"transformers>=5.23,<5.26"', "must start at 5.24.0 (the first tested release)"),
         ('"transformers>=5.24"', "must end before 5.26.0"),
         ('"transformers>=5.24,<5.26,!=5.25.0"', "specifiers other than"),
     ],
@@ -55,15 +55,15 @@ def test_a_range_reaching_an_untested_release_fails(range_check, tmp_path, depen
     )
 
 
-def test_a_serving_extra_past_the_server_vlmprep_extends_fails(range_check, tmp_path):
+def test_a_serving_extra_reaching_before_the_server_vlmprep_extends_fails(range_check, tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(
         '[project]\nname = "x"\ndependencies = ["transformers>=5.24,<5.26"]\n'
         '[project.optional-dependencies]\nserving = ["transformers[serving]>=5.24,<5.26"]\n'
     )
     assert range_check.range_problems(pyproject) == [
-        "extra serving: `transformers[serving]<5.26,>=5.24` must end before 5.25.0 (the minor release after the "
-        "newest tested one, for the server vlmprep extends)"
+        "extra serving: `transformers[serving]<5.26,>=5.24` must start at 5.25.0 (the first tested release with the "
+        "server vlmprep extends)"
     ]
 
 
@@ -88,7 +88,7 @@ def test_bringing_up_a_release_can_import_it_with_a_warning(monkeypatch):
         _compat.check_transformers_version()
 
 
-def test_the_server_is_refused_past_the_release_it_extends():
-    assert _compat.serving_unsupported_message("5.24.0") is None
-    message = _compat.serving_unsupported_message("5.25.0")
-    assert "vlmprep[serving]" in message and "5.25.0" in message
+def test_the_server_is_refused_before_the_release_it_extends():
+    assert _compat.serving_unsupported_message("5.25.0") is None
+    message = _compat.serving_unsupported_message("5.24.0")
+    assert "vlmprep[serving]" in message and "5.25.0" in message and "5.24.0" in message

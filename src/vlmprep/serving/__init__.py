@@ -2,7 +2,9 @@
 
 - `command`: the `vlmprep serve` command (`serve`, `add_serve_command`) and the stats it reports when it stops;
 - `server`: `VisionPrepServe`, transformers' `Serve` with vlmprep's handlers and app;
-- `chat`: the chat-completions handler; `batching`: image chats in transformers' continuous-batching engine;
+- `loader`, `runners`: what runs in a model's engine process (the drop-in, its caches, image chats in continuous
+  batching);
+- `chat`: the chat-completions handler;
 - `errors`: the HTTP errors a client gets.
 
 Only `command` is imported here: the others need transformers' serving dependencies (`pip install "vlmprep[serving]"`),
@@ -16,8 +18,6 @@ from .command import (
     missing_serving_packages,
     run_serve_command,
     serve,
-    served_model_stats,
-    served_models,
 )
 
 __all__ = [
@@ -27,6 +27,4 @@ __all__ = [
     "missing_serving_packages",
     "run_serve_command",
     "serve",
-    "served_model_stats",
-    "served_models",
 ]

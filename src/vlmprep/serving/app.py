@@ -1,8 +1,8 @@
 """The HTTP app of `vlmprep serve`: transformers' handlers behind a guard that bounds, authenticates and names requests.
 
 Upstream's `build_server` serves every handler it has, `/load_model` and `/reset` to anyone, takes the client's
-`X-Request-ID` as the request's id inside the engine (two requests sharing one crash it), and answers a body that is
-no JSON object with FastAPI's 422, which quotes the whole input back. `build_app` serves:
+`X-Request-ID` as the request's id, and answers a body that is no JSON object with FastAPI's 422, which quotes the
+whole input back. `build_app` serves:
 
 - `/health`, `/v1/models` and `/v1/chat/completions` (vlmprep's chat handler);
 - `/load_model` and `/reset` only with `--api-key`, when every endpoint needs `Authorization: Bearer <key>`;
@@ -10,7 +10,8 @@ no JSON object with FastAPI's 422, which quotes the whole input back. `build_app
   not at all: they read media and fields without the checks above.
 
 Every request gets the server's own id (`X-Request-ID` in the answer), a body over `--max-request-bytes` is a 413,
-and every error a short JSON message.
+every error a short JSON message, and a request whose client leaves is cancelled, its generation with it (upstream's
+`CancelOnDisconnect`).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations (`Request`, `dict`) at runtime.
@@ -18,6 +19,7 @@ and every error a short JSON message.
 import hmac
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .errors import MAX_ECHO_CHARS, shorten
@@ -28,19 +30,24 @@ __all__ = ["build_app"]
 
 
 def build_app(
-    model_manager: Any, chat_handler: Any, generation_state: Any, policy: ServingPolicy, enable_cors: bool = False
+    model_manager: Any,
+    chat_handler: Any,
+    policy: ServingPolicy,
+    enable_cors: bool = False,
+    before_shutdown: Callable[[], Awaitable[None]] | None = None,
 ):
     """The FastAPI app of `vlmprep serve` (see the module docstring).
 
     Args:
-        model_manager (`ModelManager`): transformers' model manager.
+        model_manager (`ModelManager`): transformers' model manager (`/health` is a 503 once an engine died).
         chat_handler (`VisionPrepChatCompletionHandler`): answers `/v1/chat/completions`.
-        generation_state (`GenerationState`): for `/health` (503 when the engine died).
         policy (`ServingPolicy`): the limits and the API key.
         enable_cors (`bool`, *optional*, defaults to `False`): permissive CORS, as upstream's flag.
+        before_shutdown (`Callable`, *optional*): awaited when the server stops, before the engines are (to read
+            their counters).
 
     Returns:
-        `fastapi.FastAPI`
+        `RequestGuard` around the `fastapi.FastAPI` app
     """
     from contextlib import asynccontextmanager
 
@@ -49,12 +56,16 @@ def build_app(
     from fastapi.middleware.cors import CORSMiddleware
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as AnyHTTPException  # FastAPI's, and the router's 404 and 405
-    from transformers.cli.serving.utils import CBWorkerDeadError, split_model_id
+    from transformers.cli.serving.utils import CancelOnDisconnect, EngineDeadError
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        model_manager.shutdown()
+        try:
+            if before_shutdown is not None:
+                await before_shutdown()
+        finally:
+            model_manager.shutdown()
 
     app = FastAPI(lifespan=lifespan)
     # The routes below parse JSON bodies with `parse_json_body`: a re-sent data URL is recalled from the media cache's
@@ -71,16 +82,21 @@ def build_app(
     async def _invalid_body(_request: Request, _error: RequestValidationError):
         return JSONResponse({"error": "the request body must be a JSON object"}, status_code=400)
 
-    @app.exception_handler(CBWorkerDeadError)
-    async def _engine_dead(_request: Request, _error: CBWorkerDeadError):
-        return JSONResponse({"error": "the generation engine stopped; the server must be restarted"}, status_code=503)
+    @app.exception_handler(ValueError)
+    async def _refused(_request: Request, error: ValueError):
+        # Upstream's way to say a request is at fault: a model the server does not serve, a prompt over the context
+        return JSONResponse({"error": shorten(error, 3 * MAX_ECHO_CHARS)}, status_code=400)
+
+    @app.exception_handler(EngineDeadError)
+    async def _engine_dead(_request: Request, _error: EngineDeadError):
+        return JSONResponse({"error": "the model's engine stopped; the server must be restarted"}, status_code=503)
 
     if enable_cors:
         app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: dict):
-        return await chat_handler.handle_request(body, request.state.request_id, request=request)
+        return await chat_handler.handle_request(body, request.state.request_id)
 
     @app.get("/v1/models")
     def list_models():
@@ -88,8 +104,8 @@ def build_app(
 
     @app.get("/health")
     def health():
-        if not generation_state.is_cb_alive():
-            return JSONResponse({"status": "unhealthy", "reason": "cb_worker_dead"}, status_code=503)
+        if model_manager.is_dead:
+            return JSONResponse({"status": "unhealthy", "reason": "engine_dead"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     if policy.api_key:
@@ -99,16 +115,14 @@ def build_app(
             model = body.get("model")
             if not isinstance(model, str) or not model:
                 raise HTTPException(status_code=400, detail="`model` must be a non-empty string")
-            model, gguf_file = split_model_id(model)
-            model_id = model_manager.process_model_name(model)
-            stream = model_manager.load_model_streaming(model_id, gguf_file=gguf_file)
-            return StreamingResponse(stream, media_type="text/event-stream")
+            return StreamingResponse(model_manager.load_model_streaming(model), media_type="text/event-stream")
 
         @app.post("/reset")
         def reset():
             model_manager.shutdown()
             return JSONResponse({"status": "ok"})
 
+    app.add_middleware(CancelOnDisconnect)
     return RequestGuard(app, policy)
 
 

@@ -1,21 +1,21 @@
 """transformers' chat-completions handler, made safe to expose: checked requests, policed media, work off the event loop.
 
-Upstream's `ChatCompletionHandler.handle_request` does everything in one coroutine, on the event loop: it reads the
-request's fields as it goes (a malformed one is an HTTP 500), loads image URLs and paths with no policy, renders the
-chat template, then generates. `VisionPrepChatCompletionHandler.handle_request` runs the same steps, in the same
-order, with upstream's own pieces (`_resolve_model`, `get_processor_inputs_from_messages`, `_build_generation_config`,
-`_streaming`, `_non_streaming`), and adds:
+Upstream's `ChatCompletionHandler.handle_request` validates field names only, renders the chat template with the
+processor loading every image URL and path with no policy, then sends the prompt to the model's engine process.
+`VisionPrepChatCompletionHandler.handle_request` runs the same steps with upstream's own pieces (`get_engine`,
+`get_processor_inputs_from_messages`, `_build_generation_kwargs`, `_check_prompt_length`, `_streaming`,
+`_non_streaming`), and adds:
 
-1. `check_chat_request` before anything else (every client error a 4xx, bounded images and new tokens);
-2. the model (when a request names one to load), image URLs and audio clips (under the server's `ServingPolicy`,
-   `vlmprep.serving.media` and `vlmprep.serving.audio`: PCM WAV only, at the model's sample rate) read in worker
-   threads;
-3. the chat template rendered in a worker thread, with only `chat_template_kwargs` the model's template reads;
-4. the prompt refused when it is longer than the model's positions;
-5. a non-streaming generation stopped when its client disconnects (upstream stops streaming ones only);
-6. the server's caches, per tenant (`cache_salt`, and the API key): a drop-in's sequential generations resume from the
-   server's `PrefixCache` (a chat's earlier turns are not prefilled again), continuous batching shares pages under the
-   tenant's salt, and images re-sent with the same bytes come decoded and processed from the `MediaCache`.
+1. `check_chat_request` before anything else (every client error a 4xx, bounded images and new tokens), and the
+   generation settings checked against the model's generation config here, not failed in the engine;
+2. content parts named by `uuid` (vLLM's convention): the data a part sent once, kept in the engine process for every
+   API server of the model (`vlmprep.serving.item_refs`), fills in later parts that send the id alone;
+3. image URLs and audio clips read under the server's `ServingPolicy` (`vlmprep.serving.media`, `.audio`) in worker
+   threads, images re-sent with the same bytes decoded and processed once (`MediaCache`, per tenant), and the chat
+   template rendered with only `chat_template_kwargs` the model's template reads;
+4. the tenant (`cache_salt`, and the API key) sent with the prompt: the engine process's caches (prefix store, shared
+   pages, encoder cache) are partitioned by it;
+5. a streamed request the engine refuses (its images do not fit its placeholders, ...) is a 400, not an error event.
 """
 
 from __future__ import annotations
@@ -27,28 +27,26 @@ from collections.abc import Hashable
 from typing import Any
 
 from transformers.cli.serving.chat_completion import ChatCompletionHandler
-from transformers.cli.serving.utils import BaseHandler, Modality
+from transformers.cli.serving.utils import BaseHandler, Modality, _StreamError
 
-from ..utils.logging import get_logger
 from .audio import load_request_audio_cached
-from .errors import bad_request, client_error, shorten
+from .errors import bad_request, client_error, server_logger, shorten
 from .media import MediaRefused, load_request_image_cached
 from .media_cache import MediaCache
 from .policy import DEFAULT_LIMITS, ServingPolicy
 from .processed_images import CachingImageProcessor
 from .request_checks import check_chat_request, check_template_kwargs, request_audio_parts, request_image_urls
+from .runners import ITEM_HINTS_FIELD, REQUEST_REFUSED
 
-__all__ = ["CACHE_SALT_FIELD", "DISCONNECT_POLL_S", "MAX_CACHE_SALT_CHARS", "VisionPrepChatCompletionHandler"]
+__all__ = ["CACHE_SALT_FIELD", "MAX_BEAMS", "MAX_CACHE_SALT_CHARS", "VisionPrepChatCompletionHandler"]
 
-logger = get_logger(__name__)
+logger = server_logger()
 
-# How often a non-streaming request checks whether its client is still there.
-DISCONNECT_POLL_S = 0.25
 # The request field that names a tenant's cache partition (as vLLM accepts it), and its longest value.
 CACHE_SALT_FIELD = "cache_salt"
-# The generate argument naming the request's images for their content hashes (`vlmprep.cache.hash_hints`).
-ITEM_HINTS_FIELD = "vlmprep_item_hints"
 MAX_CACHE_SALT_CHARS = 256
+# The most beams and returned sequences of one request, in all.
+MAX_BEAMS = 8
 
 
 class VisionPrepChatCompletionHandler(ChatCompletionHandler):
@@ -60,55 +58,49 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
     """
 
     def __init__(self, *args, policy: ServingPolicy = DEFAULT_LIMITS, **kwargs):
-        from ..cache.prefix_cache import PrefixCache
-
         super().__init__(*args, **kwargs)
         self.policy = policy
-        self._engine_start: asyncio.Lock | None = None
-        # One store for every model served: its entries are keyed by model identity and tenant salt
-        self.prefix_cache = PrefixCache(max_bytes=policy.prefix_cache_bytes) if policy.prefix_cache else None
         self.media_cache = MediaCache(policy.media_cache_bytes) if policy.media_cache_bytes else None
 
-    async def handle_request(self, body: dict, request_id: str, request: Any = None):
-        """Checks the request, reads its images, renders its prompt and generates, as upstream does.
+    async def handle_request(self, body: dict, request_id: str):
+        """Checks the request, reads its media, renders its prompt and generates, as upstream does.
 
         Args:
             body (`dict`): the OpenAI chat-completion request.
             request_id (`str`): the server's id for the request (never the client's).
-            request (`starlette.requests.Request`, *optional*): the HTTP request, to notice its client leaving.
 
         Returns:
             `StreamingResponse | JSONResponse`
         """
-        check_chat_request(body, self.policy, {*self._valid_params_class.__mutable_keys__, CACHE_SALT_FIELD})
+        allowed = {*self._valid_params_class.__mutable_keys__, CACHE_SALT_FIELD}
+        check_chat_request(body, self.policy, allowed, item_references=True)
         salt = self._tenant_salt(body)
         body = {key: value for key, value in body.items() if key != CACHE_SALT_FIELD}
         self._check_model_name(body)
         try:
-            # Loading a model named by the request takes a while: off the event loop (the model manager locks)
-            model_id, model, processor = await asyncio.to_thread(self._resolve_model, body)
+            # A model named by the request reads its config and processor first (the Hub): off the event loop
+            engine = await asyncio.to_thread(self.model_manager.get_engine, body.get("model"))
         except OSError as error:  # the Hub's "no such repository" among them; a pinned model is loaded at start
             if self.model_manager.force_model is not None:
                 raise
             raise client_error(404, f"the model {shorten(body.get('model'), 80)!r} could not be loaded") from error
-        modality = self.model_manager.get_model_modality(model, processor=processor)
-        use_cb = self.generation_state.use_continuous_batching(model, modality)
-        logger.warning("[Request received] Model: %s, CB: %s", model_id, use_cb)
-        gen_manager = self.generation_state.get_manager(model_id, use_cb=use_cb)
-        check_template_kwargs(body.get("chat_template_kwargs") or {}, _template_text(processor), self.policy)
-        inputs = await asyncio.to_thread(self._prompt_inputs, body, processor, modality, use_cb, salt)
-        if not use_cb:
-            inputs = inputs.to(model.device)
-        _check_prompt_length(model, inputs["input_ids"])
-        gen_config = self._checked_generation_config(body, model, use_cb)
-        inputs = self._with_caches(inputs, model, salt, use_cb)
-        if use_cb:
-            await self._start_engine(gen_manager, model, gen_config)
-        arguments = (request_id, model, processor, model_id, inputs, gen_config)
-        if body.get("stream"):
-            return self._streaming(*arguments, gen_manager=gen_manager, tools=body.get("tools"))
-        work = asyncio.ensure_future(self._non_streaming(*arguments, gen_manager=gen_manager, tools=body.get("tools")))
-        return await _until_done_or_disconnected(work, request, lambda: gen_manager.cancel(request_id))
+        check_template_kwargs(body.get("chat_template_kwargs") or {}, _template_text(engine.processor), self.policy)
+        messages = await self._resolved_messages(engine, body["messages"], salt)
+        inputs = await asyncio.to_thread(self._prompt_inputs, {**body, "messages": messages}, engine, salt)
+        self._check_prompt_length(engine, inputs)
+        generation_kwargs = self._checked_generation_kwargs(body, engine)
+        if salt is not None:
+            inputs["cache_salt"] = salt
+        self._log_request(request_id, engine, inputs, generation_kwargs, body.get("stream"), body)
+        try:
+            if body.get("stream"):
+                return await self._checked_streaming(request_id, engine, inputs, generation_kwargs, body)
+            return await self._non_streaming(request_id, engine, inputs, generation_kwargs, tools=body.get("tools"))
+        except ValueError as error:  # the engine refused the request
+            raise bad_request(shorten(str(error).removeprefix(REQUEST_REFUSED))) from None
+        except asyncio.CancelledError:  # upstream's `CancelOnDisconnect`: the engine stops the request too
+            logger.info("A client left before its answer: its generation is stopped.")
+            raise
 
     def body_tenant(self, body: Any) -> Hashable | None:
         """The namespace under which a request body's long strings are recalled (`parse_json_body`): its tenant.
@@ -143,19 +135,6 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             parts.append("salt:" + salt)
         return "/".join(parts) or None
 
-    def _with_caches(self, inputs, model, salt: str | None, use_cb: bool):
-        """The generation inputs with the tenant's salt and (sequential generations) the server's prefix cache."""
-        from ..generation import VisionPrepGenerationMixin
-
-        if not isinstance(model, VisionPrepGenerationMixin):
-            inputs.pop(ITEM_HINTS_FIELD, None)
-            return inputs  # a transformers class takes neither
-        if salt is not None:
-            inputs["cache_salt"] = salt
-        if not use_cb and self.prefix_cache is not None:
-            inputs["prefix_cache"] = self.prefix_cache
-        return inputs
-
     def _check_model_name(self, body: dict) -> None:
         """A request names the pinned model (or none); a server that is not pinned loads Hub models on request, never
         a path on the server."""
@@ -171,9 +150,20 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         if not hub_name or os.path.exists(requested.split("@")[0]):
             raise bad_request("`model` must name a Hub model as `org/name`; local paths are not loaded on request")
 
-    def _prompt_inputs(self, body: dict, processor, modality: Modality, use_cb: bool, salt: str | None = None):
+    async def _resolved_messages(self, engine: Any, messages: list[dict], salt: str | None) -> list[dict]:
+        """The messages with every content part named by `uuid` alone filled in from the engine process's store."""
+        from .engine_items import EngineItemStore, has_item_uuids
+        from .item_refs import resolve_item_references
+
+        if not has_item_uuids(messages):
+            return messages
+        store = EngineItemStore(engine, asyncio.get_running_loop())
+        return await asyncio.to_thread(resolve_item_references, messages, salt, store)
+
+    def _prompt_inputs(self, body: dict, engine: Any, salt: str | None = None):
         """(In a worker thread) the request's images and audio clips read under the policy, then the chat template
-        rendered."""
+        rendered, as tensors (the engine process turns them into its prompt)."""
+        processor, modality = engine.processor, engine.modality
         urls = request_image_urls(body["messages"])
         if urls and modality not in (Modality.VLM, Modality.MULTIMODAL):
             raise bad_request("the request has images, and the model takes text only")
@@ -200,22 +190,22 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
                 if item.get("type") in pending:  # the decoded item in place of its URL: the processor reads no URL
                     item.pop("url", None)
                     item[item["type"]] = next(pending[item["type"]])
-        template_kwargs = {**self.chat_template_kwargs, **(body.get("chat_template_kwargs") or {})}
         try:
             inputs = processor.apply_chat_template(
                 processor_messages,
                 add_generation_prompt=True,
-                tools=body.get("tools"),
-                return_tensors=None if use_cb else "pt",
+                tools=self._normalize_tools(body.get("tools")),
+                return_tensors="pt",
                 return_dict=True,
                 tokenize=True,
-                **template_kwargs,
+                **self._chat_template_kwargs(body),
             )
         except Exception as error:
             if not _is_request_error(error):
                 raise
             # The template or the processor refused what the request holds (roles, placeholders without images, ...)
             raise bad_request(f"the request cannot run: {type(error).__name__}: {shorten(error)}") from None
+        inputs = dict(inputs)
         if caching is not None and caching.item_hints:
             # Re-sent images' processed inputs came from the media cache: their content hashes are not redone
             inputs[ITEM_HINTS_FIELD] = caching.item_hints
@@ -243,30 +233,88 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
             clips.append(waveform)
         return clips
 
-    def _checked_generation_config(self, body: dict, model, use_cb: bool):
+    def _checked_generation_kwargs(self, body: dict, engine: Any) -> dict:
+        """Upstream's generation settings for the request, checked against the model's generation config, bounded by
+        `--max-tokens-limit` and the beams limit: a setting `generate` would refuse is a 400 here, not an error in the
+        engine process."""
+        from fastapi import HTTPException
+
         limit = self.policy.max_tokens_limit
         try:
-            config = self._build_generation_config(body, model.generation_config, use_cb=use_cb)
+            kwargs = self._build_generation_kwargs(body, engine.generation_config)
+            config = copy.deepcopy(engine.generation_config)
+            config.update(**{name: value for name, value in kwargs.items() if name != "seed"})
             config.validate()
+        except HTTPException:
+            raise
         except (ValueError, TypeError) as error:
             raise bad_request(f"invalid generation parameters: {shorten(error)}") from None
-        if config.max_new_tokens is None or config.max_new_tokens > limit:
-            if body.get("generation_config") is not None and config.max_new_tokens is not None:
+        if kwargs.get("max_new_tokens") is None or kwargs["max_new_tokens"] > limit:
+            if body.get("generation_config") is not None and "max_new_tokens" in body["generation_config"]:
                 raise bad_request(f"`max_new_tokens` is over --max-tokens-limit ({limit})")
-            config.max_new_tokens = min(config.max_new_tokens or limit, limit)
-        if (config.num_beams or 1) * (config.num_return_sequences or 1) > 8:
-            raise bad_request("at most 8 beams and returned sequences in all")
-        vocab_size = model.config.get_text_config().vocab_size
-        if any(not 0 <= token < vocab_size for tokens in (config.sequence_bias or {}) for token in tokens):
+            kwargs["max_new_tokens"] = limit  # upstream asks for at least 1024 when the request says nothing
+        if (config.num_beams or 1) * (config.num_return_sequences or 1) > MAX_BEAMS:
+            raise bad_request(f"at most {MAX_BEAMS} beams and returned sequences in all")
+        vocab_size = engine.model_config.get_text_config().vocab_size
+        if any(not 0 <= token < vocab_size for tokens in (kwargs.get("sequence_bias") or {}) for token in tokens):
             raise bad_request(f"`logit_bias` names a token id outside the vocabulary (0 to {vocab_size - 1})")
-        return config
+        return kwargs
 
-    async def _start_engine(self, gen_manager, model, gen_config) -> None:
-        """Upstream's `init_cb` (the engine's start, which takes a while the first time), off the event loop."""
-        if self._engine_start is None:
-            self._engine_start = asyncio.Lock()
-        async with self._engine_start:  # one start, however many first requests arrive together
-            await asyncio.to_thread(gen_manager.init_cb, model, gen_config)
+    async def _checked_streaming(self, request_id: str, engine: Any, inputs: dict, generation_kwargs: dict, body):
+        """Upstream's streamed answer, started only once the engine took the request: a request it refuses is a 400,
+        not an error event after a 200."""
+        started = _FirstOutputEngine(engine)
+        response = self._streaming(
+            request_id, started, inputs, generation_kwargs, body.get("tools"), body.get("stream_options")
+        )
+        try:
+            first = await started.first_output()
+        except asyncio.CancelledError:  # the client left first
+            started.cancel()
+            raise
+        if isinstance(first, _StreamError):
+            started.cancel()
+            if first.msg.startswith(REQUEST_REFUSED):
+                raise bad_request(shorten(first.msg.removeprefix(REQUEST_REFUSED)))
+            raise client_error(500, f"the generation failed: {shorten(first.msg)}")
+        return response
+
+
+class _FirstOutputEngine:
+    """An `EngineClient` as upstream's `_streaming` uses it, whose stream's first output can be awaited before the
+    response starts (`first_output`); the stream then reads it first."""
+
+    def __init__(self, engine: Any):
+        self._engine = engine
+        self._queue: asyncio.Queue | None = None
+        self._streamer: Any = None
+        self._first: list = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def generate_streaming(self, inputs: dict, generation_kwargs: dict, response_parser: Any = None):
+        self._queue, self._streamer = self._engine.generate_streaming(inputs, generation_kwargs, response_parser)
+        return self, self._streamer
+
+    async def first_output(self) -> Any:
+        """Waits for the stream's first output (a text, the end, or an error) and keeps it for the stream."""
+        if not self._first:
+            self._first.append(await self._queue.get())
+        return self._first[0]
+
+    def cancel(self) -> None:
+        self._streamer.cancel()
+
+    # The queue interface `BaseHandler.read_queue_outputs` reads
+    async def get(self) -> Any:
+        return self._first.pop() if self._first else await self._queue.get()
+
+    def empty(self) -> bool:
+        return not self._first and self._queue.empty()
+
+    def get_nowait(self) -> Any:
+        return self._first.pop() if self._first else self._queue.get_nowait()
 
 
 def _is_request_error(error: Exception) -> bool:
@@ -283,35 +331,3 @@ def _template_text(processor) -> str:
     for template in templates:
         texts.extend(template.values() if isinstance(template, dict) else [template] if template else [])
     return "\n".join(str(text) for text in texts)
-
-
-def _check_prompt_length(model, input_ids) -> None:
-    if hasattr(input_ids, "shape"):
-        length = input_ids.shape[-1]
-    else:  # continuous batching: lists, one row for a processor, flat for a tokenizer
-        length = len(input_ids[0] if input_ids and isinstance(input_ids[0], list) else input_ids)
-    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if positions is not None and length >= positions:
-        raise bad_request(f"the prompt is {length} tokens; the model has {positions} positions")
-
-
-async def _until_done_or_disconnected(work: asyncio.Future, request: Any, cancel) -> Any:
-    """`work`'s result; when the client disconnects first (or this coroutine is cancelled), `cancel()` stops the
-    generation and `work` is cancelled."""
-    from fastapi.responses import JSONResponse
-
-    try:
-        while True:
-            done, _ = await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return work.result()
-            if request is not None and await request.is_disconnected():
-                logger.info("A client left before its answer: its generation is stopped.")
-                cancel()
-                work.cancel()
-                # Nobody reads it; 499 (nginx's "client closed request") keeps it out of the server-error counts
-                return JSONResponse({"error": "the client disconnected"}, status_code=499)
-    except asyncio.CancelledError:
-        cancel()
-        work.cancel()
-        raise

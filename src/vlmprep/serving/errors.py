@@ -1,8 +1,9 @@
-"""The HTTP errors `vlmprep serve` answers a client with: short, and never echoing more than a little of the input."""
+"""The HTTP errors `vlmprep serve` answers a client with (short, never echoing more than a little of the input), and the
+logger of its own messages."""
 
 from __future__ import annotations
 
-__all__ = ["MAX_ECHO_CHARS", "bad_request", "client_error", "shorten"]
+__all__ = ["MAX_ECHO_CHARS", "SERVER_LOGGER_NAME", "bad_request", "client_error", "server_logger", "shorten"]
 
 # The most characters of a client's input an error message quotes (a 20 MiB data URL must not come back, or be logged).
 MAX_ECHO_CHARS = 200
@@ -59,3 +60,19 @@ def bad_request(message: str):
         `fastapi.HTTPException`
     """
     return client_error(400, message)
+
+
+# The logger of the server's own messages: under transformers serve's, so that `--log-level` sets what they say, in
+# the API server and in the engine process alike (upstream sets the level of `transformers.cli` only).
+SERVER_LOGGER_NAME = "transformers.cli.vlmprep"
+
+
+def server_logger():
+    """The logger `vlmprep serve`'s modules write to (see `SERVER_LOGGER_NAME`).
+
+    Returns:
+        `logging.Logger`
+    """
+    from transformers.utils import logging as hf_logging
+
+    return hf_logging.get_logger(SERVER_LOGGER_NAME)

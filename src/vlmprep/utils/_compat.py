@@ -19,9 +19,10 @@ from packaging import version
 TESTED_TRANSFORMERS = ("5.24.0", "5.25.0")
 MIN_TRANSFORMERS = TESTED_TRANSFORMERS[0]
 MAX_TRANSFORMERS_EXCLUSIVE = "5.26.0"
-# `vlmprep serve` extends transformers 5.24's server; 5.25 rewrote it around engine processes, which vlmprep does not
-# extend yet (issue 35). The `serving` extra pins this range, and `vlmprep serve` refuses any other release.
-SERVING_MAX_TRANSFORMERS_EXCLUSIVE = "5.25.0"
+# `vlmprep serve` extends transformers 5.25's server (each model in an engine process of its own). 5.24's was another
+# design altogether: keeping both would be a second copy of the serving code, so the `serving` extra requires this
+# range and `vlmprep serve` refuses any other release; the library itself keeps the whole tested range.
+SERVING_MIN_TRANSFORMERS = "5.25.0"
 # Set to 1 to import vlmprep on a transformers release outside the tested range (bringing up a new release): a
 # warning then replaces the `ImportError`; the hook checks still run.
 ALLOW_UNTESTED_ENV = "VLMPREP_ALLOW_UNTESTED_TRANSFORMERS"
@@ -161,14 +162,13 @@ def serving_unsupported_message(installed: str | None = None) -> str | None:
         `str` or `None`
     """
     installed = installed or transformers.__version__
-    if version.parse(installed) < version.parse(SERVING_MAX_TRANSFORMERS_EXCLUSIVE):
+    if version.parse(installed) >= version.parse(SERVING_MIN_TRANSFORMERS):
         return None
     return (
-        f"`vlmprep serve` extends transformers' server as it was before {SERVING_MAX_TRANSFORMERS_EXCLUSIVE}; "
-        f"transformers {installed} rewrote `transformers serve` around engine processes, which vlmprep does not "
-        "extend yet, and serving with it would load transformers' own classes. Install the server's tested "
-        'transformers: `pip install "vlmprep[serving]"` (it pins transformers<'
-        f"{SERVING_MAX_TRANSFORMERS_EXCLUSIVE}). Generation with vlmprep's classes works on {installed}."
+        f"`vlmprep serve` extends transformers' server as {SERVING_MIN_TRANSFORMERS} rewrote it (each model in an "
+        f"engine process of its own); transformers {installed}'s server is another design, which vlmprep does not "
+        "extend. Install the server's transformers: `pip install \"vlmprep[serving]\"` (it requires transformers>="
+        f"{SERVING_MIN_TRANSFORMERS}). Generation with vlmprep's classes works on {installed}."
     )
 
 

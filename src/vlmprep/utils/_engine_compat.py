@@ -42,36 +42,41 @@ ENGINE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
         "generate_batch": ("inputs", "generation_config", "continuous_batching_config"),
     },
     "transformers.generation.continuous_batching.cache:PagedAttentionCache": {"evict_cached_blocks": ()},
-    "transformers.cli.serving.utils:CBGenerateManager": {
-        "init_cb": ("model", "gen_config"),
-        "generate_streaming": ("model", "processor", "inputs", "gen_config", "request_id", "response_parser"),
-        "generate_non_streaming": ("model", "processor", "inputs", "gen_config", "request_id"),
+    # `vlmprep serve` (transformers 5.25's server: an engine process per model, `vlmprep/serving/`)
+    "transformers.cli.serving.utils:GenerateRunner": {
+        "__init__": ("model", "processor", "send_results"),
+        "generate": ("request_id", "inputs", "generation_kwargs", "stream"),
     },
-    "transformers.cli.serving.utils:GenerateManager": {
-        "generate_non_streaming": ("model", "processor", "inputs", "gen_config", "request_id"),
+    "transformers.cli.serving.utils:CBGenerateRunner": {
+        "__init__": ("model", "processor", "send_results", "cb_config", "context_length"),
+        "generate": ("request_id", "inputs", "generation_kwargs", "stream"),
     },
-    "transformers.cli.serving.utils:GenerationState": {
-        "use_continuous_batching": ("model", "modality"),
-        "get_manager": ("model_id", "use_cb"),
+    "transformers.cli.serving.utils:GenerationState": {"use_continuous_batching": ("config", "processor")},
+    "transformers.cli.serving.utils:BaseHandler": {
+        "get_processor_inputs_from_messages": ("messages", "modality"),
+        "_build_generation_kwargs": ("body", "model_generation_config"),
+        "_check_prompt_length": ("engine", "inputs"),
+        "_chat_template_kwargs": ("body",),
+        "_normalize_tools": ("tools",),
+        "_log_request": ("request_id", "engine", "inputs", "generation_kwargs", "stream", "body"),
     },
     "transformers.cli.serving.chat_completion:ChatCompletionHandler": {
-        "get_processor_inputs_from_messages": ("messages", "modality"),
         "handle_request": ("body", "request_id"),
-        "_resolve_model": ("body",),
-        "_build_generation_config": ("body", "model_generation_config", "use_cb"),
-        "_streaming": ("request_id", "model", "processor", "model_id", "inputs", "gen_config", "gen_manager", "tools"),
-        "_non_streaming": (
-            "request_id",
-            "model",
-            "processor",
-            "model_id",
-            "inputs",
-            "gen_config",
-            "gen_manager",
-            "tools",
-        ),
+        "_streaming": ("request_id", "engine", "inputs", "generation_kwargs", "tools", "stream_options"),
+        "_non_streaming": ("request_id", "engine", "inputs", "generation_kwargs", "tools"),
     },
-    "transformers.cli.serve:Serve": {"start_server": ()},
+    "transformers.cli.serving.model_manager:ModelLoader": {"load_model_and_processor": ("model_id", "on_progress")},
+    "transformers.cli.serving.model_manager:ModelManager": {
+        "__init__": ("loader", "generation_state", "model_timeout", "force_model", "engine_connection"),
+        "get_engine": ("model",),
+        "load_model_streaming": ("model",),
+    },
+    "transformers.cli.serving.model_manager:EngineClient": {
+        "_send_request": ("method", "args", "streamer"),
+        "generate_streaming": ("inputs", "generation_kwargs", "response_parser"),
+        "run_engine": ("load", "generation_state"),
+    },
+    "transformers.cli.serve:Serve": {"run": ("socket", "engine_connection"), "run_api_servers": ("count",)},
 }
 
 # "module:Class" -> private (or engine-internal) attributes vlmprep reads on its instances: each must be a field of
@@ -114,7 +119,28 @@ ENGINE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "position_offset",
         "num_children",
     ),
+    "transformers.cli.serving.utils:GenerateRunner": ("model", "send_results"),
+    "transformers.cli.serving.utils:CBGenerateRunner": ("manager",),
+    "transformers.cli.serving.utils:GenerationState": ("_continuous_batching",),
+    "transformers.cli.serving.model_manager:ModelLoader": (),
+    "transformers.cli.serving.model_manager:EngineClient": ("processor", "model_config", "generation_config"),
+    "transformers.cli.serve:Serve": (
+        "loader",
+        "generation_state",
+        "log_level",
+        "enable_log_requests",
+        "model_timeout",
+        "force_model",
+        "chat_template_kwargs",
+        "host",
+        "port",
+        "enable_cors",
+    ),
 }
+
+# Upstream has no seam for the engine process's runner: `EngineClient.run_engine` builds it by these names of its
+# module, after calling the loader, which points them at vlmprep's runners (`vlmprep/serving/loader.py`).
+ENGINE_RUNNER_NAMES = ("GenerateRunner", "CBGenerateRunner")
 
 
 # The server's classes (`transformers.cli.serving`) need the `serving` extra; the engine's do not.
@@ -154,6 +180,8 @@ def missing_engine_hooks(include_server: bool | None = None) -> list[str]:
         for name, parameters in methods.items():
             problems += method_problems(f"{target}.{name}", getattr(cls, name, None), parameters)
     for target, attributes in ENGINE_ATTRIBUTES.items():
+        if not include_server and target.startswith(_SERVER_MODULES):
+            continue
         cls = _resolve(target)
         if cls is None:
             problems.append(f"{target} is missing")
@@ -164,11 +192,31 @@ def missing_engine_hooks(include_server: bool | None = None) -> list[str]:
         absent = [
             name
             for name in attributes
-            if name not in fields and not re.search(rf"self\.{name}\s*(:[^=\n]*)?=(?!=)", source)
+            if name not in fields
+            and not re.search(rf"self\.{name}\b(\s*:[^=\n]*)?(\s*,\s*self\.\w+)*\s*=(?!=)", source)
         ]
         if absent:
             problems.append(f"{target} no longer sets attribute(s) {absent}")
+    if include_server:
+        problems += _engine_runner_problems()
     return problems
+
+
+def _engine_runner_problems() -> list[str]:
+    """Whether `EngineClient.run_engine` still calls the loader, then builds its runner by `ENGINE_RUNNER_NAMES`."""
+    engine_client = _resolve("transformers.cli.serving.model_manager:EngineClient")
+    run_engine = getattr(engine_client, "run_engine", None)
+    if run_engine is None:
+        return []  # reported above
+    source = inspect.getsource(run_engine)
+    loads, names = source.find("load("), run_engine.__code__.co_names
+    missing = [name for name in ENGINE_RUNNER_NAMES if name not in names or source.find(f"{name}(") < loads]
+    if loads < 0 or missing:
+        return [
+            "transformers.cli.serving.model_manager:EngineClient.run_engine no longer builds "
+            f"{', '.join(missing) or 'its runner'} by name after loading the model (vlmprep's loader replaces them)"
+        ]
+    return []
 
 
 @functools.cache
