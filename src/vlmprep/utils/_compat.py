@@ -167,7 +167,7 @@ def serving_unsupported_message(installed: str | None = None) -> str | None:
     return (
         f"`vlmprep serve` extends transformers' server as {SERVING_MIN_TRANSFORMERS} rewrote it (each model in an "
         f"engine process of its own); transformers {installed}'s server is another design, which vlmprep does not "
-        "extend. Install the server's transformers: `pip install \"vlmprep[serving]\"` (it requires transformers>="
+        'extend. Install the server\'s transformers: `pip install "vlmprep[serving]"` (it requires transformers>='
         f"{SERVING_MIN_TRANSFORMERS}). Generation with vlmprep's classes works on {installed}."
     )
 
