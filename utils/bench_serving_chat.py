@@ -1,10 +1,13 @@
-"""A 5-turn, 2-image chat through `vlmprep serve` (sequential and `--continuous-batching`) and `transformers serve`.
+"""A 5-turn, 2-image chat through `vlmprep serve` (sequential and `--continuous-batching`) and `transformers serve`
+(transformers 5.25: each model in an engine process).
 
 The chat app's way: every turn re-sends the whole conversation, earlier images as base64 PNG data URLs of photo size
-(1280x960), earlier answers as the server gave them. The checkpoint is `bench_serving.py`'s `small` LLaVA (decoder
-hidden size 512, 4 layers, the tiny vision tower). The servers (vlmprep sequential, vlmprep with continuous batching
-and its default 16-token pages, the same with 256-token pages, transformers serve, and a server that only receives:
-`bench_receive_only.py`, the cost of each turn's bytes before any work) are all up at once, each on its own
+(1280x960), earlier answers as the server gave them; or, for the servers marked `uuid`, vLLM's convention: each photo
+sent once with a `uuid`, later turns naming the `uuid` alone. The checkpoint is `bench_serving.py`'s `small` LLaVA
+(decoder hidden size 512, 4 layers, the tiny vision tower). The servers (vlmprep sequential, vlmprep with continuous
+batching, the same engine bounded by `--cb-num-blocks 256` as a user bounds its memory, vlmprep sequential with `uuid`
+references, transformers serve, and a server that only receives: `bench_receive_only.py`, the cost of each turn's
+bytes before any work) are all up at once, each on its own
 loopback port and warmed up with one chat of other images; then the chat runs `--repeat` times (new images each time,
 the same for every server), the servers taking turns chat by chat, so that a change of load on a shared machine falls
 on all of them alike. Reported: the median time to first token (first streamed content chunk) per turn, the answers'
@@ -48,15 +51,14 @@ TURNS = (
 )
 PHOTO_SIZE = (1280, 960)
 RECEIVE_ONLY = "receive only"
+UUID = "vlmprep, uuid"
 SERVERS = {
     "vlmprep": ("vlmprep", ()),
     "vlmprep --continuous-batching": ("vlmprep", ("--continuous-batching",)),
-    # The engine as sized before chat-sized pages (256-token pages, the same KV and batch tokens): what the page size
-    # buys a chat
-    "vlmprep CB, 256-token pages": (
-        "vlmprep",
-        ("--continuous-batching", "--cb-block-size", "256", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "2048"),
-    ),
+    # How a user bounds the engine's memory on a small machine (upstream's default takes 60% of the RAM on a CPU)
+    "vlmprep CB --cb-num-blocks 256": ("vlmprep", ("--continuous-batching", "--cb-num-blocks", "256")),
+    # The chat app sends each photo once, then names it by its `uuid`
+    UUID: ("vlmprep", ()),
     "transformers serve": ("transformers", ()),
     # No model: what receiving each turn's request costs (every re-sent photo's bytes); its answers are placeholders
     RECEIVE_ONLY: ("receive-only", ()),
@@ -75,12 +77,21 @@ def photo_data_url(seed: int, size: tuple[int, int] = PHOTO_SIZE) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def run_chat(port: int, images: list[str], max_tokens: int) -> tuple[list[str], list[float]]:
-    """One 5-turn chat: its answers and the time to first token of each turn."""
+def run_chat(port: int, images: list[str], max_tokens: int, by_uuid: bool = False) -> tuple[list[str], list[float]]:
+    """One 5-turn chat: its answers and the time to first token of each turn. With `by_uuid`, each image travels
+    once, with a `uuid` (new per chat), and later turns name that `uuid` alone."""
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     messages, answers, ttfts = [], [], []
+    chat_id = os.urandom(4).hex()
     for image, text in TURNS:
+        if by_uuid:  # the images of earlier turns: their ids alone
+            for message in messages:
+                for part in message["content"] if isinstance(message["content"], list) else ():
+                    if part["type"] == "image_url":
+                        part["image_url"] = None
         parts = [] if image is None else [{"type": "image_url", "image_url": {"url": images[image]}}]
+        if by_uuid:
+            parts = [{**part, "uuid": f"{chat_id}-{image}"} for part in parts]
         messages.append({"role": "user", "content": [*parts, {"type": "text", "text": text}]})
         streamed = stream_messages(url, messages, max_tokens)
         answer, ttft = streamed["text"], streamed["ttft_s"]
@@ -99,8 +110,8 @@ def start_servers(checkpoint: Path, work: Path, size) -> dict:
             port, stats_path = _free_port(), work / f"stats-{slug}.json"
             env = {"VLMPREP_SERVE_STATS": str(stats_path)} if kind == "vlmprep" else {}
             process = _start_server(kind, checkpoint, port, work / f"{slug}.log", SRC, modes, env)
-            servers[name] = {"process": process, "port": port, "stats_path": stats_path}
-            run_chat(port, [photo_data_url(10**6, size), photo_data_url(10**6 + 1, size)], 8)  # warm-up
+            servers[name] = {"process": process, "port": port, "stats_path": stats_path, "by_uuid": name == UUID}
+            run_chat(port, [photo_data_url(10**6, size), photo_data_url(10**6 + 1, size)], 8, name == UUID)  # warm-up
     except BaseException:
         stop_servers(servers)
         raise
@@ -126,7 +137,7 @@ def bench_interleaved(checkpoint: Path, chats: list[list[str]], max_tokens: int,
     try:
         for images in chats:
             for name, server in servers.items():
-                runs[name].append(run_chat(server["port"], images, max_tokens))
+                runs[name].append(run_chat(server["port"], images, max_tokens, server["by_uuid"]))
     finally:
         stop_servers(servers)
     results = {}
@@ -214,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if result["stats"]:
             stats = {
                 key: result["stats"].get(key)
-                for key in ("encoder_cache", "prefix_cache", "media_cache", "engine_prefill")
+                for key in ("runner", "encoder_cache", "prefix_cache", "media_cache", "engine_prefill", "item_refs")
             }
             print(f"{name} stats: {json.dumps(stats)}")
     if args.json:

@@ -204,3 +204,24 @@ def test_vlmprep_serve_is_a_subcommand_of_the_cli(capsys):
     assert args.serve_args == ["--port", "8001", "--debug"]  # `--debug` reaches `serve`, which drops it
     assert main(["serve", "--help"]) == 0
     assert "--port" in capsys.readouterr().out
+
+
+@needs_serving
+def test_upstream_s_max_model_len_and_request_logging_work(tmp_path):
+    checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
+    port = free_loopback_port()
+    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--device", "cpu", "--max-model-len", "48", "--enable-log-requests"]
+    log = tmp_path / "server.log"
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    with server_process(command, server_env(), log) as server:
+        deadline = time.monotonic() + SERVER_DEADLINE_S
+        wait_until_healthy(f"http://127.0.0.1:{port}", server, log, deadline)
+        short = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
+        long = {**short, "messages": [{"role": "user", "content": "red " * 60}]}
+        assert post_chat(url, short, deadline)[0] == 200, log.read_text()
+        status, body = post_chat(url, long, deadline)
+        assert status == 400 and "--max-model-len" in body and len(body) < 400, body
+        stop_gracefully(server, SERVER_EXIT_TIMEOUT_S)
+    assert server.returncode == 0, log.read_text()
+    assert "prompt tokens" in log.read_text()  # upstream's line per request (`--enable-log-requests`)
