@@ -36,6 +36,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from .stats import SERVE_STATS_ENV
+
 __all__ = [
     "SERVE_STATS_ENV",
     "SERVING_INSTALL_COMMAND",
@@ -46,7 +48,6 @@ __all__ = [
 ]
 
 SERVING_INSTALL_COMMAND = 'pip install "vlmprep[serving]"'
-SERVE_STATS_ENV = "VLMPREP_SERVE_STATS"
 PROG = "vlmprep serve"
 
 # The modules `transformers.utils.import_utils.is_serve_available` asks for, by the distribution that provides them.

@@ -132,14 +132,12 @@ def _write_stats_when_stopped(model_id: str, services) -> None:
     import os
     import signal
 
-    from .command import SERVE_STATS_ENV
     from .runners import engine_stats
+    from .stats import SERVE_STATS_ENV, report_served_stats
 
     def write_and_exit(signum, frame):
         runner = getattr(services, "runner", None)
         if runner is not None:
-            from .server import report_served_stats
-
             report_served_stats({model_id: {**engine_stats(runner, services), "media_cache": None}})
         os._exit(0)
 

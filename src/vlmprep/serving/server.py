@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
-import os
 from typing import Any
 
 from transformers.cli.serve import Serve
 
 from .app import build_app
 from .chat import VisionPrepChatCompletionHandler
-from .command import SERVE_STATS_ENV
 from .errors import server_logger
 from .loader import VisionPrepGenerationState, VisionPrepModelLoader
 from .policy import DEFAULT_LIMITS, ServingPolicy
+from .stats import report_served_stats
 
 __all__ = [
     "STATS_TIMEOUT_S",
     "VisionPrepServe",
     "check_server_hooks",
     "engine_stats_of",
-    "report_served_stats",
     "served_stats",
 ]
 
@@ -184,22 +181,3 @@ async def served_stats(model_manager: Any, chat_handler: Any) -> dict[str, dict[
         except Exception as error:  # a stopping server reports what it can
             logger.warning("The counters of %s could not be read: %s", name, error)
     return stats
-
-
-def report_served_stats(stats: dict[str, dict[str, Any]]) -> None:
-    """Logs each model's counters, and writes them all to `$VLMPREP_SERVE_STATS` when it names a file."""
-    for name, model_stats in stats.items():
-        cache = model_stats.get("encoder_cache")
-        counters = f"encoder cache {cache['hits']} hits, {cache['misses']} misses" if cache else "no encoder cache"
-        prefix, media = model_stats.get("prefix_cache"), model_stats.get("media_cache")
-        if prefix:
-            counters += (
-                f"; prefix cache {prefix['tokens_reused']} tokens reused, {prefix['tokens_prefilled']} prefilled"
-            )
-        if media:
-            counters += f"; media cache {media['decode_hits']} images not decoded again, {media['decodes']} decoded"
-        logger.info("vlmprep serve served %s with %s: %s", name, model_stats["class"], counters)
-    path = os.environ.get(SERVE_STATS_ENV)
-    if path:
-        with open(path, "w", encoding="utf-8") as file:
-            json.dump(stats, file, indent=2)
