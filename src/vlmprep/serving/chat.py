@@ -30,6 +30,7 @@ from transformers.cli.serving.chat_completion import ChatCompletionHandler
 from transformers.cli.serving.utils import BaseHandler, Modality, _StreamError
 
 from .audio import load_request_audio_cached
+from .engine_items import EngineItemStore, ItemPayloadMemo, has_item_uuids
 from .errors import bad_request, client_error, server_logger, shorten
 from .media import MediaRefused, load_request_image_cached
 from .media_cache import MediaCache
@@ -61,6 +62,9 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
         super().__init__(*args, **kwargs)
         self.policy = policy
         self.media_cache = MediaCache(policy.media_cache_bytes) if policy.media_cache_bytes else None
+        self.item_payloads = (
+            ItemPayloadMemo()
+        )  # the data of items named by `uuid`, as last sent to or got from engines
 
     async def handle_request(self, body: dict, request_id: str):
         """Checks the request, reads its media, renders its prompt and generates, as upstream does.
@@ -152,12 +156,11 @@ class VisionPrepChatCompletionHandler(ChatCompletionHandler):
 
     async def _resolved_messages(self, engine: Any, messages: list[dict], salt: str | None) -> list[dict]:
         """The messages with every content part named by `uuid` alone filled in from the engine process's store."""
-        from .engine_items import EngineItemStore, has_item_uuids
         from .item_refs import resolve_item_references
 
         if not has_item_uuids(messages):
             return messages
-        store = EngineItemStore(engine, asyncio.get_running_loop())
+        store = EngineItemStore(engine, asyncio.get_running_loop(), self.item_payloads)
         return await asyncio.to_thread(resolve_item_references, messages, salt, store)
 
     def _prompt_inputs(self, body: dict, engine: Any, salt: str | None = None):

@@ -245,6 +245,19 @@ class ItemReferences:
             payload = entry.payload
             return entry.part_type, dict(payload) if isinstance(payload, dict) else payload
 
+    def holds(self, tenant: Hashable | None, uuid: str) -> bool:
+        """Whether an item is held under the tenant's `uuid` (its age and order unchanged).
+
+        Args:
+            tenant (`Hashable`, *optional*): the tenant.
+            uuid (`str`): the id.
+
+        Returns:
+            `bool`
+        """
+        with self._lock:
+            return (tenant, uuid) in self._entries
+
     def _drop(self, key: tuple) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:

@@ -17,6 +17,7 @@ keeps for a model lives here, beside the model, and only data crosses the queue:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -122,13 +123,31 @@ class EngineServices:
         self.prefix_cache = PrefixCache(max_bytes=policy.prefix_cache_bytes) if policy.prefix_cache else None
         self.item_references = ItemReferences()
         self.runner: Any = None  # the process's runner, once built
+        # (tenant, uuid) -> the version of the data held there: an API server that holds that version already gets no
+        # copy of it back (a photo's megabytes through the queue on every turn, otherwise)
+        self._item_versions: dict[tuple, int] = {}
+        self._next_version = itertools.count(1)
 
     def call(self, runner: Any, name: str, args: tuple) -> Any:
-        """Runs the `vlmprep_call` named `name`: `"stats"`, `"remember"` or `"recall"` (of `ItemReferences`)."""
+        """Runs the `vlmprep_call` named `name`: `"stats"`, or `"remember"` / `"recall"` of `ItemReferences` with the
+        version of the data (`remember(tenant, uuid, part_type, payload) -> (kept, version)`,
+        `recall(tenant, uuid, part_type, known_version) -> (part_type, payload or None when known, version)`)."""
         if name == "stats":
             return engine_stats(runner, self)
-        if name in ("remember", "recall"):
-            return getattr(self.item_references, name)(*args)
+        if name == "remember":
+            tenant, uuid = args[:2]
+            kept = self.item_references.remember(*args)
+            version = next(self._next_version) if kept else None
+            self._item_versions[(tenant, uuid)] = version
+            if len(self._item_versions) > 2 * self.item_references.max_entries:  # forget evicted items' versions
+                held = self.item_references.holds
+                self._item_versions = {key: kept for key, kept in self._item_versions.items() if held(*key)}
+            return kept, version
+        if name == "recall":
+            tenant, uuid, part_type, known_version = args
+            stored_type, payload = self.item_references.recall(tenant, uuid, part_type)
+            version = self._item_versions.get((tenant, uuid))
+            return stored_type, None if version is not None and version == known_version else payload, version
         raise ValueError(f"unknown vlmprep engine call {name!r}")
 
 

@@ -95,9 +95,9 @@ class VisionPrepServe(Serve):
         )
 
         async def report_stats() -> None:
-            # With several API servers, the supervisor stops the engine with them: only a lone server reads it
-            stats = await served_stats(model_manager, chat_handler) if engine_connection is None else {}
-            report_served_stats(stats)
+            # With several API servers, their supervisor stops the engine first, which then reports itself (`loader`)
+            if engine_connection is None:
+                report_served_stats(await served_stats(model_manager, chat_handler))
 
         app = build_app(model_manager, chat_handler, self._policy, self.enable_cors, before_shutdown=report_stats)
 
