@@ -1,12 +1,16 @@
-"""Audio clips through `vlmprep serve`: OpenAI `input_audio` parts (PCM WAV, base64) decoded under the server's policy.
+"""Audio clips through `vlmprep serve`: OpenAI `input_audio` parts (base64, in any of `AUDIO_FORMATS`) decoded under
+the server's policy.
 
-- The decoder, in process: 8/16/24/32-bit PCM and stereo scaled and averaged as soundfile reads them (the expected
-  samples are computed here from the integers written, not by the decoder); every malformed, oversized, over-long or
-  wrongly sampled clip refused with a short message, never read from a file or URL the policy does not allow.
+- The decoder, in process: 8/16/24/32-bit PCM WAV and stereo scaled and averaged as soundfile reads them (the expected
+  samples are computed here from the integers written, not by the decoder); every malformed, oversized or over-long
+  clip, or one whose bytes are not its declared format, refused with a short message, never read from a file or URL
+  the policy does not allow. (Each format's decoding in detail: tests/units/test_request_audio_formats.py.)
 - A loopback server on a tiny Gemma 4 checkpoint (images and audio), in each server mode (sequential and
-  `--continuous-batching`): an audio request and an image + audio request answer as the plain transformers class
-  answers the same conversation (the same waveform through the same processor), a re-sent clip is decoded and encoded
-  once, and bad audio is an HTTP 400, never a 500.
+  `--continuous-batching`): an audio request, an image + audio request, and one request per audio format (WAV, MP3,
+  FLAC, Ogg, M4A, WebM at 44.1 or 48 kHz, resampled to the model's 16 kHz) answer as the plain transformers class
+  answers the same conversation, given the waveform transformers itself decodes from the same bytes; a re-sent clip is
+  decoded and encoded once; bad audio, and malformed bytes of each format, are an HTTP 400, never a 500, and the
+  server goes on answering.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import os
 import sys
 import time
+import warnings
 import wave
 
 import numpy as np
@@ -37,12 +43,14 @@ from serve_client import (
     time_left,
     wait_until_healthy,
 )
+from transformers.audio_utils import load_audio
 
 from vlmprep.serving import SERVE_STATS_ENV
-from vlmprep.serving.audio import decode_wav, load_request_audio_cached
+from vlmprep.serving.audio import AUDIO_FORMATS, decode_wav, load_request_audio_cached
 from vlmprep.serving.media import MediaRefused
 from vlmprep.serving.media_cache import MediaCache
 from vlmprep.serving.policy import ServingPolicy
+from vlmprep.testing.audio_clips import CLIP_OF_FORMAT, AudioEncoderMissing, clip_bytes
 from vlmprep.testing.configs.serve import TinyGemma4Processor, build_gemma4_audio_checkpoint, register_tiny_processors
 
 RATE = 16_000
@@ -101,11 +109,10 @@ def test_stereo_is_averaged_to_mono():
 @pytest.mark.parametrize(
     "part, message",
     [
-        (_part(_wav(_tone("tone")), "mp3"), "format 'mp3' is not decoded"),
-        (_part(b"ID3\x03 not a wav at all", None), "not a WAV file"),
+        (_part(_wav(_tone("tone")), "mp3"), "bytes are WAV, not the declared format 'mp3'"),
+        (_part(b"ID3\x03 not a wav at all", None), "the MP3 clip could not be decoded"),  # an ID3 tag: taken as MP3
         (_part(b"RIFF\x10\0\0\0WAVEfmt \x02\0\0\0\x01\0"), "could not be decoded"),
         (_part(_wav(np.zeros(0, dtype=np.int16))), "holds no samples"),
-        (_part(_wav(_tone("tone"), rate=8000)), "sampled at 8000 Hz and the model takes 16000 Hz"),
         (_part(_wav(_tone("tone", seconds=2.5))), "lasts 2.5 s, over --max-audio-seconds (2)"),
         (_part(_wav(_tone("tone"))[:30]), "could not be decoded"),  # cut inside its header
         ({"type": "input_audio", "input_audio": {"data": "not base64!", "format": "wav"}}, "not valid base64"),
@@ -139,13 +146,57 @@ def test_a_resent_clip_is_decoded_once_and_never_taken_for_an_image():
 
 # --- a loopback server -------------------------------------------------------------------------------------------
 
+SOUND_QUESTION = "What is this sound?"
 
-def _conversations(image: Image.Image, clips: dict[str, bytes]) -> dict[str, list[tuple[str, object]]]:
-    # name -> the user's content as (kind, value) items, rendered for the server or for the reference
-    return {
-        "audio": [("audio", clips["tone"]), ("text", "What is this sound?")],
-        "image_and_audio": [("image", image), ("audio", clips["chirp"]), ("text", QUESTION)],
+
+def _format_clips() -> dict[str, bytes]:
+    """One clip of each audio format (`vlmprep.testing.audio_clips`' chirp at 44.1 or 48 kHz, stereo); a format whose
+    encoder this machine's libsndfile or FFmpeg lacks is left out."""
+    clips = {}
+    for fmt in AUDIO_FORMATS:
+        try:
+            clips[fmt] = clip_bytes(CLIP_OF_FORMAT[fmt])
+        except AudioEncoderMissing:
+            continue
+    return clips
+
+
+def _conversations(image: Image.Image, clips: dict[str, bytes], format_clips: dict[str, bytes]) -> dict[str, list]:
+    # name -> the user's content as (kind, value) items, rendered for the server or for the reference; an audio item's
+    # value is (its declared format, its bytes)
+    conversations = {
+        "audio": [("audio", ("wav", clips["tone"])), ("text", SOUND_QUESTION)],
+        "image_and_audio": [("image", image), ("audio", ("wav", clips["chirp"])), ("text", QUESTION)],
+        "audio_8khz": [("audio", ("wav", clips["tone_8khz"])), ("text", SOUND_QUESTION)],
     }
+    for fmt, data in format_clips.items():
+        conversations[f"format_{fmt}"] = [("audio", (fmt, data)), ("text", SOUND_QUESTION)]
+    return conversations
+
+
+def _transformers_waveform(fmt: str, data: bytes) -> np.ndarray:
+    """The float32 mono waveform at the model's rate that transformers makes of a clip's bytes."""
+    if fmt in ("wav", "mp3", "flac", "ogg"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)  # libsndfile's MP3 reader warns through stderr only
+            return load_audio(base64.b64encode(data).decode(), sampling_rate=RATE, backend="soundfile")
+    # transformers' soundfile backend cannot read M4A or WebM (its torchcodec backend can, but resamples with FFmpeg,
+    # not with soxr as the soundfile backend and the server do): an independent reference instead, decoded with PyAV
+    # (FFmpeg probing the container itself, where the server names its demuxer), the channels averaged and the rate
+    # converted as `load_audio`'s soundfile backend does (soxr_hq, padded or cut to `ceil(samples * rate / source)`)
+    import av
+    import soxr
+
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        to_planar_float = av.AudioResampler(format="fltp")  # decoders may hand integer or interleaved samples
+        frames = [*container.decode(stream)]
+        planes = [planar.to_ndarray() for frame in [*frames, None] for planar in to_planar_float.resample(frame)]
+    samples = np.concatenate(planes, axis=1)  # (channels, frames)
+    waveform, source_rate = samples.mean(axis=0), frames[0].sample_rate
+    length = math.ceil(len(waveform) * RATE / source_rate)
+    waveform = soxr.resample(waveform, source_rate, RATE, quality="soxr_hq")
+    return np.pad(waveform, (0, max(0, length - len(waveform))))[:length].astype(np.float32)
 
 
 def _reference_answer(model, processor, items) -> str:
@@ -154,16 +205,15 @@ def _reference_answer(model, processor, items) -> str:
 
     content = []
     for kind, value in items:
-        if kind == "audio":  # the samples written, scaled independently of the server's decoder
-            with wave.open(io.BytesIO(value)) as reader:
-                samples = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
-            content.append({"type": "audio", "audio": (samples / 32768).astype(np.float32)})
+        if kind == "audio":
+            waveform = _transformers_waveform(*value) if isinstance(value, tuple) else value
+            content.append({"type": "audio", "audio": waveform})
         else:
             content.append({"type": kind, kind: value})
     prompt_ids, generated = greedy_reply(model, processor, [{"role": "user", "content": content}])
     decoded = processor.decode(generated, skip_special_tokens=True)
     # transformers serve then parses the answer with the family's response template (Gemma 4 has one)
-    content, _, _ = parse_assistant_message(processor, model, generated, prompt_ids, cleaned_content=decoded)
+    content, _, _ = parse_assistant_message(processor, model.config, generated, prompt_ids, cleaned_content=decoded)
     return content
 
 
@@ -171,7 +221,8 @@ def _server_content(items) -> list[dict]:
     content = []
     for kind, value in items:
         if kind == "audio":
-            content.append(_part(value))
+            fmt, data = value
+            content.append(_part(data, fmt))
         elif kind == "image":
             content.append({"type": "image_url", "image_url": {"url": data_url(value)}})
         else:
@@ -179,12 +230,24 @@ def _server_content(items) -> list[dict]:
     return content
 
 
+def _malformed_parts(format_clips: dict[str, bytes]) -> dict[str, dict]:
+    """Malformed bytes of each format, declared as that format: cut inside its header, noise after its first bytes
+    (reaching its decoder), and random bytes (refused before any decoder sees them)."""
+    generator = np.random.default_rng(0)
+    parts = {}
+    for fmt, data in format_clips.items():
+        parts[f"{fmt} cut inside its header"] = _part(data[:40], fmt)
+        parts[f"{fmt} noise after its first bytes"] = _part(data[:16] + generator.bytes(4000), fmt)
+        parts[f"random bytes declared {fmt}"] = _part(generator.bytes(len(data)), fmt)
+    return parts
+
+
 _AUDIO_CHATS: dict = {}
 
 
 def audio_chat(tmp_path_factory, global_head_dim: int = 32):
     """A tiny Gemma 4 checkpoint (built once per head dimension of its full-attention layer), the test's
-    conversations, and the plain transformers class's answers to them."""
+    conversations, the plain transformers class's answers to them, and the clips of each format covered."""
     if global_head_dim in _AUDIO_CHATS:
         return _AUDIO_CHATS[global_head_dim]
     register_tiny_processors()
@@ -195,12 +258,19 @@ def audio_chat(tmp_path_factory, global_head_dim: int = 32):
     model = transformers.Gemma4ForConditionalGeneration.from_pretrained(checkpoint).eval()
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8), mode="RGB")
     clips = {kind: _wav(_tone(kind)) for kind in ("tone", "chirp")}
-    conversations = _conversations(image, clips)
+    clips["tone_8khz"] = _wav(_tone("tone")[::2], rate=8000)  # the same tone, resampled by the server
+    format_clips = _format_clips()
+    conversations = _conversations(image, clips, format_clips)
     expected = {name: _reference_answer(model, processor, items) for name, items in conversations.items()}
-    # The tiny model must be able to fail: another clip, another answer
-    swapped = [("audio", clips["chirp"]), *conversations["audio"][1:]]
+    # The tiny model must be able to fail: another clip, another answer; and a clip's samples not resampled to the
+    # model's rate (the 44.1 kHz WAV's, as read at its own rate) another answer than the same clip resampled
+    swapped = [("audio", ("wav", clips["chirp"])), *conversations["audio"][1:]]
     assert _reference_answer(model, processor, swapped) != expected["audio"]
-    _AUDIO_CHATS[global_head_dim] = (checkpoint, conversations, expected)
+    if "wav" in format_clips:
+        samples = load_audio(base64.b64encode(format_clips["wav"]).decode(), sampling_rate=44_100, backend="soundfile")
+        unresampled = [("audio", samples), *conversations["format_wav"][1:]]
+        assert _reference_answer(model, processor, unresampled) != expected["format_wav"]
+    _AUDIO_CHATS[global_head_dim] = (checkpoint, conversations, expected, format_clips)
     return _AUDIO_CHATS[global_head_dim]
 
 
@@ -212,44 +282,53 @@ def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_pat
     sequential = mode == "sequential"
     # A real Gemma 4's full-attention layers have their own head dimension, which transformers' paged cache cannot
     # hold (the engine refuses it: tests/batching/test_audio_requests.py); the engine's server gets one head dimension
-    checkpoint, conversations, expected = audio_chat(tmp_path_factory, 32 if sequential else 16)
+    checkpoint, conversations, expected, format_clips = audio_chat(tmp_path_factory, 32 if sequential else 16)
     port, stats_path, log = free_loopback_port(), tmp_path / "stats.json", tmp_path / "server.log"
     env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     # The tiny checkpoint's processor class is registered by this module's entry point, which then runs `vlmprep serve`
     command = [sys.executable, "-m", "vlmprep.testing.configs.serve", str(checkpoint), "--host", "127.0.0.1"]
     command += ["--port", str(port), "--device", "cpu", "--max-audio-seconds", "2"]
     command += [] if sequential else ["--continuous-batching"]
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    base_url = f"http://127.0.0.1:{port}"
+    url = f"{base_url}/v1/chat/completions"
+
+    def chat(name: str, deadline: float) -> None:
+        messages = [{"role": "user", "content": _server_content(conversations[name])}]
+        payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS}
+        assert post_chat(url, payload, deadline) == (200, expected[name]), (name, log.read_text())
+
     with server_process(command, env, log) as server:
         deadline = time.monotonic() + SERVER_DEADLINE_S
-        wait_until_healthy(f"http://127.0.0.1:{port}", server, log, deadline)
-        for name in ("audio", "image_and_audio", "audio"):  # the first clip again: decoded once
-            messages = [{"role": "user", "content": _server_content(conversations[name])}]
-            status, answer = post_chat(
-                url, {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS}, deadline
-            )
-            assert (status, answer) == (200, expected[name]), log.read_text()
+        wait_until_healthy(base_url, server, log, deadline)
+        # The first clip again: decoded once; then the same chirp in each format, resampled from 44.1 or 48 kHz
+        for name in ("audio", "image_and_audio", "audio", *(f"format_{fmt}" for fmt in format_clips)):
+            chat(name, deadline)
         bad_parts = {
             "mp3": _part(b"\xff\xfb\x90\x00" * 10, "mp3"),
             "garbage": _part(os.urandom(64)),
             "too long": _part(_wav(_tone("tone", seconds=2.5))),
-            "8 kHz": _part(_wav(_tone("tone"), rate=8000)),
             "no data": {"type": "input_audio", "input_audio": {"format": "wav"}},
             "audio_url string": {"type": "audio_url", "audio_url": "data:audio/wav;base64,UklGRg=="},
+            **_malformed_parts(format_clips),
         }
         for reason, part in bad_parts.items():
             messages = [{"role": "user", "content": [part, {"type": "text", "text": "Hear this."}]}]
             status, body = post_chat(url, {"messages": messages, "max_tokens": 2}, deadline)
-            assert status == 400 and "audio" in body, (reason, status, body)
+            assert status == 400 and "audio" in body, (reason, status, body, log.read_text())
+        # The server is still up and answers: its health, and a clip it has not decoded before (8 kHz, resampled)
+        assert server.poll() is None, log.read_text()
+        wait_until_healthy(base_url, server, log, deadline)
+        chat("audio_8khz", deadline)
         stop_gracefully(server, min(15, time_left(deadline)))
     assert server.returncode == 0, log.read_text()
     (stats,) = json.loads(stats_path.read_text()).values()
-    # Each distinct item decoded once (the two clips, the image, and the 8 kHz clip refused after decoding), the
-    # re-sent clip taken from the media cache, and encoded once: the repeated request's clip is in the prefix cache
-    # (sequential), or its features in the encoder cache (the engine shares no page of Gemma 4, whose sliding layers
-    # transformers' paged cache does not share)
-    assert (stats["media_cache"]["decodes"], stats["media_cache"]["decode_hits"]) == (4, 1), stats
-    assert stats["encoder_cache"]["misses"] == 3, stats
+    # Each distinct item decoded once (the two clips, the image, one clip per format and the 8 kHz clip; a refused clip
+    # is no decode), the re-sent clip taken from the media cache, and encoded once: the repeated request's clip is in
+    # the prefix cache (sequential), or its features in the encoder cache (the engine shares no page of Gemma 4, whose
+    # sliding layers transformers' paged cache does not share)
+    distinct = 3 + len(format_clips) + 1
+    assert (stats["media_cache"]["decodes"], stats["media_cache"]["decode_hits"]) == (distinct, 1), stats
+    assert stats["encoder_cache"]["misses"] == distinct, stats
     assert stats["prefix_cache"]["hits"] >= 1 if sequential else stats["encoder_cache"]["hits"] >= 1, stats
 
 
@@ -287,7 +366,7 @@ def test_a_resent_clip_is_hashed_as_base64_text_not_decoded_again(monkeypatch):
         load_request_audio_cached(part, ServingPolicy(), RATE, cache, "alice")
     # the same text (an input_audio part's data, a data URL's payload) is one entry, decoded once
     assert len(decodes) == 1 and (cache.stats.decodes, cache.stats.decode_hits) == (1, 3)
-    with pytest.raises(MediaRefused, match="not decoded by this server"):  # the format is checked on a hit too
+    with pytest.raises(MediaRefused, match="bytes are WAV, not the declared format 'mp3'"):  # checked on a hit too
         load_request_audio_cached(
             {"type": "input_audio", "input_audio": {"data": _part(data)["input_audio"]["data"], "format": "mp3"}},
             ServingPolicy(),

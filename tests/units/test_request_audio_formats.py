@@ -1,5 +1,5 @@
 """A request's audio clip in every format `vlmprep serve` reads (`vlmprep.serving.audio`): WAV, FLAC, Ogg (Vorbis,
-Opus), MP3, M4A (AAC) and WebM (Opus), each made here from a known chirp.
+Opus), MP3, M4A (AAC) and WebM (Opus), each made by `vlmprep.testing.audio_clips` from a known chirp.
 
 - soundfile's formats (WAV, FLAC, Ogg, MP3) reach the model as the very waveform transformers' `load_audio` (its
   soundfile backend) makes of the same bytes at the same rate; PyAV's (M4A, WebM) as a waveform close to the chirp
@@ -15,7 +15,6 @@ Opus), MP3, M4A (AAC) and WebM (Opus), each made here from a known chirp.
 from __future__ import annotations
 
 import base64
-import io
 import sys
 import warnings
 
@@ -26,77 +25,10 @@ from vlmprep.serving.audio import AUDIO_FORMATS, decode_audio, load_request_audi
 from vlmprep.serving.media import MediaRefused
 from vlmprep.serving.media_cache import MediaCache
 from vlmprep.serving.policy import ServingPolicy
+from vlmprep.testing.audio_clips import CLIPS, SECONDS, clip_bytes, expected_mono, soundfile_bytes
 
 RATE = 16_000
-SECONDS = 0.5
 INSTALL_HINT = 'pip install "vlmprep[serving]"'
-
-
-def chirp(rate: int, seconds: float = SECONDS, delay: float = 0.0) -> np.ndarray:
-    """A stereo (frames, 2) float32 chirp rising from 200 to 2200 Hz, silent for its first `delay` seconds; the right
-    channel at half the left's level, so averaging the channels is seen. Not periodic: a waveform shifted or out of
-    order does not correlate with it."""
-    times = np.arange(round(rate * seconds)) / rate - delay
-    left = np.where(times >= 0, 0.5 * np.sin(2 * np.pi * (200 + 2000 * times / seconds) * times), 0.0)
-    return np.stack([left, 0.5 * left], axis=1).astype(np.float32)
-
-
-def expected_mono(rate: int = RATE, seconds: float = SECONDS, delay: float = 0.0) -> np.ndarray:
-    """The chirp's channel mean computed at `rate` (band-limited far below 8 kHz: no resampler is needed)."""
-    return chirp(rate, seconds, delay).mean(axis=1)
-
-
-# --- encoders: each clip is made here, and a format whose encoder this build lacks is skipped --------------------
-
-
-def soundfile_bytes(container: str, subtype: str | None, rate: int, seconds: float = SECONDS, samples=None) -> bytes:
-    soundfile = pytest.importorskip("soundfile")
-    if container not in soundfile.available_formats():
-        pytest.skip(f"this libsndfile writes no {container}")
-    buffer = io.BytesIO()
-    soundfile.write(
-        buffer, chirp(rate, seconds) if samples is None else samples, rate, format=container, subtype=subtype
-    )
-    return buffer.getvalue()
-
-
-def pyav_bytes(muxer: str, codec: str, rate: int, seconds: float = SECONDS, samples=None) -> bytes:
-    av = pytest.importorskip("av")
-    try:
-        av.codec.Codec(codec, "w")
-    except Exception:  # PyAV raises UnknownCodecError (a ValueError) or FFmpeg's own error for a missing encoder
-        pytest.skip(f"this FFmpeg build has no {codec} encoder")
-    planar = np.ascontiguousarray((chirp(rate, seconds) if samples is None else samples).T)  # (channels, frames)
-    buffer = io.BytesIO()
-    with av.open(buffer, "w", format=muxer) as container:
-        stream = container.add_stream(codec, rate=rate, layout="stereo")
-        frame = av.AudioFrame.from_ndarray(planar, format="fltp", layout="stereo")
-        frame.sample_rate = rate
-        for packet in [*stream.encode(frame), *stream.encode(None)]:
-            container.mux(packet)
-    return buffer.getvalue()
-
-
-# name -> (declared format, encoder, source rate, decoded by soundfile as transformers decodes it)
-CLIPS = {
-    "wav_pcm16_16k": ("wav", lambda: soundfile_bytes("WAV", "PCM_16", 16_000), 16_000, True),
-    "wav_pcm16_44k": ("wav", lambda: soundfile_bytes("WAV", "PCM_16", 44_100), 44_100, True),
-    "wav_float_48k": ("wav", lambda: soundfile_bytes("WAV", "FLOAT", 48_000), 48_000, True),
-    "flac_44k": ("flac", lambda: soundfile_bytes("FLAC", "PCM_16", 44_100), 44_100, True),
-    "ogg_vorbis_44k": ("ogg", lambda: soundfile_bytes("OGG", "VORBIS", 44_100), 44_100, True),
-    "ogg_opus_48k": ("ogg", lambda: soundfile_bytes("OGG", "OPUS", 48_000), 48_000, True),
-    "mp3_44k": ("mp3", lambda: pyav_bytes("mp3", "libmp3lame", 44_100), 44_100, True),
-    "m4a_aac_44k": ("m4a", lambda: pyav_bytes("ipod", "aac", 44_100), 44_100, False),
-    "mp4_aac_48k": ("m4a", lambda: pyav_bytes("mp4", "aac", 48_000), 48_000, False),
-    "webm_opus_48k": ("webm", lambda: pyav_bytes("webm", "libopus", 48_000), 48_000, False),
-}
-_MADE: dict[str, bytes] = {}
-
-
-def clip_bytes(name: str) -> bytes:
-    if name not in _MADE:
-        _MADE[name] = CLIPS[name][1]()
-    return _MADE[name]
 
 
 def input_audio(data: bytes, fmt: str | None) -> dict:

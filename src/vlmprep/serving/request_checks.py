@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from numbers import Real
 
+from .audio import AUDIO_FORMATS
 from .errors import bad_request, client_error, shorten
 from .policy import ServingPolicy
 
@@ -216,7 +217,8 @@ def _check_audio_part(where: str, part: dict) -> None:
         return
     audio = part.get("input_audio")
     if not isinstance(audio, dict) or not isinstance(audio.get("data"), str):
-        raise bad_request(f'{where}: `input_audio` must be an object with base64 `data` and a `format` ("wav")')
+        formats = ", ".join(f'"{name}"' for name in AUDIO_FORMATS)
+        raise bad_request(f"{where}: `input_audio` must be an object with base64 `data` and a `format` ({formats})")
     if audio.get("format") is not None and not isinstance(audio["format"], str):
         raise bad_request(f"{where}: `input_audio.format` must be a string")
 
