@@ -16,6 +16,12 @@ from vlmprep.serving.media import load_request_image_cached
 from vlmprep.serving.media_cache import MediaCache
 from vlmprep.serving.policy import ServingPolicy
 from vlmprep.serving.processed_images import CachingImageProcessor, _equal
+from vlmprep.utils._compat import serving_unsupported_message
+
+# The chat handler and the engine's services extend the server of transformers 5.25
+needs_served_transformers = pytest.mark.skipif(
+    serving_unsupported_message() is not None, reason=str(serving_unsupported_message())
+)
 
 
 def _image(width: int, height: int, seed: int) -> Image.Image:
@@ -110,6 +116,7 @@ def test_the_media_cache_stays_within_its_bytes():
     assert stats.bytes <= stats.max_bytes and stats.entries == 3 and stats.evictions == 2
 
 
+@needs_served_transformers
 def test_tenants_get_their_own_cache_partitions():
     from fastapi import HTTPException
 
@@ -139,6 +146,7 @@ def test_an_image_of_one_tenant_is_decoded_again_for_another():
     assert (cache.stats.decodes, cache.stats.decode_hits) == (3, 2)
 
 
+@needs_served_transformers
 def test_the_caches_follow_the_policy_the_media_cache_in_the_api_server_the_prefix_cache_in_the_engine():
     from vlmprep.serving.chat import VisionPrepChatCompletionHandler
     from vlmprep.serving.runners import EngineServices
