@@ -81,11 +81,13 @@ def engine_images_supported(model: Any) -> bool:
 def engine_config(model: Any, given: Any = None):
     """The continuous-batching engine's configuration for `model`, from the server's `--cb-*` flags (`given`).
 
-    Without flags, the KV cache holds `min(16 * positions, DEFAULT_ENGINE_CACHE_TOKENS)` tokens (`positions`: the text
-    model's `max_position_embeddings`) and a forward at most `DEFAULT_ENGINE_BATCH_TOKENS`. Whatever the flags, pages
-    are `CHAT_ENGINE_PAGE_SIZE` tokens unless `--cb-block-size` sets them: with upstream's 256-token pages, a server
-    started with `--cb-num-blocks` alone shared nothing of a chat's earlier turns (issue 35). `--cb-num-blocks` then
-    counts pages of that size, so the cache holds fewer tokens than the same flag did with bigger pages, never more.
+    What no flag sets is sized from the model, not from the machine: a KV cache of
+    `min(16 * positions, DEFAULT_ENGINE_CACHE_TOKENS)` tokens (`positions`: the text model's `max_position_embeddings`)
+    and at most `DEFAULT_ENGINE_BATCH_TOKENS` per forward; upstream takes 60% of the free memory (the RAM on a CPU)
+    instead, unless `--cb-max-memory-percent` asks for that. Pages are `CHAT_ENGINE_PAGE_SIZE` tokens unless
+    `--cb-block-size` sets them: with upstream's 256-token pages, a server started with `--cb-num-blocks` alone shared
+    nothing of a chat's earlier turns (issue 35). `--cb-num-blocks` then counts pages of that size, so the cache holds
+    fewer tokens than the same flag did with bigger pages, never more.
 
     Args:
         model (`PreTrainedModel`): the served model.
@@ -96,16 +98,17 @@ def engine_config(model: Any, given: Any = None):
     """
     from transformers import ContinuousBatchingConfig
 
-    if given is not None:
-        config = dataclasses.replace(given)
-        if getattr(config, "block_size", None) is None:  # no `--cb-block-size`: the page size is upstream's default
-            config.page_size = CHAT_ENGINE_PAGE_SIZE
-        return config
-    config = ContinuousBatchingConfig(page_size=CHAT_ENGINE_PAGE_SIZE)
+    config = ContinuousBatchingConfig() if given is None else dataclasses.replace(given)
+    if getattr(config, "block_size", None) is None:  # no `--cb-block-size`: the page size is upstream's default
+        config.page_size = CHAT_ENGINE_PAGE_SIZE
+    if config.max_memory_percent is not None:
+        return config  # the user sizes the engine by memory, as upstream does
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None) or DEFAULT_ENGINE_CACHE_TOKENS
     cache_tokens = min(_DEFAULT_ENGINE_SEQUENCES * positions, DEFAULT_ENGINE_CACHE_TOKENS)
-    config.num_blocks = math.ceil(cache_tokens / config.page_size)
-    config.max_batch_tokens = min(DEFAULT_ENGINE_BATCH_TOKENS, cache_tokens)
+    if config.num_blocks is None:
+        config.num_blocks = math.ceil(cache_tokens / config.page_size)
+    if config.max_batch_tokens is None:
+        config.max_batch_tokens = min(DEFAULT_ENGINE_BATCH_TOKENS, config.num_blocks * config.page_size)
     return config
 
 
