@@ -66,6 +66,8 @@ SAMPLED_SWEEP_FAMILIES = sorted(
     if {"every_chunk_size_is_exact", "cached_prefix_of_every_length_with_chunks"} & set(case.slow)
 )
 SAMPLED_CHUNK_SIZE = 16
+# The chunk sizes a cached prefix is continued with: chunks ending before, at and after each item's edges.
+SMALL_CHUNK_SIZES = (1, 3, 7)
 
 
 def _check_chunk_sizes(family: str, sampled: bool) -> None:
@@ -105,13 +107,14 @@ def test_upstream_chunking_inside_a_bidirectional_block_is_wrong(family):
     assert not torch.allclose(upstream_logits[0], expected_logits[0], atol=1e-5)
 
 
-def _check_cached_prefixes(family: str, sampled: bool) -> None:
+def _check_cached_prefixes(family: str, sampled: bool, chunk_sizes: tuple[int, ...] | None = None) -> None:
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, TWO_IMAGE_SEGMENTS)
     expected = _reference(upstream, prompt)
     every = range(1, prompt.length)
+    chunk_sizes = chunk_sizes or ((SAMPLED_CHUNK_SIZE,) if sampled else SMALL_CHUNK_SIZES)
     for cached in _sampled_lengths(ours, prompt, prompt.length - 1) if sampled else every:
-        for chunk_size in (SAMPLED_CHUNK_SIZE,) if sampled else (1, 3, 7):
+        for chunk_size in chunk_sizes:
             cache = cropped_cache(upstream, prompt.inputs(), cached)
             actual = generate_logits(
                 ours, prompt.inputs(), max_new_tokens=2, cache=cache, prefill_chunk_size=chunk_size
@@ -119,9 +122,17 @@ def _check_cached_prefixes(family: str, sampled: bool) -> None:
             _assert_same(actual, expected)
 
 
+# Every cached length with every small chunk size is ~4.5 min over the registry on this machine: `make test-slow` runs
+# it, `make test` the lengths where a cache ends just inside, in the middle of and just after each item.
+@pytest.mark.slow
 @scenario
 def test_cached_prefix_of_every_length_with_chunks(family):
     _check_cached_prefixes(family, sampled=False)
+
+
+@scenario(name="cached_prefix_of_every_length_with_chunks")
+def test_cached_prefix_ending_at_each_item_edge_with_small_chunks(family):
+    _check_cached_prefixes(family, sampled=True, chunk_sizes=SMALL_CHUNK_SIZES)
 
 
 @pytest.mark.parametrize("family", SAMPLED_SWEEP_FAMILIES)
