@@ -59,8 +59,7 @@ class VisionPrepModelLoader(ModelLoader):
         """
         if isinstance(loader, cls):
             return loader
-        adopted = cls.__new__(cls)
-        adopted.__dict__.update(vars(loader))
+        adopted = _as_subclass(loader, cls)
         adopted.policy, adopted.stats_on_stop = policy, False
         return adopted
 
@@ -158,11 +157,7 @@ class VisionPrepGenerationState(GenerationState):
         Returns:
             `VisionPrepGenerationState`
         """
-        if isinstance(state, cls):
-            return state
-        adopted = cls.__new__(cls)
-        adopted.__dict__.update(vars(state))
-        return adopted
+        return state if isinstance(state, cls) else _as_subclass(state, cls)
 
     def use_continuous_batching(self, config: Any, processor: Any) -> bool:
         """Upstream's answer, and `True` with `--continuous-batching` for a model vlmprep has a drop-in for.
@@ -179,3 +174,10 @@ class VisionPrepGenerationState(GenerationState):
         if self._continuous_batching and getattr(config, "model_type", None) in DROP_IN_CLASSES:
             return True
         return super().use_continuous_batching(config, processor)
+
+
+def _as_subclass(instance: Any, subclass: type) -> Any:
+    """A `subclass` instance holding `instance`'s attributes: upstream's `Serve` builds its loader and state itself."""
+    adopted = subclass.__new__(subclass)
+    adopted.__dict__.update(vars(instance))
+    return adopted
