@@ -90,7 +90,7 @@ def check_repeated_item(family: str, medium, modality: str, cache: EncoderCache 
 def test_an_image_twice_is_encoded_once(family):
     facts = model_pair(family)[1].vision_facts
     # (a family of videos only, InstructBLIP-Video, builds an `IMAGE` segment as its one modality's item)
-    modality = "image" if facts.has_images else facts.modalities[0].name
+    modality = facts.modalities[0].name
     batch_sizes, distinct = check_repeated_item(family, IMAGE, modality, EncoderCache(max_bytes=2**24))
     assert batch_sizes == [distinct], "one encoder call, for the distinct images only"
 

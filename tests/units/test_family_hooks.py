@@ -63,7 +63,7 @@ def test_hooks_have_one_name_each():
 
 
 def test_video_llava_legacy_pixel_name_is_passed_and_hashed_as_pixel_values():
-    # `VisionFacts.renamed_pixel_keys`: the processor's default output names the images `pixel_values_images`.
+    # `VisionFacts.image_items` (`batched(..., renamed_from=...)`): the processor's default output names the images `pixel_values_images`.
     upstream, ours = model_pair("video_llava")
     inputs = FAMILY_CASES["video_llava"].build_inputs(ours.config, [[5, 6], IMAGE, [7]], [4])
     legacy = {"input_ids": inputs["input_ids"], "pixel_values_images": inputs["pixel_values"]}
@@ -165,7 +165,7 @@ def test_video_llava_continuing_from_a_returned_cache_is_exact_and_encodes_only_
 
 @pytest.mark.parametrize("family", ["mistral3", "llava_next"])
 def test_an_image_selected_from_a_padded_batch_is_unpadded(family):
-    # `VisionFacts.unpad_image_inputs`: a processor pads images (Pixtral: to the largest size; any-res: to the most
+    # `ItemSchema.unpad`: a processor pads images (Pixtral: to the largest size; any-res: to the most
     # crops) to batch them; the selected image's inputs, and so its hash, are those of the image alone.
     _, ours = model_pair(family)
     batch = FAMILY_CASES[family].build_inputs(ours.config, [IMAGE, [5], IMAGE], [2, 0])
@@ -196,4 +196,4 @@ def test_token_grid_layout_counts_one_placeholder_and_one_pixel_square_per_grid_
     assert second["pixel_values"][:, 0, 0, 0].tolist() == [4.0, 5.0, 6.0]
     assert second["image_grid_thw"].tolist() == [[1, 1, 3]]
     with pytest.raises(ValueError, match=r"shape \(7, 8, 8, 3\)"):  # flattened patches, as a Qwen2-VL processor gives
-        model.count_items({"pixel_values": torch.zeros(28, 48), "image_grid_thw": grid})
+        model.check_pixel_inputs({"pixel_values": torch.zeros(28, 48), "image_grid_thw": grid})

@@ -39,7 +39,7 @@ def test_flattened_patches_are_refused_where_the_tower_takes_patch_images():
     model.config = tiny_config("paddleocr_vl")  # the hooks read the config only
     grid = torch.tensor([[1, 4, 4]])
     with pytest.raises(ValueError, match=r"takes patches of shape \(16, 3, 4, 4\)"):
-        model.count_items({"pixel_values": torch.zeros(16, 48), "image_grid_thw": grid})
+        model.check_pixel_inputs({"pixel_values": torch.zeros(16, 48), "image_grid_thw": grid})
     assert model.count_items({"pixel_values": torch.zeros(16, 3, 4, 4), "image_grid_thw": grid}) == 1
 
 

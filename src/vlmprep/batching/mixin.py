@@ -16,7 +16,7 @@ import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
-from ..generation.hooks import select_items
+from ..generation.items import select_items
 from ..generation.mixin import VLMPREP_GENERATE_KWARGS
 from ..generation.plan import check_items_match_spans, find_item_spans
 from ..utils.logging import get_logger

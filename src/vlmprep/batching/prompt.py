@@ -20,7 +20,7 @@ import torch
 
 from ..cache.hashing import hash_item_inputs
 from ..generation.encoding import ItemEncoder, check_finite_pixels
-from ..generation.hooks import select_items
+from ..generation.items import select_items
 from ..generation.plan import bidirectional_blocks, check_items_match_spans, find_item_spans
 from ..generation.prepared import PreparedItems
 from ..generation.spans import ItemSpan
@@ -223,7 +223,7 @@ def request_input_keys(facts) -> set[str]:
     """
     keys = {*_PROMPT_KEYS, facts.token_type_key}
     for modality in facts.modalities:
-        keys.update((*modality.pixel_keys, *modality.per_item_keys, *modality.position_keys))
+        keys.update((*modality.item_keys, *modality.position_keys))
     return keys
 
 

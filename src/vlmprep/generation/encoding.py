@@ -63,7 +63,7 @@ class ItemEncoder:
     def encoder_argument_names(self, modality: str) -> tuple[str, ...]:
         """Arguments of `get_<modality>_features` that are not per-item inputs (read from the call's inputs)."""
         facts = self.model.vision_facts.modality(modality)
-        skip = frozenset({"kwargs", *facts.pixel_keys, *facts.per_item_keys})
+        skip = frozenset({"kwargs", *facts.item_keys})
         return _encoder_argument_names(type(encoding_module(self.model)), modality, skip)
 
     def _shared_arguments(self, modality: str) -> dict[str, Any]:

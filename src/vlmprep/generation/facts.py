@@ -9,6 +9,8 @@ from typing import Literal
 
 from transformers import PreTrainedConfig
 
+from .items import ItemSchema
+
 # The names a family's per-token token types take (`VisionFacts.token_type_key` is one of them).
 TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
 
@@ -48,6 +50,9 @@ class ModalityFacts:
             item of the call in order (VideoLLaMA3's `video_compression_mask`, which drops frame patches that repeat
             the previous frame): withheld from the encoder, hashed with the item, and applied to each item's rows,
             as the model applies it to the whole call's features before filling the placeholders.
+        items (`ItemSchema`, *optional*):
+            how the modality's inputs hold its items (`vlmprep.generation.items`); `None`: one entry per item of each
+            of `pixel_keys` and `per_item_keys`, counted by the pixel inputs.
     """
 
     name: str
@@ -59,10 +64,17 @@ class ModalityFacts:
     position_keys: tuple[str, ...] = ()
     output_mask_attr: str | None = None
     kept_rows_key: str | None = None
+    items: ItemSchema | None = None
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The placeholder token id of a model config."""
         return getattr(config, self.placeholder_attr)
+
+    @property
+    def item_keys(self) -> tuple[str, ...]:
+        """Every per-item input of the modality: its pixel inputs, per-item extras and item schema's inputs."""
+        schema_keys = () if self.items is None else self.items.keys
+        return tuple(dict.fromkeys((*self.pixel_keys, *self.per_item_keys, *schema_keys)))
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,9 @@ class VisionFacts:
 
     Args:
         placeholder_attr (`str`, *optional*, defaults to `"image_token_id"`):
-            config attribute holding the image placeholder token id.
+            config attribute holding the image placeholder token id; `None` for a family of other modalities only
+            (InstructBLIP-Video, whose config has no image placeholder): its modalities are `other_modalities` alone,
+            and the image facts are unused.
         tokens_per_image_attr (`str`, *optional*):
             dotted config path of the fixed number of placeholder tokens per image (e.g. `"mm_tokens_per_image"`);
             `None` when the family computes it (see `VisionPrepGenerationMixin.item_token_counts`).
@@ -90,14 +104,10 @@ class VisionFacts:
             per-image pixel inputs, split along their first dimension.
         per_image_keys (`tuple[str, ...]`, *optional*, defaults to `("image_sizes",)`):
             other inputs with one entry per image that change its embedding (hashed with the pixels).
-        renamed_pixel_keys (`tuple[tuple[str, str], ...]`, *optional*, defaults to `()`):
-            `(old name, name)` pairs of image pixel inputs a processor may still return under an old name (one of
-            `pixel_keys`): the selected images' inputs carry the current name, the one the vision tower takes (the
-            old one may be a deprecated argument) and the one hashed, whichever name the caller used.
-        unpad_image_inputs (`Callable[[PreTrainedConfig, dict], dict]`, *optional*):
-            given the config and the selected images' inputs, the same inputs without the padding a processor adds to
-            batch images together (a larger image's size, more crops), which the model ignores: an image's inputs and
-            hash are then the same alone or in any batch, so it hits the encoder and prefix caches either way.
+        image_items (`ItemSchema`, *optional*):
+            how the image inputs hold the images (`ModalityFacts.items`): inputs split by sizes, old input names a
+            processor may still return, the padding a processor adds to batch images together (a larger image's
+            size, more crops), dropped so that an image's inputs and hash are the same alone or in any batch.
         fixed_resolution (`bool`, *optional*, defaults to `True`):
             with `pixel_layout="images"`, whether every image must have the vision config's `num_channels x
             image_size x image_size` shape (the other layouts state their own sizes).
@@ -139,21 +149,16 @@ class VisionFacts:
             whether a forward's `pooler_output` is a list of one tensor per item run in its slice, every modality
             (Ovis2.5, which counts the items fed against their start and end tokens), rather than one tensor (or a
             one-tensor list, `features_as_list`) of all the slice's rows.
-        has_images (`bool`, *optional*, defaults to `True`):
-            whether the family has an image modality; `False` for a family of other modalities only
-            (InstructBLIP-Video, whose config has no image placeholder): its modalities are `other_modalities` alone,
-            and the image facts above are unused.
     """
 
-    placeholder_attr: str = "image_token_id"
+    placeholder_attr: str | None = "image_token_id"
     tokens_per_image_attr: str | None = None
     tokens_per_image: Callable[[PreTrainedConfig], int] | None = None
     bidirectional: Literal["image", "prefix", "items"] | None = None
     token_type_key: str = "token_type_ids"
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     per_image_keys: tuple[str, ...] = ("image_sizes",)
-    renamed_pixel_keys: tuple[tuple[str, str], ...] = ()
-    unpad_image_inputs: Callable[[PreTrainedConfig, dict], dict] | None = None
+    image_items: ItemSchema | None = None
     fixed_resolution: bool = True
     pixel_layout: Literal["images", "crops", "up_to_size", "sub_images", "patch_rows"] | None = "images"
     features_as_list: bool = False
@@ -164,16 +169,20 @@ class VisionFacts:
     positions_from_cache_length: bool = False
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)
-    has_images: bool = True
     features_per_item: bool = False
 
     @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:
         """Every modality of the family, images first (in that order the mixin numbers their items)."""
-        if not self.has_images:
+        if self.placeholder_attr is None:
             return self.other_modalities
         image = ModalityFacts(
-            "image", self.placeholder_attr, self.pixel_keys, self.per_image_keys, self.image_token_type
+            "image",
+            self.placeholder_attr,
+            self.pixel_keys,
+            self.per_image_keys,
+            self.image_token_type,
+            items=self.image_items,
         )
         return (image, *self.other_modalities)
 

@@ -7,11 +7,13 @@ family has others, see `VisionFacts.other_modalities`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .facts import ModalityFacts, VisionFacts
+from .items import ItemSchema, default_schema
 from .validation import check_patch_rows, check_pixel_dims, check_pixel_shapes
 
 # `VisionFacts.pixel_layout` -> the dimensions before `(C, H, W)` of the image pixels, for the layouts checked by
@@ -21,13 +23,6 @@ _LEADING_DIMS = {
     "sub_images": ("batch_size", "sub_images"),
     "up_to_size": ("num_images",),
 }
-
-
-def select_items(value: Any, indices: list[int]) -> Any:
-    """The entries of a per-item input (tensor or list) for the given item indices, in that order."""
-    if isinstance(value, torch.Tensor):
-        return value[indices]
-    return [value[index] for index in indices]
 
 
 class FamilyHooks:
@@ -41,6 +36,9 @@ class FamilyHooks:
     # (the Q-Former families: their forward has upstream's parameters and hands the rest to the language model).
     # `generate` inspects the forward's named parameters only; these are taken too (`VisionPrepGenerationMixin`).
     language_model_kwargs: tuple[str, ...] = ()
+    # How a layout's inputs hold its items when a modality's facts state no `items` (the patch-grid layouts: grid
+    # rows), given the modality's facts; `None`: one entry per item of each input (`default_schema`).
+    item_shape: Callable[[ModalityFacts], ItemSchema] | None = None
 
     def _modality_facts(self, name: str) -> ModalityFacts:
         return self.vision_facts.modality(name)
@@ -88,8 +86,26 @@ class FamilyHooks:
         """
         return ()
 
+    def item_schema(self, modality: str = "image") -> ItemSchema:
+        """How the inputs of `modality` hold its items: the modality's `items`, else the layout's `item_shape`, else
+        one entry per item of each input.
+
+        Args:
+            modality (`str`, *optional*, defaults to `"image"`): whose items.
+
+        Returns:
+            `ItemSchema`
+        """
+        facts = self._modality_facts(modality)
+        if facts.items is not None:
+            return facts.items
+        if self.item_shape is not None:
+            return type(self).item_shape(facts)
+        return default_schema(facts.pixel_keys, facts.per_item_keys)
+
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """How many items of `modality` (images, videos, tiles, ...) the call's pixel inputs hold (`None`: none).
+        """How many items of `modality` (images, videos, tiles, ...) the call's inputs hold (`None`: none), by the
+        modality's item schema, which checks its inputs against each other first.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -98,20 +114,15 @@ class FamilyHooks:
         Returns:
             `int` or `None`
         """
-        pixel_keys = self._modality_facts(modality).pixel_keys
-        pixel_values = next((model_kwargs[k] for k in pixel_keys if model_kwargs.get(k) is not None), None)
-        if pixel_values is None:
-            return None
-        return len(pixel_values) if isinstance(pixel_values, (list, tuple)) else pixel_values.shape[0]
+        return self.item_schema(modality).count(self, model_kwargs)
 
     def select_item_inputs(
         self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
     ) -> dict[str, Any]:
-        """The per-item inputs (pixels and per-item extras) of the given items of `modality`, in that order.
+        """The per-item inputs of the given items of `modality`, in that order, by the modality's item schema.
 
-        Images carry their current input names and no batch padding (`VisionFacts.renamed_pixel_keys`,
-        `unpad_image_inputs`), so that the tower gets what it takes and an image hashes alike in any call. Families
-        whose pixel inputs are not one entry per item (e.g. flattened patches) override this.
+        Items carry their current input names and no batch padding, so that the tower gets what it takes and an item
+        hashes alike in any call.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -121,17 +132,7 @@ class FamilyHooks:
         Returns:
             `dict[str, Any]`: keyword arguments for the family's `get_image_features` (`get_<modality>_features`).
         """
-        facts = self._modality_facts(modality)
-        keys = (*facts.pixel_keys, *facts.per_item_keys)
-        selected = {key: select_items(model_kwargs[key], indices) for key in keys if model_kwargs.get(key) is not None}
-        if modality != "image":
-            return selected
-        image_facts = self.vision_facts
-        for old_key, key in image_facts.renamed_pixel_keys:
-            if old_key in selected:
-                selected.setdefault(key, selected.pop(old_key))
-        unpad = image_facts.unpad_image_inputs
-        return selected if unpad is None else unpad(self.config, selected)
+        return self.item_schema(modality).select(self, model_kwargs, indices)
 
     def check_item_count(self, model_kwargs: dict[str, Any], spans: list, modality: str = "image") -> None:
         """Raise a clear `ValueError` unless the pixel inputs hold one item per placeholder run of the prompt.

@@ -163,7 +163,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         item_extras = {}
         for modality in self.vision_facts.modalities:
             names = plan.encoder.encoder_argument_names(modality.name)
-            for key in (*modality.pixel_keys, *modality.per_item_keys, *names):
+            for key in (*modality.item_keys, *names):
                 value = model_kwargs.pop(key, None)
                 if value is not None and key not in modality.pixel_keys:
                     item_extras[key] = value

@@ -318,8 +318,10 @@ def check_items_match_spans(
     for modality in model.vision_facts.modalities:
         name = modality.name
         modality_spans = [span for span in spans if span.modality == name]
-        num_items = model.count_items(model_kwargs, modality=name)
         has_pixels = any(model_kwargs.get(key) is not None for key in modality.pixel_keys)
+        if has_pixels:  # shapes first: a malformed input (a video without its video dimension) would miscount items
+            model.check_pixel_inputs(model_kwargs, modality=name)
+        num_items = model.count_items(model_kwargs, modality=name)
         if has_pixels and any(span.item_index in given for span in modality_spans):
             raise ValueError(
                 f"Both `{modality.pixel_keys[0]}` and `mm_encoder_outputs['{name}']` were passed. Pass one of them: "
@@ -336,4 +338,3 @@ def check_items_match_spans(
                 )
             continue
         model.check_item_count(model_kwargs, modality_spans, modality=name)
-        model.check_pixel_inputs(model_kwargs, modality=name)

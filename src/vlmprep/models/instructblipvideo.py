@@ -3,7 +3,7 @@ Q-Former (with the video's instruction, `qformer_input_ids`), and the frames' `n
 in frame order, fill one run of `num_query_tokens * frames` video placeholders (`video_token_id`).
 
 `pixel_values` is `(videos, frames, C, H, W)`; the config has no image placeholder, so the family's only modality is
-the video (`VisionFacts.has_images=False`). As for InstructBLIP, a video's instruction is a per-item input, encoded and
+the video (`VisionFacts.placeholder_attr=None`). As for InstructBLIP, a video's instruction is a per-item input, encoded and
 hashed with it. Upstream's `generate` and forward, and the Flan-T5 checkpoints the drop-in refuses, are the Q-Former
 layout's (`layouts.qformer_queries`).
 """
@@ -50,31 +50,19 @@ class InstructBlipVideoForConditionalGeneration(
     ```
     """
 
-    vision_facts = VisionFacts(has_images=False, per_image_keys=(), other_modalities=(VIDEO,))
-
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "video") -> int | None:
-        """How many videos `pixel_values` holds, once its shape is checked: `(videos, frames, C, H, W)` at the tower's
-        size (a video without its video dimension would otherwise count its frames as videos).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"video"`): whose items to count.
-
-        Returns:
-            `int` or `None`
-        """
-        pixel_values = model_kwargs.get("pixel_values")
-        if isinstance(pixel_values, torch.Tensor):
-            check_pixel_dims(pixel_values, self.config.vision_config, ("num_videos", "frames"))
-        return super().count_items(model_kwargs, modality=modality)
+    vision_facts = VisionFacts(placeholder_attr=None, per_image_keys=(), other_modalities=(VIDEO,))
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "video") -> None:
-        """One instruction row per video (the pixels' shape is checked as they are counted).
+        """`pixel_values` `(videos, frames, C, H, W)` at the tower's size (a video without its video dimension would
+        count its frames as videos), and one instruction row per video.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
             modality (`str`, *optional*, defaults to `"video"`): whose inputs to check.
         """
+        pixel_values = model_kwargs.get("pixel_values")
+        if isinstance(pixel_values, torch.Tensor):
+            check_pixel_dims(pixel_values, self.config.vision_config, ("num_videos", "frames"))
         check_instructions(model_kwargs, self.count_items(model_kwargs, modality=modality), modality)
 
     forward = upstream_forward(transformers.InstructBlipVideoForConditionalGeneration)

@@ -18,7 +18,7 @@ import transformers
 
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
-from ..generation.hooks import select_items
+from ..generation.items import select_items
 from .base import VisionPrepMixin
 from .layouts.anyres import dummy_crop_features, tokens_per_crop, trim_padding_crops
 from .layouts.stated_counts import AnyresCropsPerSampleLayout

@@ -15,6 +15,7 @@ import transformers
 
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
+from ..generation.items import ItemSchema, batched
 from .base import VisionPrepMixin
 from .layouts.vision_patches import VisionPatchesLayout, vision_patch_count
 
@@ -49,7 +50,9 @@ class VideoLlavaForConditionalGeneration(
     vision_facts = VisionFacts(
         pixel_keys=("pixel_values", LEGACY_PIXEL_KEY),
         per_image_keys=(),
-        renamed_pixel_keys=((LEGACY_PIXEL_KEY, "pixel_values"),),
+        image_items=ItemSchema(
+            (batched("pixel_values", renamed_from=LEGACY_PIXEL_KEY),), counted_by=("pixel_values",)
+        ),
         other_modalities=(ModalityFacts("video", "video_token_index", ("pixel_values_videos",)),),
     )
 

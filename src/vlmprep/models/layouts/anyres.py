@@ -16,6 +16,7 @@ from transformers.models.llava_next.modeling_llava_next import image_size_to_num
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.items import default_schema
 from .vision_patches import vision_patch_count
 
 __all__ = ["AnyresCropsLayout", "dummy_crop_features", "tokens_per_crop", "trim_padding_crops"]
@@ -48,6 +49,10 @@ def trim_padding_crops(
     return {**image_inputs, "pixel_values": pixel_values[:, : max(crops)]}  # (images, crops, C, H, W)
 
 
+def _trim_selected_crops(model, model_kwargs: dict[str, Any], selected: dict[str, Any]) -> dict[str, Any]:
+    return trim_padding_crops(model.config, selected)
+
+
 class AnyresCropsLayout(FamilyHooks):
     """Family hooks of any-res images (LLaVA-NeXT, LLaVA-NeXT-Video); other modalities get the mixin's defaults."""
 
@@ -57,7 +62,9 @@ class AnyresCropsLayout(FamilyHooks):
     # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`, padded to the
     # batch's largest count (trimmed per selection); the model concatenates `pooler_output`, a list of per-image
     # tensors (base crop, unpadded grid, newlines).
-    vision_facts = VisionFacts(pixel_layout="crops", features_as_list=True, unpad_image_inputs=trim_padding_crops)
+    vision_facts = VisionFacts(
+        pixel_layout="crops", features_as_list=True, image_items=default_schema(unpad=_trim_selected_crops)
+    )
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list[int] | None:
         """Placeholders per image: the rows upstream's own `pack_image_features` makes from its `image_sizes`.

@@ -17,6 +17,7 @@ import torch
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.items import grid_rows
 from ...generation.validation import check_every_row_attends, check_passed_with
 
 __all__ = [
@@ -125,6 +126,8 @@ class PatchGridLayout(FamilyHooks):
     # the temporal patch and the channels (Qwen2-VL's names).
     vision_facts = PATCH_GRID_FACTS
     vision_config_names = PatchGridVisionNames()
+    # Each item's patch rows follow the last, `t * h * w` of them per `(t, h, w)` grid row.
+    item_shape = staticmethod(lambda facts: grid_rows(facts.pixel_keys[0], facts.per_item_keys[0]))
 
     def _grid_and_pixel_keys(self, modality: str) -> tuple[str, str]:
         facts = self._modality_facts(modality)
@@ -157,24 +160,18 @@ class PatchGridLayout(FamilyHooks):
         """
         return grid.prod(-1) // self._grid_cells_per_token()
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Grid rows; the patch rows and size are checked against them first (a wrong size fails clearly here).
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` unless the patch rows have the tower's patch shape, one row per patch of every
+        grid (the item schema checks that the rows add up to the grids).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
             modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `int` or `None` (neither grids nor pixels passed)
         """
         grid_key, pixel_key = self._grid_and_pixel_keys(modality)
         grid, pixels = model_kwargs.get(grid_key), model_kwargs.get(pixel_key)
-        if grid is None and pixels is None:
-            return None
         if pixels is None:
-            # Grids alone: enough for the positions of items the cache already holds (pixels are only needed for
-            # items prefill encodes, which the mixin checks).
-            return grid.shape[0]
+            return
         check_passed_with(model_kwargs, pixel_key, grid_key)
         expected = (int(grid.prod(-1).sum()), *self._pixel_row_shape())
         if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
@@ -185,7 +182,6 @@ class PatchGridLayout(FamilyHooks):
                 f"{expected} for the {grid.shape[0]} {modality}(s) of `{grid_key}` (one row per patch of every "
                 f"grid). Preprocess the {modality}s with this model's processor."
             )
-        return grid.shape[0]
 
     def _grid_cells_per_token(self) -> int:
         # A grid counts patches; `merge_size**2` of them make one placeholder.
@@ -194,24 +190,6 @@ class PatchGridLayout(FamilyHooks):
     def _pixel_row_shape(self) -> tuple[int, ...]:
         # One patch per row of the pixel inputs (flattened, or as a small image: PaddleOCR-VL)
         return self.vision_config_names.patch_shape_of(self.config.vision_config)
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The items' patch rows (each item owns `t * h * w` consecutive rows) and grid rows, in that order.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `dict[str, Any]`: the pixel and grid inputs of those items.
-        """
-        grid_key, pixel_key = self._grid_and_pixel_keys(modality)
-        grid = model_kwargs[grid_key]
-        rows = torch.split(model_kwargs[pixel_key], grid.prod(-1).tolist())  # per item: (t * h * w, *patch_shape)
-        return {pixel_key: torch.cat([rows[index] for index in indices]), grid_key: grid[indices]}
 
     def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor | None:
         """`(4, batch, seq)` positions of the whole prompt: text positions, then the 3 M-RoPE rows (t, h, w).

@@ -12,15 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.items import default_schema
 
 __all__ = ["PixtralImagesLayout", "PixtralRowsLayout", "crop_batch_padding"]
 
 
-def crop_batch_padding(config: PreTrainedConfig, image_inputs: dict[str, Any]) -> dict[str, Any]:
+def crop_batch_padding(model, model_kwargs: dict[str, Any], image_inputs: dict[str, Any]) -> dict[str, Any]:
     """Crop selected `(num_images, C, max_height, max_width)` pixels to the largest of the selected `image_sizes`.
 
     A processor pads every image to the batch's largest; Pixtral reads only each image's own `image_sizes` patches, so
@@ -28,7 +28,8 @@ def crop_batch_padding(config: PreTrainedConfig, image_inputs: dict[str, Any]) -
     larger image in turn 2 would miss both the encoder cache and the prefix cache.
 
     Args:
-        config (`PreTrainedConfig`): the model config (unused: the sizes come with the images).
+        model: the drop-in (unused: the sizes come with the images).
+        model_kwargs (`dict[str, Any]`): the call's inputs (unused).
         image_inputs (`dict[str, Any]`): the selected `pixel_values` and `image_sizes`.
 
     Returns:
@@ -50,7 +51,9 @@ class PixtralImagesLayout(FamilyHooks):
 
     # Images of any size up to the tower's `image_size` (its rope covers no more patches), padded to the batch's
     # largest (cropped per selection); `pooler_output` is a tuple of per-image tensors that the model concatenates.
-    vision_facts = VisionFacts(pixel_layout="up_to_size", features_as_list=True, unpad_image_inputs=crop_batch_padding)
+    vision_facts = VisionFacts(
+        pixel_layout="up_to_size", features_as_list=True, image_items=default_schema(unpad=crop_batch_padding)
+    )
 
     def _merged_patch_grids(self, model_kwargs: dict[str, Any]) -> list[tuple[int, int]] | None:
         # (rows, columns) of merged patches per image, or None when the call has no `image_sizes`.
