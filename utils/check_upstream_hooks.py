@@ -1,7 +1,8 @@
 """Check that every private transformers method vlmprep overrides or calls exists with the parameters it expects:
 the generation hooks of the mixin, and the continuous-batching engine and server classes that `vlmprep.batching` and
 `vlmprep serve` extend (methods, parameters and the private attributes they read); and that the upstream lines vlmprep
-copies (the static cache sizing `_new_cache` repeats) are unchanged. Exit 1 naming the installed transformers version
+copies (the static cache sizing `_new_cache` repeats) are unchanged; and that every private transformers name a family
+or layout calls, overrides or reads is listed (`vlmprep/utils/_family_upstream.py`) and still upstream. Exit 1 naming the installed transformers version
 when not.
 
 Usage: python utils/check_upstream_hooks.py
@@ -19,10 +20,12 @@ from vlmprep.utils._compat import (
     serving_unsupported_message,
 )
 from vlmprep.utils._engine_compat import ENGINE_ATTRIBUTES, ENGINE_METHODS, missing_engine_hooks
+from vlmprep.utils._family_upstream import FAMILY_PRIVATE_UPSTREAM, missing_family_upstream, unlisted_private_names
 
 
 def main() -> int:
     problems = missing_generation_hooks() + changed_copied_sources() + missing_engine_hooks()
+    problems += unlisted_private_names() + missing_family_upstream()
     if problems:
         print(f"transformers {transformers.__version__}: hooks missing or changed:")
         for problem in problems:
@@ -37,7 +40,8 @@ def main() -> int:
     )
     print(
         f"transformers {transformers.__version__}: all {len(REQUIRED_GENERATION_HOOKS)} generation hooks present; "
-        f"copied upstream code unchanged in {len(COPIED_UPSTREAM_SOURCE)} methods; {served}"
+        f"copied upstream code unchanged in {len(COPIED_UPSTREAM_SOURCE)} methods; the families' "
+        f"{len(FAMILY_PRIVATE_UPSTREAM)} private upstream names listed and present; {served}"
     )
     return 0
 
