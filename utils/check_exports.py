@@ -4,7 +4,7 @@ The drop-ins are the entries of `vlmprep.models.registry.FAMILY_SPECS` that name
 Each one must be:
 
 - the class its spec names: a `VisionPrepMixin` subclass (generation and continuous batching) whose `config_class.model_type` is the spec's key,
-  with a layout (`vlmprep.models.layouts.all_layouts()`) among its bases;
+  with a layout (`vlmprep.models.layouts.all_layouts()`), its own or its layout hooks';
 - in the static table `vlmprep.models.DROP_IN_MODULES` (class name -> family module) that the lazy exports read;
 - in `vlmprep.__all__`, and `vlmprep.<Name>` must be the drop-in class itself;
 - imported in the `if TYPE_CHECKING:` block of `src/vlmprep/__init__.py`, so type checkers and IDEs see it;
@@ -83,9 +83,9 @@ def registry_problems() -> list[str]:
                 f"{cls.config_class.model_type!r}: key the spec by that model type"
             )
         layout = layout_of(cls)
-        if layout is None or layouts.get(layout.layout_name) is not layout:
+        if layout is None or layouts.get(layout.name) != layout:
             found.append(
-                f"{spec.drop_in} has no layout (`all_layouts()`) among its bases: list its layout class first"
+                f"{spec.drop_in} states no layout of `all_layouts()`: set its `layout`, or list its layout hooks first"
             )
     registered = {(spec.module, spec.class_name) for spec in ALL_FAMILY_SPECS.values() if spec.drop_in is not None}
     newer = {spec.module for spec in NEWER_FAMILY_SPECS.values() if spec.drop_in is not None}

@@ -221,7 +221,7 @@ def build_table(
         lines += ["## Layouts", "", "| layout | items and placeholders | drop-ins |", "|---|---|---|"]
         for name in used:
             families = ", ".join(f"`{model_type}`" for model_type, layout in sorted(layouts.items()) if layout == name)
-            lines.append(f"| `{name}` | {_escape(layouts_by_name[name].layout_description)} | {families} |")
+            lines.append(f"| `{name}` | {_escape(layouts_by_name[name].description)} | {families} |")
         lines.append("")
 
     lines += ["## Scenarios", "", "| scenario | test file |", "|---|---|"]
@@ -242,7 +242,7 @@ def render() -> tuple[str, list[str], list[str]]:
         scenarios=load_scenarios(),
         text_only={model_type for model_type, spec in FAMILY_SPECS.items() if spec.text_only is not None},
         layouts={
-            model_type: layout_of(spec.drop_in_class()).layout_name
+            model_type: layout_of(spec.drop_in_class()).name
             for model_type, spec in FAMILY_SPECS.items()
             if spec.drop_in is not None
         },
