@@ -1,7 +1,10 @@
 """Check the shape of the source tree: small modules, a thin mixin, documented long functions, no import cycles.
 
-- no module of `src/vlmprep` is over 400 lines;
-- `generation/mixin.py` (the upstream overrides only, each delegating) is under 250 lines;
+- a module of `src/vlmprep` over 400 lines is a warning, and states why in a comment (`# Over 400 lines: <reason>`):
+  a module follows a concept, and the cap asks whether it holds two, not for a split by line count;
+- `generation/mixin.py`'s `VisionPrepGenerationMixin` only overrides upstream generation steps (each of its methods
+  is a `GenerationMixin` / `PreTrainedModel` method), each short (at most 40 lines of code): the work they delegate
+  lives in its own modules;
 - no function or method over 60 lines lacks a docstring (a long function says what it does);
 - no cycle among the modules' imports, counting imports inside functions and under `TYPE_CHECKING`: an import
   inside a function is still an import, so it cannot hide a cycle (imports point down: models -> batching ->
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "vlmprep"
 MAX_LINES = 400
-MAX_MIXIN_LINES = 250
+LONG_MODULE_REASON = re.compile(r"^# Over 400 lines: \S", re.M)
+MAX_MIXIN_METHOD_CODE_LINES = 40
 MAX_UNDOCUMENTED_FUNCTION_LINES = 60
 
 
@@ -67,6 +72,30 @@ def undocumented_long_functions(path: pathlib.Path) -> list[str]:
     return found
 
 
+def mixin_problems(path: pathlib.Path) -> list[str]:
+    """What is wrong with the generation mixin: a method that overrides no upstream generation step, or a long one."""
+    from transformers import GenerationMixin, PreTrainedModel
+
+    tree = ast.parse(path.read_text())
+    mixin = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "VisionPrepGenerationMixin")
+    problems = []
+    for method in [node for node in mixin.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        where = f"{path.relative_to(ROOT)}:{method.lineno} {method.name}"
+        if not (hasattr(GenerationMixin, method.name) or hasattr(PreTrainedModel, method.name)):
+            problems.append(
+                f"{where} overrides no upstream generation step: the mixin holds the overrides only; move it to the "
+                "module doing that work (a family hook belongs to `FamilyHooks`)"
+            )
+        first = method.body[1] if ast.get_docstring(method) is not None and len(method.body) > 1 else method.body[0]
+        code_lines = method.end_lineno - first.lineno + 1
+        if code_lines > MAX_MIXIN_METHOD_CODE_LINES:
+            problems.append(
+                f"{where} has {code_lines} lines of code (at most {MAX_MIXIN_METHOD_CODE_LINES}): an override "
+                "delegates the work it hooks in to its own module"
+            )
+    return problems
+
+
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -105,17 +134,23 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def main() -> int:
     modules = module_paths()
     problems = []
+    warnings = []
     for path in modules.values():
-        lines = len(path.read_text().splitlines())
-        if lines > MAX_LINES:
-            problems.append(f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_LINES}): split it by concern")
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines <= MAX_LINES:
+            continue
+        reason = LONG_MODULE_REASON.search(text)
+        if reason is None:
+            problems.append(
+                f"{path.relative_to(ROOT)} has {lines} lines (over {MAX_LINES}) and says not why: split it by "
+                "concept, or state in a comment `# Over 400 lines: <why it is one concept>`"
+            )
+        else:
+            line = text[reason.start() :].splitlines()[0]
+            warnings.append(f"{path.relative_to(ROOT)} has {lines} lines: {line.removeprefix('# ')}")
     mixin = PACKAGE / "generation" / "mixin.py"
-    mixin_lines = len(mixin.read_text().splitlines())
-    if mixin_lines > MAX_MIXIN_LINES:
-        problems.append(
-            f"{mixin.relative_to(ROOT)} has {mixin_lines} lines (at most {MAX_MIXIN_LINES}): it holds the upstream "
-            "overrides only; move the work they delegate to into its own module"
-        )
+    problems += mixin_problems(mixin)
     problems += [
         f"{function} has no docstring: a function over {MAX_UNDOCUMENTED_FUNCTION_LINES} lines says what it does"
         for path in modules.values()
@@ -127,12 +162,14 @@ def main() -> int:
             f"import cycle among {', '.join(cycle)} (imports inside functions count): make the imports point down, "
             "moving what both sides need to the lower module"
         )
+    for warning in warnings:
+        print(f"check-layout: warning: {warning}")
     for problem in problems:
         print(f"check-layout: {problem}")
     if not problems:
         print(
-            f"check-layout: {len(modules)} modules, none over {MAX_LINES} lines, mixin {mixin_lines} lines, long "
-            "functions documented, no import cycle."
+            f"check-layout: {len(modules)} modules, {len(warnings)} over {MAX_LINES} lines with a reason; the mixin's "
+            "methods override upstream generation steps, each short; long functions documented; no import cycle."
         )
     return 1 if problems else 0
 
