@@ -8,11 +8,11 @@ none (NoPE), and its logits are scaled by `logit_scale`.
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
 class CohereCompassForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.CohereCompassForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.CohereCompassForConditionalGeneration
 ):
     """Drop-in `transformers.CohereCompassForConditionalGeneration` whose vision tower runs once, in input
     preparation.
@@ -32,3 +32,5 @@ class CohereCompassForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True

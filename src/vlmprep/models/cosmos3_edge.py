@@ -9,11 +9,11 @@ between vision start and end tokens (`Cosmos3EdgeProcessor.replace_video_token`)
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridLayout, PatchGridVisionNames
 
 
 class Cosmos3EdgeForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Cosmos3EdgeForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Cosmos3EdgeForConditionalGeneration
 ):
     """Drop-in `transformers.Cosmos3EdgeForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -29,6 +29,8 @@ class Cosmos3EdgeForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True
 
     # One frame per patch (a video's temporal grid counts frames); the channels are the SigLIP tower's.
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None, channels="num_channels")

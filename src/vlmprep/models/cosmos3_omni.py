@@ -11,11 +11,11 @@ Qwen3-VL's. Positions come from the model's own `get_rope_index` over the whole 
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
 class Cosmos3OmniForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Cosmos3OmniForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Cosmos3OmniForConditionalGeneration
 ):
     """Drop-in `transformers.Cosmos3OmniForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -34,3 +34,5 @@ class Cosmos3OmniForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True

@@ -9,11 +9,11 @@ from the cache length on every forward), so no multimodal positions are needed.
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
+from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridLayout
 
 
 class Exaone4_5_ForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Exaone4_5_ForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Exaone4_5_ForConditionalGeneration
 ):
     """Drop-in `transformers.Exaone4_5_ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -29,5 +29,7 @@ class Exaone4_5_ForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
 
     vision_facts = PATCH_GRID_CACHE_POSITIONS_FACTS

@@ -3,12 +3,10 @@
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridLayout
 
 
-class Glm46VForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Glm46VForConditionalGeneration
-):
+class Glm46VForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.Glm46VForConditionalGeneration):
     """Drop-in `transformers.Glm46VForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     GLM-4V's layout and facts (see `vlmprep.models.glm4v`) under GLM-4.6V's own config type.
@@ -22,5 +20,7 @@ class Glm46VForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True
 
     vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS

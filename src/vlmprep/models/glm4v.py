@@ -3,12 +3,10 @@
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridLayout
 
 
-class Glm4vForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Glm4vForConditionalGeneration
-):
+class Glm4vForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.Glm4vForConditionalGeneration):
     """Drop-in `transformers.Glm4vForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Images and videos are flattened patches with a `(t, h, w)` grid each; a video has one placeholder run per frame.
@@ -26,6 +24,8 @@ class Glm4vForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True
 
     # Video frames reuse the image placeholder: `mm_token_type_ids` (1 image, 2 video) tells them apart.
     vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS

@@ -3,11 +3,11 @@
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridLayout
 
 
 class Glm4vMoeForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Glm4vMoeForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Glm4vMoeForConditionalGeneration
 ):
     """Drop-in `transformers.Glm4vMoeForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -22,5 +22,7 @@ class Glm4vMoeForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True
 
     vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS

@@ -19,11 +19,11 @@ import transformers
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameTextPositionsLayout
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridLayout
 
 
 class Glm5NextForConditionalGeneration(
-    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.Glm5NextForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Glm5NextForConditionalGeneration
 ):
     """Drop-in `transformers.Glm5NextForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -39,6 +39,9 @@ class Glm5NextForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
+    video_runs_per_frame = True
 
     vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS
 

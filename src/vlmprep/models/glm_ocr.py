@@ -4,12 +4,10 @@ placeholder token."""
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridPerFrameLayout
+from .layouts.patch_grid import PATCH_GRID_SHARED_PLACEHOLDER_FACTS, PatchGridLayout
 
 
-class GlmOcrForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.GlmOcrForConditionalGeneration
-):
+class GlmOcrForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.GlmOcrForConditionalGeneration):
     """Drop-in `transformers.GlmOcrForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Images and videos are flattened patches with a `(t, h, w)` grid each, as GLM-4V's; a video has one placeholder run
@@ -27,6 +25,8 @@ class GlmOcrForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True
 
     # Video frames reuse the image placeholder: `mm_token_type_ids` (1 image, 2 video) tells them apart.
     vision_facts = PATCH_GRID_SHARED_PLACEHOLDER_FACTS

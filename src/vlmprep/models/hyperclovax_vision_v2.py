@@ -8,11 +8,11 @@ the decoder's positions are plain 1D (upstream recomputes them on every forward)
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridTextPositionsLayout
+from .layouts.patch_grid import PATCH_GRID_CACHE_POSITIONS_FACTS, PatchGridLayout
 
 
 class HyperCLOVAXVisionV2ForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.HyperCLOVAXVisionV2ForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.HyperCLOVAXVisionV2ForConditionalGeneration
 ):
     """Drop-in `transformers.HyperCLOVAXVisionV2ForConditionalGeneration`; its vision tower runs once, in input preparation.
 
@@ -25,5 +25,7 @@ class HyperCLOVAXVisionV2ForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
 
     vision_facts = PATCH_GRID_CACHE_POSITIONS_FACTS

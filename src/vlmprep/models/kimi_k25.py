@@ -11,11 +11,11 @@ import torch
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridLayout, PatchGridVisionNames
 
 
 class Kimi_K25ForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Kimi_K25ForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Kimi_K25ForConditionalGeneration
 ):
     """Drop-in `transformers.Kimi_K25ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -31,6 +31,8 @@ class Kimi_K25ForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
 
     # One frame per patch, kept as a small RGB image for the convolutional patch embedding.
     vision_config_names = PatchGridVisionNames(

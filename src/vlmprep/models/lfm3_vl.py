@@ -8,12 +8,10 @@ come as one run per frame after the frame's timestamp, as Qwen3-VL's do. The dec
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
-class Lfm3VlForConditionalGeneration(
-    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.Lfm3VlForConditionalGeneration
-):
+class Lfm3VlForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.Lfm3VlForConditionalGeneration):
     """Drop-in `transformers.Lfm3VlForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -28,3 +26,6 @@ class Lfm3VlForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
+    video_runs_per_frame = True

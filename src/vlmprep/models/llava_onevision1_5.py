@@ -17,11 +17,11 @@ if not hasattr(transformers, "LlavaOnevision15ForConditionalGeneration"):  # add
     )
 
 from .base import VisionPrepMixin  # noqa: E402 (after the version check, which names what is missing)
-from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames  # noqa: E402
+from .layouts.patch_grid import PatchGridLayout, PatchGridVisionNames  # noqa: E402
 
 
 class LlavaOnevision15ForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.LlavaOnevision15ForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.LlavaOnevision15ForConditionalGeneration
 ):
     """Drop-in `transformers.LlavaOnevision15ForConditionalGeneration` whose vision tower runs once, in input
     preparation.
@@ -38,6 +38,8 @@ class LlavaOnevision15ForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
 
     # One frame per patch: a pixel row is `in_channels * patch_size**2` (the layout reads no temporal patch)
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None)

@@ -23,11 +23,11 @@ import torch
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridLayout, PatchGridVisionNames
 
 
 class MiniMaxM3SparseForConditionalGeneration(
-    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.MiniMaxM3SparseForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.MiniMaxM3SparseForConditionalGeneration
 ):
     """Drop-in `transformers.MiniMaxM3SparseForConditionalGeneration` whose vision tower runs once, in input
     preparation.
@@ -44,6 +44,9 @@ class MiniMaxM3SparseForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
+    video_runs_per_frame = True
 
     vision_config_names = PatchGridVisionNames(channels="num_channels")
 

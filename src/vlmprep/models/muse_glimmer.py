@@ -10,11 +10,11 @@ The decoder's positions are plain 1D; only the vision config's names differ from
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridLayout, PatchGridVisionNames
 
 
 class MuseGlimmerForConditionalGeneration(
-    PatchGridPerFrameTextPositionsLayout, VisionPrepMixin, transformers.MuseGlimmerForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.MuseGlimmerForConditionalGeneration
 ):
     """Drop-in `transformers.MuseGlimmerForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -30,6 +30,9 @@ class MuseGlimmerForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
+    video_runs_per_frame = True
 
     vision_config_names = PatchGridVisionNames(
         merge_size="merge_size", temporal_patch_size="patch_temporal", channels=None

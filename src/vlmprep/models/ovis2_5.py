@@ -24,14 +24,12 @@ from ..generation.spans import Block  # noqa: E402 (after the version check, whi
 from .base import VisionPrepMixin  # noqa: E402
 from .layouts.patch_grid import (  # noqa: E402
     PATCH_GRID_CACHE_POSITIONS_FACTS,
-    PatchGridTextPositionsLayout,
+    PatchGridLayout,
     PatchGridVisionNames,
 )
 
 
-class Ovis2_5ForConditionalGeneration(
-    PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Ovis2_5ForConditionalGeneration
-):
+class Ovis2_5ForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.Ovis2_5ForConditionalGeneration):
     """Drop-in `transformers.Ovis2_5ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -49,6 +47,8 @@ class Ovis2_5ForConditionalGeneration(
 
     ```
     """
+
+    multimodal_positions = False
 
     # Upstream counts the items of a forward by its list of features: one tensor per item run, not one per forward
     vision_facts = replace(PATCH_GRID_CACHE_POSITIONS_FACTS, features_per_item=True)

@@ -8,12 +8,10 @@ from one prefill chunk to the next; the prefix cache stores snapshots of them (d
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
-class Qwen3_5ForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Qwen3_5ForConditionalGeneration
-):
+class Qwen3_5ForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.Qwen3_5ForConditionalGeneration):
     """Drop-in `transformers.Qwen3_5ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -28,3 +26,5 @@ class Qwen3_5ForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True

@@ -3,11 +3,11 @@
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
 class Qwen3_5MoeForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Qwen3_5MoeForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Qwen3_5MoeForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen3_5MoeForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -25,3 +25,5 @@ class Qwen3_5MoeForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True

@@ -3,12 +3,10 @@
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
-class Qwen3VLForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Qwen3VLForConditionalGeneration
-):
+class Qwen3VLForConditionalGeneration(PatchGridLayout, VisionPrepMixin, transformers.Qwen3VLForConditionalGeneration):
     """Drop-in `transformers.Qwen3VLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     The vision tower's deepstack features (added to the first text layers' hidden states at the placeholders) are
@@ -26,3 +24,5 @@ class Qwen3VLForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True

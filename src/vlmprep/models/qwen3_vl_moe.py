@@ -3,11 +3,11 @@
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
 class Qwen3VLMoeForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Qwen3VLMoeForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Qwen3VLMoeForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen3VLMoeForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -16,10 +16,11 @@ class Qwen3VLMoeForConditionalGeneration(
     Example:
 
     ```python
-    >>> from vlmprep.models.layouts.patch_grid import PatchGridPerFrameLayout
     >>> from vlmprep.models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
-    >>> issubclass(Qwen3VLMoeForConditionalGeneration, PatchGridPerFrameLayout)  # a video: one run per frame
-    True
+    >>> Qwen3VLMoeForConditionalGeneration.layout.name  # a video: one run per frame
+    'patch_grid_per_frame'
 
     ```
     """
+
+    video_runs_per_frame = True

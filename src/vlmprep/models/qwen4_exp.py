@@ -13,11 +13,11 @@ keys and their positions per token (`vlmprep.cache.layer_extras`).
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.patch_grid import PatchGridPerFrameLayout
+from .layouts.patch_grid import PatchGridLayout
 
 
 class Qwen4ExpForConditionalGeneration(
-    PatchGridPerFrameLayout, VisionPrepMixin, transformers.Qwen4ExpForConditionalGeneration
+    PatchGridLayout, VisionPrepMixin, transformers.Qwen4ExpForConditionalGeneration
 ):
     """Drop-in `transformers.Qwen4ExpForConditionalGeneration` whose vision tower runs once, in input preparation.
 
@@ -33,3 +33,5 @@ class Qwen4ExpForConditionalGeneration(
 
     ```
     """
+
+    video_runs_per_frame = True

@@ -19,6 +19,7 @@ from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
 from ...generation.items import grid_rows
 from ...generation.validation import check_every_row_attends, check_passed_with
+from . import Layout, layout_of
 
 __all__ = [
     "MM_TOKEN_TYPES",
@@ -111,16 +112,35 @@ class PatchGridVisionNames:
         return (channels * frames, patch_size, patch_size)
 
 
-class PatchGridLayout(FamilyHooks):
-    """Family hooks of the patch-grid layout with M-RoPE positions (listed before `VisionPrepMixin`).
+_GRID = "flattened patches on a (t, h, w) grid per item"
+PATCH_GRID = Layout("patch_grid", f"{_GRID}, multimodal rope positions")
+PATCH_GRID_TEXT_POSITIONS = Layout("patch_grid_text_positions", f"{_GRID}, 1D text positions")
+PATCH_GRID_PER_FRAME = Layout("patch_grid_per_frame", f"{_GRID}, a video one run per frame, multimodal rope positions")
+PATCH_GRID_PER_FRAME_TEXT_POSITIONS = Layout(
+    "patch_grid_per_frame_text_positions", f"{_GRID}, a video one run per frame, 1D text positions"
+)
+# (multimodal positions, a video one run per frame) -> the layout those traits make
+_LAYOUT_OF_TRAITS = {
+    (True, False): PATCH_GRID,
+    (False, False): PATCH_GRID_TEXT_POSITIONS,
+    (True, True): PATCH_GRID_PER_FRAME,
+    (False, True): PATCH_GRID_PER_FRAME_TEXT_POSITIONS,
+}
 
-    Positions are 3D M-RoPE: upstream computes them with `rope_deltas` stored on the model by an earlier call, which
-    goes wrong as soon as another request runs in between, or when new images follow a cached part; here they are
-    computed from the whole prompt alone.
+
+class PatchGridLayout(FamilyHooks):
+    """Family hooks of the patch-grid layouts (listed before `VisionPrepMixin`).
+
+    A family states two traits as values: `multimodal_positions` (3D M-RoPE, `True`, or its decoder's plain 1D
+    positions) and `video_runs_per_frame` (a video is one run, or one run per frame between timestamps); its layout
+    (`PATCH_GRID`, ...) follows from them. M-RoPE positions upstream come from `rope_deltas` stored on the model by
+    an earlier call, which goes wrong as soon as another request runs in between, or when new images follow a cached
+    part; here they are computed from the whole prompt alone.
     """
 
-    layout_name = "patch_grid"
-    layout_description = "flattened patches on a (t, h, w) grid per item, multimodal rope positions"
+    layout = PATCH_GRID
+    multimodal_positions: bool = True
+    video_runs_per_frame: bool = False
 
     # Qwen2-VL's inputs (a family whose facts differ states its own), and where the vision config keeps the merge side,
     # the temporal patch and the channels (Qwen2-VL's names).
@@ -129,22 +149,35 @@ class PatchGridLayout(FamilyHooks):
     # Each item's patch rows follow the last, `t * h * w` of them per `(t, h, w)` grid row.
     item_shape = staticmethod(lambda facts: grid_rows(facts.pixel_keys[0], facts.per_item_keys[0]))
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # A family (or layout) stating only traits gets the layout they make; one stating its own layout keeps it.
+        if "layout" not in vars(cls) and layout_of(cls) in _LAYOUT_OF_TRAITS.values():
+            cls.layout = _LAYOUT_OF_TRAITS[(cls.multimodal_positions, cls.video_runs_per_frame)]
+
     def _grid_and_pixel_keys(self, modality: str) -> tuple[str, str]:
         facts = self._modality_facts(modality)
         return facts.per_item_keys[0], facts.pixel_keys[0]
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """Placeholders of each item: `grid_token_counts` of its grid row.
+        """Placeholders of each item: `grid_token_counts` of its grid row; with `video_runs_per_frame`, a video's come
+        as one run per frame (its `t` pieces of `h * w / spatial_merge_size**2`, in frame order).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
             modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
 
         Returns:
-            `list[int]` or `None` (no grids passed)
+            `list[int]`, `list[list[int]]` (videos run per frame) or `None` (no grids passed)
         """
         grid = model_kwargs.get(self._grid_and_pixel_keys(modality)[0])
-        return None if grid is None else self.grid_token_counts(grid, modality).tolist()
+        if grid is None:
+            return None
+        counts = self.grid_token_counts(grid, modality).tolist()
+        if modality != "video" or not self.video_runs_per_frame:
+            return counts
+        frames = grid[:, 0].tolist()
+        return [[count // t] * t for count, t in zip(counts, frames, strict=True)]
 
     def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:
         """Placeholders of each item's `(t, h, w)` grid row: `t * h * w`, merged `spatial_merge_size**2` to one.
@@ -202,8 +235,11 @@ class PatchGridLayout(FamilyHooks):
             model_kwargs (`dict[str, Any]`): the call's inputs (grids, mask, token types).
 
         Returns:
-            `torch.Tensor` of shape `(4, batch, seq)`
+            `torch.Tensor` of shape `(4, batch, seq)`, or `None` without `multimodal_positions` (the decoder's rope is
+            1D: transformers' own positions are kept)
         """
+        if not self.multimodal_positions:
+            return None
         attention_mask = model_kwargs.get("attention_mask")
         if attention_mask is not None and attention_mask.shape[-1] != input_ids.shape[-1]:
             attention_mask = None  # only the new tokens were passed: the mixin then asks for the whole prompt
@@ -253,54 +289,27 @@ class PatchGridLayout(FamilyHooks):
         return torch.cat([text_positions.unsqueeze(0), mrope.to(text_positions.dtype)], dim=0)  # (4, batch, seq)
 
 
+# Until every family states its traits itself: the traits under the names families listed as bases.
 class PatchGridTextPositionsLayout(PatchGridLayout):
-    """The patch-grid layout for decoders with plain 1D positions (EXAONE 4.5, HyperCLOVAX, LFM3-VL)."""
+    """`PatchGridLayout` with `multimodal_positions = False`."""
 
-    layout_name = "patch_grid_text_positions"
-    layout_description = "flattened patches on a (t, h, w) grid per item, 1D text positions"
-
-    def vision_position_ids(self, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
-        """No multimodal positions: the decoder's rope is 1D, so transformers' own positions are kept."""
-        return None
+    multimodal_positions = False
 
 
 class PatchGridPerFrameLayout(PatchGridLayout):
-    """The patch-grid layout, except that a video's placeholders come as one run per frame (temporal patch).
+    """`PatchGridLayout` with `video_runs_per_frame = True`."""
 
-    Each run follows the frame's timestamp text, so a video is one item with `t` pieces of
-    `h * w / spatial_merge_size**2` placeholders, in frame order (the order of its feature rows).
-    """
-
-    layout_name = "patch_grid_per_frame"
-    layout_description = (
-        "flattened patches on a (t, h, w) grid per item, a video one run per frame, multimodal rope positions"
-    )
-
-    def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
-        """As `PatchGridLayout`, except that a video's placeholders come as one run per frame, between timestamps.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs (the grids).
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `list[int]` (images), `list[list[int]]` (videos: per frame) or `None` (no grids passed)
-        """
-        counts = super().item_token_counts(model_kwargs, modality)
-        if modality != "video" or counts is None:
-            return counts
-        frames = model_kwargs["video_grid_thw"][:, 0].tolist()
-        return [[count // t] * t for count, t in zip(counts, frames, strict=True)]
+    video_runs_per_frame = True
 
 
-class PatchGridPerFrameTextPositionsLayout(PatchGridTextPositionsLayout, PatchGridPerFrameLayout):
-    """Per-frame video runs with plain 1D positions (LFM3-VL)."""
+class PatchGridPerFrameTextPositionsLayout(PatchGridLayout):
+    """`PatchGridLayout` with both traits."""
 
-    layout_name = "patch_grid_per_frame_text_positions"
-    layout_description = "flattened patches on a (t, h, w) grid per item, a video one run per frame, 1D text positions"
+    multimodal_positions = False
+    video_runs_per_frame = True
 
 
-class TokenGridTextPositionsLayout(PatchGridTextPositionsLayout):
+class TokenGridTextPositionsLayout(PatchGridLayout):
     """A grid counted in placeholders, one pixel row per placeholder, 1D positions (Inkling2, Inkling2-Loop).
 
     Each row of `pixel_values` is the square of `merge_size x merge_size` patches that becomes one placeholder,
@@ -311,10 +320,11 @@ class TokenGridTextPositionsLayout(PatchGridTextPositionsLayout):
     # Inkling2's: images only, and its tower's config names the channels `num_channels`.
     vision_facts = replace(PATCH_GRID_FACTS, other_modalities=())
     vision_config_names = PatchGridVisionNames(channels="num_channels")
-    layout_name = "token_grid_text_positions"
-    layout_description = (
-        "a (t, h, w) grid of placeholders per image, one pixel square of merged patches each, 1D text positions"
+    layout = Layout(
+        "token_grid_text_positions",
+        "a (t, h, w) grid of placeholders per image, one pixel square of merged patches each, 1D text positions",
     )
+    multimodal_positions = False
 
     def _grid_cells_per_token(self) -> int:
         return 1
