@@ -17,6 +17,7 @@ from transformers.models.llava_next.modeling_llava_next import image_size_to_num
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
 from ...generation.items import default_schema
+from . import Layout
 from .vision_patches import vision_patch_count
 
 __all__ = ["AnyresCropsLayout", "dummy_crop_features", "tokens_per_crop", "trim_padding_crops"]
@@ -56,8 +57,9 @@ def _trim_selected_crops(model, model_kwargs: dict[str, Any], selected: dict[str
 class AnyresCropsLayout(FamilyHooks):
     """Family hooks of any-res images (LLaVA-NeXT, LLaVA-NeXT-Video); other modalities get the mixin's defaults."""
 
-    layout_name = "anyres_crops"
-    layout_description = "an image is a base crop and a grid of crops, placeholders from upstream's packing"
+    layout = Layout(
+        "anyres_crops", "an image is a base crop and a grid of crops, placeholders from upstream's packing"
+    )
 
     # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`, padded to the
     # batch's largest count (trimmed per selection); the model concatenates `pooler_output`, a list of per-image

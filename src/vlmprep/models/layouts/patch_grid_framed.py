@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from . import Layout
 from .patch_grid import PatchGridLayout
 
 __all__ = ["PatchGridFramedLayout"]
@@ -21,10 +22,9 @@ class PatchGridFramedLayout(PatchGridLayout):
     rows beside it (and its KV could not be reused alone): a batch with images in more than one row is refused.
     """
 
-    layout_name = "patch_grid_framed"
-    layout_description = (
-        "flattened patches on a (t, h, w) grid per image, its run also holding row separators and begin/end tokens, "
-        "multimodal rope positions with an image-index axis"
+    layout = Layout(
+        "patch_grid_framed",
+        "flattened patches on a (t, h, w) grid per image, its run also holding row separators and begin/end tokens, multimodal rope positions with an image-index axis",
     )
 
     def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:

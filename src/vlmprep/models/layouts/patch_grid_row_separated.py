@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from . import Layout
 from .patch_grid import PatchGridLayout
 
 __all__ = ["PatchGridRowSeparatedLayout"]
@@ -14,10 +15,9 @@ class PatchGridRowSeparatedLayout(PatchGridLayout):
     """Patch grids whose item run is `t * h' * (w' + 1)` placeholders (`h' = h / merge_size`, `w' = w / merge_size`):
     the merger appends a newline embedding to every merged row of every frame. A video is one run, as an image."""
 
-    layout_name = "patch_grid_row_separated"
-    layout_description = (
-        "flattened patches on a (t, h, w) grid per item, its run also holding a newline after each merged row, "
-        "multimodal rope positions"
+    layout = Layout(
+        "patch_grid_row_separated",
+        "flattened patches on a (t, h, w) grid per item, its run also holding a newline after each merged row, multimodal rope positions",
     )
 
     def grid_token_counts(self, grid: torch.Tensor, modality: str) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
 from ...generation.items import default_schema
+from . import Layout
 
 __all__ = ["PixtralImagesLayout", "PixtralRowsLayout", "crop_batch_padding"]
 
@@ -46,8 +47,7 @@ def crop_batch_padding(model, model_kwargs: dict[str, Any], image_inputs: dict[s
 class PixtralImagesLayout(FamilyHooks):
     """Family hooks of Pixtral images as one placeholder run each (images only)."""
 
-    layout_name = "pixtral_image"
-    layout_description = "an image of any size is one run of its merged patches"
+    layout = Layout("pixtral_image", "an image of any size is one run of its merged patches")
 
     # Images of any size up to the tower's `image_size` (its rope covers no more patches), padded to the batch's
     # largest (cropped per selection); `pooler_output` is a tuple of per-image tensors that the model concatenates.
@@ -80,8 +80,7 @@ class PixtralImagesLayout(FamilyHooks):
 class PixtralRowsLayout(PixtralImagesLayout):
     """Pixtral images whose `[IMG]` placeholders come one run per row of merged patches (Mistral3)."""
 
-    layout_name = "pixtral_rows"
-    layout_description = "an image of any size is one run per row of merged patches, split by break tokens"
+    layout = Layout("pixtral_rows", "an image of any size is one run per row of merged patches, split by break tokens")
 
     def item_token_counts(self, model_kwargs: dict[str, Any], modality: str = "image") -> list | None:
         """Per image, its rows of `[IMG]` placeholders: `rows` runs of `columns`.

@@ -28,6 +28,7 @@ from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
 from ...generation.validation import check_companion_input
 from ..base import keeps_upstream_interface
+from . import Layout
 
 # Every Q-Former family: a fixed count per item (the learned queries), nothing per item besides the pixels.
 QFORMER_FACTS = VisionFacts(tokens_per_image_attr="num_query_tokens", per_image_keys=())
@@ -50,10 +51,9 @@ class QueryRows(BaseModelOutputWithPooling):
 class QFormerQueriesLayout(FamilyHooks):
     """An item is one image (or video) whose Q-Former queries fill one run of `num_query_tokens` placeholders."""
 
-    layout_name = "qformer_queries"
-    layout_description = (
-        "an image (or video) is one run of the Q-Former's `num_query_tokens` projected queries; forwards without "
-        "items taken, encoder-decoder language models refused"
+    layout = Layout(
+        "qformer_queries",
+        "an image (or video) is one run of the Q-Former's `num_query_tokens` projected queries; forwards without items taken, encoder-decoder language models refused",
     )
     # Upstream's `generate` takes `pixel_values` first; vlmprep's `generate` prepares them from the prompt's ids.
     main_input_name = "input_ids"

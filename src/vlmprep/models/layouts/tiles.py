@@ -14,6 +14,7 @@ from transformers import PreTrainedConfig
 
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
+from . import Layout
 
 __all__ = ["PixelShuffledTilesLayout", "pixel_shuffled_tile_tokens"]
 
@@ -28,8 +29,7 @@ def pixel_shuffled_tile_tokens(config: PreTrainedConfig) -> int:
 class PixelShuffledTilesLayout(FamilyHooks):
     """Family hooks of tiles pixel-shuffled by `downsample_factor` (images only): the mixin's, with these facts."""
 
-    layout_name = "pixel_shuffled_tiles"
-    layout_description = "each tile of an image is one item, its patch grid pixel-shuffled"
+    layout = Layout("pixel_shuffled_tiles", "each tile of an image is one item, its patch grid pixel-shuffled")
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
     vision_facts = VisionFacts(per_image_keys=(), tokens_per_image=pixel_shuffled_tile_tokens)

@@ -12,6 +12,7 @@ from typing import Any
 from transformers import PreTrainedConfig
 
 from ...generation.hooks import FamilyHooks
+from . import Layout
 
 __all__ = ["VisionPatchesLayout", "vision_patch_count"]
 
@@ -22,8 +23,7 @@ class VisionPatchesLayout(FamilyHooks):
     A family whose model keeps the CLS token under the `"full"` feature select strategy sets `counts_cls_token`.
     """
 
-    layout_name = "vision_patches"
-    layout_description = "one fixed-resolution image, one run of its vision patch tokens"
+    layout = Layout("vision_patches", "one fixed-resolution image, one run of its vision patch tokens")
 
     # Whether the `"full"` feature select strategy (from the call or the config) adds the CLS token to the count.
     counts_cls_token: bool = False
