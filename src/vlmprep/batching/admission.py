@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..generation.encoding import ItemEncoder
+from ..generation.items import join_item_inputs
 from .prompt import RequestItems
 
 
@@ -65,6 +66,19 @@ def _concat_signature(item_inputs: dict[str, Any]) -> tuple:
     return tuple(signature)
 
 
+def _joined_item_inputs(model, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    # Each modality's inputs joined as its item schema says (flat inputs along their axis, clips padded); the rest
+    # (position inputs) one entry per item
+    joined, handled = {}, set()
+    for modality in model.vision_facts.modalities:
+        schema = model.item_schema(modality.name)
+        joined.update(join_item_inputs(schema, parts))
+        handled.update(schema.keys)
+    for key in parts[0].keys() - handled:
+        joined[key] = _concatenated([part[key] for part in parts])
+    return joined
+
+
 def _concatenated(values: list[Any]) -> Any:
     if all(isinstance(value, torch.Tensor) for value in values):
         return torch.cat(values, dim=0)
@@ -91,8 +105,7 @@ def _encode_together(model, requests: list[RequestItems]) -> None:
         hashes.update({first_item + index: request.hashes[index] for index in items})
         first_item += len(items)
         first_of_modality.update(per_modality)
-    keys = requests[0].item_inputs.keys()
-    model_kwargs = {key: _concatenated([request.item_inputs[key] for request in requests]) for key in keys}
+    model_kwargs = _joined_item_inputs(model, [request.item_inputs for request in requests])
     # Items with the same content (one image in several requests) are encoded once
     first_of_hash: dict[str, int] = {}
     for index in sorted(hashes):

@@ -38,6 +38,7 @@ __all__ = [
     "default_schema",
     "flat",
     "grid_rows",
+    "join_item_inputs",
     "select_items",
     "shared",
     "sizes",
@@ -296,3 +297,66 @@ def _select_clips(model_kwargs: dict[str, Any], item_input: ItemInput, indices: 
     last = torch.where(real, torch.arange(real.shape[-1], device=real.device) + 1, 0).amax(-1)
     length = int(last.max()) if last.numel() else 0
     return {item_input.key: values.narrow(item_input.axis, 0, length), item_input.mask: mask[:, :length]}
+
+
+def join_item_inputs(schema: ItemSchema, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The inputs of several calls' items as one call holds them: the inverse of `ItemSchema.select`, as a processor
+    batches items (collation in continuous batching's encoder calls and in tests).
+
+    Batched inputs are concatenated along their first axis (zero-padded to the largest beyond it, as a processor pads
+    images or crops), flat ones along their axis, sizes one after the other, clips padded at the end to the longest
+    with their masks (padding marked unreal), shared ones taken from the first part holding them.
+
+    Args:
+        schema (`ItemSchema`): how the modality's inputs hold its items.
+        parts (`list[dict[str, Any]]`): each call's inputs of the modality (a part may lack some or all of them).
+
+    Returns:
+        `dict[str, Any]`: the joined inputs, only those some part holds.
+    """
+    joined: dict[str, Any] = {}
+    for item_input in schema.inputs:
+        values = [part[item_input.key] for part in parts if part.get(item_input.key) is not None]
+        if not values:
+            continue
+        if item_input.kind == "shared":
+            joined[item_input.key] = values[0]
+        elif item_input.kind == "clip":
+            masks = [part.get(item_input.mask) for part in parts if part.get(item_input.key) is not None]
+            joined.update(_join_clips(item_input, values, masks))
+        elif item_input.kind == "flat":
+            joined[item_input.key] = _join(values, item_input.axis, pad=False)
+        else:
+            joined[item_input.key] = _join(values, 0, pad=item_input.kind == "batched")
+    return joined
+
+
+def _join(values: list[Any], axis: int, pad: bool) -> Any:
+    if not all(isinstance(value, torch.Tensor) for value in values):
+        return [entry for value in values for entry in (value.tolist() if hasattr(value, "tolist") else value)]
+    if pad and len({value.shape[1:] for value in values}) > 1:
+        shape = [max(value.shape[dim] for value in values) for dim in range(values[0].ndim)]
+        values = [_zero_padded(value, shape[1:]) for value in values]
+    return torch.cat(values, dim=axis)
+
+
+def _zero_padded(value: torch.Tensor, trailing: list[int]) -> torch.Tensor:
+    # Zeros after the end of every axis but the first, up to `trailing` (a processor's padding of a batch)
+    pad = []
+    for dim in reversed(range(1, value.ndim)):
+        pad += [0, trailing[dim - 1] - value.shape[dim]]
+    return torch.nn.functional.pad(value, pad)
+
+
+def _join_clips(item_input: ItemInput, values: list[torch.Tensor], masks: list[Any]) -> dict[str, Any]:
+    axis = item_input.axis % values[0].ndim
+    longest = max(value.shape[axis] for value in values)
+
+    def padded(value: torch.Tensor, dim: int) -> torch.Tensor:
+        pad = [0, 0] * (value.ndim - 1 - dim) + [0, longest - value.shape[dim]]
+        return torch.nn.functional.pad(value, pad)
+
+    joined = {item_input.key: torch.cat([padded(value, axis) for value in values])}
+    if all(mask is not None for mask in masks):
+        joined[item_input.mask] = torch.cat([padded(mask, mask.ndim - 1) for mask in masks])
+    return joined
