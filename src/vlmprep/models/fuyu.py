@@ -14,6 +14,7 @@ import torch
 import transformers
 
 from ..generation import VisionFacts
+from ..generation.items import ItemSchema, batched
 from .base import VisionPrepMixin
 from .layouts.patch_items_and_audio import check_one_patch_per_placeholder
 from .layouts.stated_counts import LinearPatchesLayout
@@ -46,36 +47,9 @@ class FuyuForCausalLM(LinearPatchesLayout, VisionPrepMixin, transformers.FuyuFor
         pixel_layout=None,
         tokens_per_image=one_placeholder_per_patch,
         features_key="last_hidden_state",
+        # Every axis of `pixel_values` but the last counts patches: `(patches, dim)` or `(batch, patches, dim)`.
+        image_items=ItemSchema((batched("pixel_values", flatten=True),)),
     )
-
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Patches of all images: the rows of `pixel_values` `(patches, patch_dim)` (or `(batch, patches, dim)`).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): Fuyu has images only.
-
-        Returns:
-            `int` or `None` (no pixels passed)
-        """
-        pixel_values = model_kwargs.get("pixel_values")
-        return None if pixel_values is None else pixel_values.numel() // pixel_values.shape[-1]
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The given patches, `(len(indices), patch_dim)`.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): patch indices, in placeholder order.
-            modality (`str`, *optional*, defaults to `"image"`): Fuyu has images only.
-
-        Returns:
-            `dict[str, Any]`
-        """
-        pixel_values = model_kwargs["pixel_values"]
-        return {"pixel_values": pixel_values.reshape(-1, pixel_values.shape[-1])[indices]}
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise a clear `ValueError` unless every patch of `pixel_values` has `num_channels * patch_size ** 2` values.

@@ -30,6 +30,7 @@ from ...generation import VisionFacts
 from ...generation.decode_positions import text_after_items
 from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
+from ...generation.items import ItemSchema, Sizes, batched, flat
 from ...generation.validation import check_passed_with
 from .patch_grid import PatchGridLayout
 
@@ -51,6 +52,13 @@ PACKED_VIEWS_FACTS = VisionFacts(
     features_as_list=True,
     other_modalities=(ModalityFacts("video", "video_token_id", ("pixel_values_videos",), ("target_sizes_videos",)),),
 )
+
+
+def packed_views(facts: ModalityFacts) -> ItemSchema:
+    """A modality's views: the pixel columns of each view follow the last, `h * w * patch_size` of them for a `(h, w)`
+    row of the sizes (in patches)."""
+    columns = Sizes(facts.per_item_keys[0], "prod", times=lambda config: config.vision_config.patch_size)
+    return ItemSchema((flat(facts.pixel_keys[0], columns, axis=-1), batched(facts.per_item_keys[0])))
 
 
 class FactsByVideoPlaceholder:
@@ -86,6 +94,7 @@ class PackedViewsLayout(FamilyHooks):
         "side with a `target_sizes` row"
     )
     vision_facts = FactsByVideoPlaceholder(PACKED_VIEWS_FACTS)
+    item_shape = staticmethod(packed_views)
 
     def _view_keys(self, modality: str) -> tuple[str, str]:
         facts = self._modality_facts(modality)
@@ -118,24 +127,30 @@ class PackedViewsLayout(FamilyHooks):
         merged = self._patches_per_placeholder(model_kwargs)
         return [int(height) * int(width) // merged for height, width in sizes.tolist()]
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Views: rows of the sizes, with the packed pixels checked against them first.
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` unless the packed pixels are every view's patches side by side, `(1, channels,
+        patch_size, total_patches * patch_size)` for the views of the sizes, each view whole merged blocks a side.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
             modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `int` or `None` (neither sizes nor pixels passed)
         """
         pixel_key, sizes_key = self._view_keys(modality)
-        pixels, sizes = model_kwargs.get(pixel_key), model_kwargs.get(sizes_key)
-        if pixels is None and sizes is None:
-            return None
+        pixels = model_kwargs.get(pixel_key)
+        if pixels is None:
+            return
         check_passed_with(model_kwargs, pixel_key, sizes_key)
-        if pixels is not None:
-            self._check_packed_pixels(pixels, sizes, modality, model_kwargs)
-        return sizes.shape[0]
+        sizes, vision_config = model_kwargs[sizes_key], self.config.vision_config
+        self._check_view_sizes(sizes, modality, model_kwargs)
+        width = int(sizes.prod(-1).sum()) * vision_config.patch_size
+        expected = (1, vision_config.num_channels, vision_config.patch_size, width)
+        if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
+            shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
+            raise ValueError(
+                f"`{pixel_key}` has shape {shape} but this model's vision tower takes every view's patches packed "
+                f"side by side, {expected} for the {sizes.shape[0]} view(s) of `{sizes_key}`. Preprocess the "
+                f"{modality}s with this model's processor."
+            )
 
     def _check_view_sizes(self, sizes: Any, modality: str, model_kwargs: dict[str, Any]) -> None:
         # A view's sides must be whole merged blocks (the mergers reshape by them): checked before its count is used
@@ -150,42 +165,6 @@ class PackedViewsLayout(FamilyHooks):
                 f"{model_kwargs.get('downsample_mode') or self.config.downsample_mode!r}). Preprocess the "
                 f"{modality}s with its processor, in the same mode."
             )
-
-    def _check_packed_pixels(
-        self, pixels: Any, sizes: torch.Tensor, modality: str, model_kwargs: dict[str, Any]
-    ) -> None:
-        pixel_key, sizes_key = self._view_keys(modality)
-        vision_config = self.config.vision_config
-        patch = vision_config.patch_size
-        self._check_view_sizes(sizes, modality, model_kwargs)
-        width = int(sizes.prod(-1).sum()) * patch
-        expected = (1, vision_config.num_channels, patch, width)
-        if not isinstance(pixels, torch.Tensor) or tuple(pixels.shape) != expected:
-            shape = tuple(pixels.shape) if isinstance(pixels, torch.Tensor) else type(pixels).__name__
-            raise ValueError(
-                f"`{pixel_key}` has shape {shape} but this model's vision tower takes every view's patches packed "
-                f"side by side, {expected} for the {sizes.shape[0]} view(s) of `{sizes_key}`. Preprocess the "
-                f"{modality}s with this model's processor."
-            )
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The views' packed patches (each view owns `h * w * patch_size` consecutive columns) and sizes, in order.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the views of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `dict[str, Any]`: the pixel inputs and sizes of those views.
-        """
-        pixel_key, sizes_key = self._view_keys(modality)
-        sizes = model_kwargs[sizes_key]
-        widths = (sizes.prod(-1) * self.config.vision_config.patch_size).tolist()
-        columns = torch.split(model_kwargs[pixel_key], widths, dim=-1)  # per view: (1, C, patch, h * w * patch)
-        return {pixel_key: torch.cat([columns[index] for index in indices], dim=-1), sizes_key: sizes[indices]}
 
 
 class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
@@ -208,8 +187,10 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
     # read: it is sliced with the prompt, and derived from the placeholders when a caller leaves it out.
     vision_facts = FactsByVideoPlaceholder(replace(PACKED_VIEWS_FACTS, token_type_key="mm_token_type_ids"))
     # The same computation as the patch-grid layout's: the model's `get_rope_index` over the whole prompt with each
-    # modality's per-item sizes (`target_sizes`, `target_sizes_videos`) and its extras (`downsample_mode`).
+    # modality's per-item sizes (`target_sizes`, `target_sizes_videos`) and its extras (`downsample_mode`), which
+    # reads the patch-grid trait of multimodal positions.
     vision_position_ids = PatchGridLayout.vision_position_ids
+    multimodal_positions = True
 
     def _update_model_kwargs_for_generation(
         self, outputs: Any, model_kwargs: dict[str, Any], is_encoder_decoder: bool = False, num_new_tokens: int = 1
