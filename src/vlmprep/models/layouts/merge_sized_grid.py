@@ -16,6 +16,7 @@ import torch
 
 from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
+from ...generation.items import ItemSchema, Sizes, batched, flat, grid_rows
 from ...generation.validation import check_companion_input
 from .patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
 
@@ -38,6 +39,19 @@ MERGE_SIZED_GRID_FACTS = VisionFacts(
 )
 
 
+def merge_sized_grid_rows(facts: ModalityFacts) -> ItemSchema:
+    """A modality's grid rows (`grid_rows`) with each item's merge size; a video's stretch of the compression mask
+    follows the last, one entry per merged row of the video."""
+    grid_key, merge_key = facts.per_item_keys[:2]
+    kept = () if facts.kept_rows_key is None else (flat(facts.kept_rows_key, Sizes(grid_key, computed=_mask_shares)),)
+    return grid_rows(facts.pixel_keys[0], grid_key, batched(merge_key), *kept)
+
+
+def _mask_shares(model, model_kwargs: dict[str, Any]) -> list[int]:
+    # Each video's merged rows, the shares of its compression mask (none without grids: the mask is then unmatched)
+    return model._merged_rows(model_kwargs, "video") or []
+
+
 class MergeSizedGridLayout(PatchGridTextPositionsLayout):
     """Patch grids with a merge size per item and 1D positions; a video one run per frame of its kept rows."""
 
@@ -48,6 +62,7 @@ class MergeSizedGridLayout(PatchGridTextPositionsLayout):
     )
     vision_facts = MERGE_SIZED_GRID_FACTS
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None, channels="num_channels")
+    item_shape = staticmethod(merge_sized_grid_rows)
 
     def _merged_rows(self, model_kwargs: dict[str, Any], modality: str) -> list[int] | None:
         # Merged rows of each item before any compression: `t * h * w / merge_size**2`.
@@ -92,27 +107,3 @@ class MergeSizedGridLayout(PatchGridTextPositionsLayout):
             per_frame = [video_rows // t] * t if video_mask is None else video_mask.reshape(t, -1).sum(-1).tolist()
             counts.append([count for count in per_frame if count > 0])
         return counts
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The items' patch rows, grid rows and merge sizes, and for videos their stretches of the compression mask.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"video"`.
-
-        Returns:
-            `dict[str, Any]`: the inputs of those items.
-        """
-        selected = super().select_item_inputs(model_kwargs, indices, modality)
-        merge_key = self._modality_facts(modality).per_item_keys[1]
-        selected[merge_key] = model_kwargs[merge_key][indices]
-        if modality == "video":
-            rows = self._merged_rows(model_kwargs, modality)
-            mask = self._kept_mask(model_kwargs, rows)
-            if mask is not None:
-                masks = torch.split(mask, rows)
-                selected["video_compression_mask"] = torch.cat([masks[index] for index in indices])
-        return selected
