@@ -18,10 +18,33 @@ import transformers
 
 from ..generation import VisionFacts
 from ..generation.facts import ModalityFacts
-from ..generation.items import select_items
+from ..generation.items import ItemSchema, Sizes, flat, sizes
 from .base import VisionPrepMixin
 from .layouts.anyres import dummy_crop_features, tokens_per_crop, trim_padding_crops
 from .layouts.stated_counts import AnyresCropsPerSampleLayout
+
+# An item's images: the images of one sample of `batch_num_images` (text-only samples are no item), or each image
+# alone without it.
+SAMPLES = Sizes("batch_num_images", one_each_without=True)
+
+
+def trim_sample_crops(model, model_kwargs: dict[str, Any], selected: dict[str, Any]) -> dict[str, Any]:
+    """The selected images without their padding crops: an image of a one-image sample has its grid, the images of a
+    multi-image sample the base crop only; `batch_num_images` as the list of the items' image counts.
+
+    Args:
+        model: the drop-in.
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        selected (`dict[str, Any]`): the selected items' inputs.
+
+    Returns:
+        `dict[str, Any]`
+    """
+    if selected.get("batch_num_images") is None:
+        return trim_padding_crops(model.config, selected)
+    counts = [int(count) for count in selected["batch_num_images"]]
+    with_grid = [count == 1 for count in counts for _ in range(count)]
+    return trim_padding_crops(model.config, {**selected, "batch_num_images": counts}, with_grid)
 
 
 class LlavaOnevisionForConditionalGeneration(
@@ -50,6 +73,15 @@ class LlavaOnevisionForConditionalGeneration(
     # `pixel_values_videos` entry and one placeholder run (its features are checked against the run's length).
     vision_facts = VisionFacts(
         per_image_keys=("image_sizes", "batch_num_images"),
+        image_items=ItemSchema(
+            (
+                flat("pixel_values", SAMPLES),
+                flat("image_sizes", SAMPLES),
+                sizes("batch_num_images"),  # the items' samples only
+            ),
+            unpad=trim_sample_crops,
+            counted_by=("pixel_values",),
+        ),
         pixel_layout="crops",
         features_as_list=True,
         # Upstream reads image features as a list, video features as one `(videos, rows, dim)` tensor
@@ -92,44 +124,6 @@ class LlavaOnevisionForConditionalGeneration(
         )
         lengths = [int(features.shape[0]) for features in packed]
         return [lengths[group[0]] if len(group) == 1 else [lengths[i] for i in group] for group in groups]
-
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Items passed: the samples of `batch_num_images` with images, or the images when it is not given."""
-        if modality != "image":
-            return super().count_items(model_kwargs, modality)
-        num_images = super().count_items(model_kwargs)
-        batch_num_images = model_kwargs.get("batch_num_images")
-        if num_images is None or batch_num_images is None:
-            return num_images
-        expected = sum(int(n) for n in batch_num_images)
-        if expected != num_images:
-            raise ValueError(
-                f"{num_images} image(s) were passed but the prompt has {expected} according to `batch_num_images` "
-                f"{[int(n) for n in batch_num_images]}. Pass the `pixel_values`, `image_sizes` and `batch_num_images` "
-                "the processor returned together."
-            )
-        return len(image_groups(batch_num_images, num_images))
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The pixels and sizes of the items' images, with `batch_num_images` of just those items."""
-        if modality != "image":
-            return super().select_item_inputs(model_kwargs, indices, modality)
-        batch_num_images = model_kwargs.get("batch_num_images")
-        image_sizes = model_kwargs.get("image_sizes")
-        if batch_num_images is None or image_sizes is None:
-            return trim_padding_crops(self.config, super().select_item_inputs(model_kwargs, indices))
-        groups = image_groups(batch_num_images, len(image_sizes))
-        images = [image for index in indices for image in groups[index]]
-        selected = {
-            key: select_items(model_kwargs[key], images)
-            for key in ("pixel_values", "image_sizes")
-            if model_kwargs.get(key) is not None
-        }
-        selected["batch_num_images"] = [len(groups[index]) for index in indices]  # the items' samples only
-        with_grid = [len(groups[index]) == 1 for index in indices for _ in groups[index]]
-        return trim_padding_crops(self.config, selected, with_grid)
 
 
 def image_groups(batch_num_images: Any, num_images: int) -> list[list[int]]:
