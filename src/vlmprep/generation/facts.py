@@ -16,6 +16,40 @@ TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids
 
 
 @dataclass(frozen=True)
+class AudioPlacement:
+    """How a forward handed encoded audio rows builds the input embeddings, for a family whose upstream forward only
+    encodes audio itself (the omni families): as upstream's forward does first, so that upstream takes the embeddings.
+
+    The ids are embedded (each placeholder of every modality as `placeholders_embedded_as`, where upstream does so),
+    the encoded rows of the `placed` modalities are scattered into their placeholders, and upstream gets those
+    embeddings, with the ids where it places the other modalities' rows by them (`keep_input_ids`).
+
+    Args:
+        placed (`tuple[str, ...]`): the modalities whose encoded rows are scattered into the embeddings (audio among
+            them); the others stay in `mm_encoder_outputs` for upstream.
+        keep_input_ids (`bool`, *optional*, defaults to `False`): hand upstream the ids with the embeddings.
+        placeholders_embedded_as (`int` or `str`, *optional*): the id every placeholder is embedded as, or the dotted
+            config path holding it (`"text_config.pad_token_id"`); `None`: each placeholder as itself.
+        per_layer_inputs (`bool`, *optional*, defaults to `False`): also hand upstream the language model's per-layer
+            inputs of the embedded ids (Gemma 4, whose config then has `hidden_size_per_layer_input`).
+    """
+
+    placed: tuple[str, ...]
+    keep_input_ids: bool = False
+    placeholders_embedded_as: int | str | None = None
+    per_layer_inputs: bool = False
+
+    def embedded_as(self, config: PreTrainedConfig) -> int | None:
+        """The id every placeholder is embedded as (`None`: as itself)."""
+        value = self.placeholders_embedded_as
+        if not isinstance(value, str):
+            return value
+        for name in value.split("."):
+            config = getattr(config, name)
+        return int(config)
+
+
+@dataclass(frozen=True)
 class ModalityFacts:
     """How the items of one modality (images, videos, ...) enter the language model.
 
@@ -53,6 +87,10 @@ class ModalityFacts:
         items (`ItemSchema`, *optional*):
             how the modality's inputs hold its items (`vlmprep.generation.items`); `None`: one entry per item of each
             of `pixel_keys` and `per_item_keys`, counted by the pixel inputs.
+        placement (`AudioPlacement`, *optional*):
+            for audio whose upstream forward cannot take it encoded: how a forward handed encoded rows places them
+            (`vlmprep.models.layouts.audio.EncodedAudioForward`). `None`: upstream's forward takes the modality's
+            encoded rows itself.
     """
 
     name: str
@@ -65,6 +103,7 @@ class ModalityFacts:
     output_mask_attr: str | None = None
     kept_rows_key: str | None = None
     items: ItemSchema | None = None
+    placement: AudioPlacement | None = None
 
     def placeholder_id(self, config: PreTrainedConfig) -> int:
         """The placeholder token id of a model config."""
