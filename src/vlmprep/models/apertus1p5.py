@@ -12,7 +12,7 @@ are 1D, attention causal.
 Upstream's forward reads encoded images from `mm_encoder_outputs` but tokenizes audio from `input_values` on every
 call. So when a forward gets encoded audio rows, the drop-in embeds the ids and scatters every item's rows into its
 placeholders itself, exactly as upstream's forward does, and hands upstream the `inputs_embeds` (which upstream takes
-without the ids).
+without the ids): the audio facts' placement.
 """
 
 from typing import Any
@@ -21,18 +21,43 @@ import torch
 import transformers
 
 from ..generation import VisionFacts
-from ..generation.facts import ModalityFacts
+from ..generation.facts import AudioPlacement, ModalityFacts
+from ..generation.items import ItemSchema, clip, default_schema
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.audio import inputs_with_encoded_audio, select_audio_clips
+from .base import VisionPrepMixin
+from .layouts.audio import EncodedAudioForward
 from .layouts.code_rows import CodeRowsAndAudioLayout
 
-# Each clip's codes are one tensor of a tuple, as each image's.
-_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_values",), ("padding_mask",), features_as_list=True)
+
+def _cropped_to_size(model, model_kwargs: dict[str, Any], images: dict[str, Any]) -> dict[str, Any]:
+    # Upstream tokenizes each image alone at its own size, so the padding of its batch never changes its codes: the
+    # images are cropped to their size (and padded to the largest among them), and an image hashes alike in any batch.
+    pixels, sizes = images.get("pixel_values"), images.get("image_sizes")
+    if pixels is None or sizes is None:
+        return images
+    height, width = (int(side) for side in sizes.amax(0).tolist()) if len(sizes) else (0, 0)
+    cropped = torch.zeros(*pixels.shape[:2], height, width, dtype=pixels.dtype, device=pixels.device)
+    for row, (image_height, image_width) in enumerate(sizes.tolist()):
+        cropped[row, :, :image_height, :image_width] = pixels[row, :, :image_height, :image_width]
+    return {"pixel_values": cropped, "image_sizes": sizes}
+
+
+# A clip: its mono waveform padded at the end, with a mask of its real samples; its codes are one tensor of a tuple,
+# as each image's. Encoded rows are placed as upstream's forward places them: the ids embedded, then the image and
+# audio rows, the embeddings alone handed on.
+_AUDIO = ModalityFacts(
+    "audio",
+    "audio_token_id",
+    ("input_values",),
+    ("padding_mask",),
+    features_as_list=True,
+    items=ItemSchema((clip("input_values", "padding_mask", axis=-1),)),
+    placement=AudioPlacement(placed=("image", "audio")),
+)
 
 
 class Apertus1p5ForConditionalGeneration(
-    CodeRowsAndAudioLayout, VisionPrepMixin, transformers.Apertus1p5ForConditionalGeneration
+    EncodedAudioForward, CodeRowsAndAudioLayout, VisionPrepMixin, transformers.Apertus1p5ForConditionalGeneration
 ):
     """Drop-in `transformers.Apertus1p5ForConditionalGeneration` whose vision and audio tokenizers run once, in input
     preparation.
@@ -50,7 +75,12 @@ class Apertus1p5ForConditionalGeneration(
     ```
     """
 
-    vision_facts = VisionFacts(pixel_layout=None, features_as_list=True, other_modalities=(_AUDIO,))
+    vision_facts = VisionFacts(
+        image_items=default_schema(("pixel_values",), ("image_sizes",), unpad=_cropped_to_size),
+        pixel_layout=None,
+        features_as_list=True,
+        other_modalities=(_AUDIO,),
+    )
 
     def _spatial_factor(self) -> int:
         return self.config.vision_config.spatial_scale_factor
@@ -79,32 +109,6 @@ class Apertus1p5ForConditionalGeneration(
             return None
         factor = self._spatial_factor()
         return [[int(width) // factor] * (int(height) // factor) for height, width in image_sizes.tolist()]
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items, without the padding of their batch: images cropped to their size (and padded
-        to the largest among them), clips cut to the longest real one among them.
-
-        Upstream tokenizes each item alone at its own size, so the padding never changes its codes; without it, an item
-        hashes alike in any batch.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
-        """
-        if modality == "audio":
-            return select_audio_clips(model_kwargs, indices, "input_values", "padding_mask", frame_axis=-1)
-        pixels, sizes = model_kwargs["pixel_values"][indices], model_kwargs["image_sizes"][indices]
-        height, width = (int(side) for side in sizes.amax(0).tolist()) if len(indices) else (0, 0)
-        cropped = torch.zeros(*pixels.shape[:2], height, width, dtype=pixels.dtype, device=pixels.device)
-        for row, (image_height, image_width) in enumerate(sizes.tolist()):
-            cropped[row, :, :image_height, :image_width] = pixels[row, :, :image_height, :image_width]
-        return {"pixel_values": cropped, "image_sizes": sizes}
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise a clear `ValueError` when an item's inputs do not fit its tokenizer: images `(images, 3, H, W)` holding
@@ -163,17 +167,3 @@ class Apertus1p5ForConditionalGeneration(
         # The features are embeddings of the decoder's own token table, which the vision part (the model without its
         # decoder) leaves out: key the encoder cache on every weight.
         return super()._encoder_cache_identity(part="model")
-
-    @keeps_upstream_interface(transformers.Apertus1p5ForConditionalGeneration.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
-
-        Args:
-            args, kwargs: what `transformers.Apertus1p5ForConditionalGeneration.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
-        """
-        # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
-        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"))
-        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)

@@ -11,10 +11,10 @@ rows; a clip's chunks fill its one run of audio placeholders back to back, so an
 Upstream's forward reads encoded images and videos from `mm_encoder_outputs` but encodes audio from `input_features`
 on every call, and takes either the ids or `inputs_embeds`, not both. So when a forward gets encoded audio rows, the
 drop-in embeds the ids and scatters every modality's rows into its placeholders itself, as upstream's forward does,
-and hands upstream the `inputs_embeds`.
+and hands upstream the `inputs_embeds` (the audio facts' placement).
 
 The decoder's indexed attention keeps each query's `index_topk` best keys; continuing a cache with several tokens
-past `index_topk` is not exact upstream (see `_check_indexed_continuation`), so the drop-in refuses it. The prefix
+past `index_topk` is not exact upstream (see `check_forward_inputs`), so the drop-in refuses it. The prefix
 store is not used with indexed layers (their indexer keys are not stored), and continuous batching refuses them.
 """
 
@@ -24,13 +24,41 @@ from typing import Any
 import torch
 import transformers
 
-from ..generation.facts import ModalityFacts
+from ..generation.facts import AudioPlacement, ModalityFacts
+from ..generation.items import ItemSchema, batched
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
+from .base import VisionPrepMixin
+from .layouts.audio import AudioModalityHooks
 from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
 
-_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("chunk_sample_lengths",))
+
+def _cut_after_last_token(model, model_kwargs: dict[str, Any], chunks: dict[str, Any]) -> dict[str, Any]:
+    # A chunk's rows do not depend on the frames after its real samples (the tower masks them and attends over its
+    # real frames only), so the chunks are cut to the frames of the longest one's tokens: the same chunk hashes alike
+    # alone or padded. The feature extractor's cut: `samples_per_token / hop_length` frames a token.
+    if chunks.get("input_features") is None or chunks.get("chunk_sample_lengths") is None:
+        return chunks
+    lengths = torch.as_tensor(chunks["chunk_sample_lengths"])
+    per_token = model.config.audio_config.samples_per_token
+    tokens = int(((lengths + per_token - 1) // per_token).max()) if lengths.numel() else 0
+    frames = tokens * per_token // model.config.audio_config.hop_length
+    return {"input_features": chunks["input_features"][..., :frames], "chunk_sample_lengths": lengths}
+
+
+# An audio chunk: `(mel_bins, frames)` features padded to the call's longest chunk and its waveform's samples. Encoded
+# rows are placed as upstream's forward places every modality's: the ids embedded, then each modality's rows.
+_AUDIO = ModalityFacts(
+    "audio",
+    "audio_token_id",
+    ("input_features",),
+    ("chunk_sample_lengths",),
+    items=ItemSchema(
+        (batched("input_features"), batched("chunk_sample_lengths")),
+        unpad=_cut_after_last_token,
+        counted_by=("input_features",),
+    ),
+    placement=AudioPlacement(placed=("image", "video", "audio")),
+)
 
 
 class Dots3NoteForConditionalGeneration(
@@ -78,28 +106,6 @@ class Dots3NoteForConditionalGeneration(
         per_token = self._samples_per_token()
         return ((torch.as_tensor(lengths) + per_token - 1) // per_token).tolist()
 
-    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The given audio chunks, cut after their last token's frames.
-
-        A chunk's rows do not depend on the frames after its real samples (the tower masks them and attends over its
-        real frames only), so the chunks are cut to the frames of the longest among them: the same chunk hashes alike
-        alone or padded.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the call's chunks.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_audio_features`.
-        """
-        features = model_kwargs["input_features"][indices]
-        lengths = torch.as_tensor(model_kwargs["chunk_sample_lengths"])[indices]
-        per_token = self._samples_per_token()
-        tokens = int(((lengths + per_token - 1) // per_token).max()) if len(indices) else 0
-        # The feature extractor's cut: 8 frames a token (three stride-2 convolutions)
-        frames = tokens * per_token // self.config.audio_config.hop_length
-        return {"input_features": features[..., :frames], "chunk_sample_lengths": lengths}
-
     def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower: `(num_chunks, mel_bins, frames)` log-mel features
         holding every chunk's frames, with one `chunk_sample_lengths` entry per chunk.
@@ -133,22 +139,14 @@ class Dots3NoteForConditionalGeneration(
                 "lengths the feature extractor returned together."
             )
 
-    @keeps_upstream_interface(transformers.Dots3NoteForConditionalGeneration.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
+    def check_forward_inputs(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Raise when a forward continues a cache with several tokens past `index_topk`, which upstream's indexed
+        attention does not compute as one forward of the whole sequence.
 
         Args:
-            args, kwargs: what `transformers.Dots3NoteForConditionalGeneration.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
+            args (`tuple`): the forward's positional arguments.
+            kwargs (`dict[str, Any]`): its keyword arguments.
         """
-        self._check_indexed_continuation(args, kwargs)
-        # As upstream's forward: the ids embedded as they are, then each modality's rows over its placeholders
-        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "video", "audio"))
-        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)
-
-    def _check_indexed_continuation(self, args: tuple, kwargs: dict[str, Any]) -> None:
         # Upstream's indexed attention keeps each query's `index_topk` best keys. A forward of several tokens after
         # a cache, once the sequence holds more than `index_topk` tokens, selects other keys than one forward of the
         # whole sequence does (measured on tiny models: logits off by ~1e-3; upstream's own chunked prefill too),

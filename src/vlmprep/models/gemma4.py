@@ -10,7 +10,8 @@ tokens (`mm_token_type_ids` 1 and 2) attends to itself bidirectionally on the sl
 Upstream's forward reads encoded images and videos from `mm_encoder_outputs` but encodes audio from `input_features`
 on every call, with no way to take it encoded. So when a forward gets audio rows, the drop-in builds its input
 embeddings itself, exactly as upstream's forward does (placeholders embedded as padding, per-layer inputs from the
-padded ids, each modality's rows scattered into its placeholders), and hands upstream `inputs_embeds`.
+padded ids, each modality's rows scattered into its placeholders), and hands upstream `inputs_embeds`: the audio
+facts' placement.
 """
 
 from typing import Any
@@ -18,23 +19,43 @@ from typing import Any
 import torch
 import transformers
 
-from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.facts import AudioPlacement, ModalityFacts, VisionFacts
+from ..generation.items import ItemSchema, Sizes, clip, flat, sizes
 from ..generation.validation import check_companion_input, check_passed_with
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.audio import check_audio_tower, ids_with_placeholders_as, inputs_with_encoded_audio, select_audio_clips
+from .base import VisionPrepMixin
+from .layouts.audio import EncodedAudioForward, check_audio_tower
 from .layouts.stated_counts import PatchRowsAndAudioLayout
 
+# The frames of every video back to back (their pixels and positions), split per video by `num_frames_per_video`.
+_FRAMES = Sizes("num_frames_per_video")
 _VIDEO = ModalityFacts(
-    "video", "video_token_id", ("pixel_values_videos",), ("video_position_ids", "num_frames_per_video")
+    "video",
+    "video_token_id",
+    ("pixel_values_videos",),
+    ("video_position_ids", "num_frames_per_video"),
+    items=ItemSchema(
+        (flat("pixel_values_videos", _FRAMES), flat("video_position_ids", _FRAMES), sizes("num_frames_per_video")),
+        counted_by=("pixel_values_videos",),
+    ),
 )
-# The audio tower pads a batch of clips to the longest and marks its real rows in `attention_mask`.
+# The audio tower pads a batch of clips to the longest and marks its real rows in `attention_mask`. Encoded rows are
+# placed as `transformers.Gemma4Model.forward` places every modality's: placeholders embedded as the pad token,
+# per-layer inputs from those ids, then each modality's rows scattered in.
 _AUDIO = ModalityFacts(
-    "audio", "audio_token_id", ("input_features",), ("input_features_mask",), output_mask_attr="attention_mask"
+    "audio",
+    "audio_token_id",
+    ("input_features",),
+    ("input_features_mask",),
+    output_mask_attr="attention_mask",
+    items=ItemSchema((clip("input_features", "input_features_mask", axis=1),)),
+    placement=AudioPlacement(
+        placed=("image", "video", "audio"), placeholders_embedded_as="text_config.pad_token_id", per_layer_inputs=True
+    ),
 )
 
 
 class Gemma4ForConditionalGeneration(
-    PatchRowsAndAudioLayout, VisionPrepMixin, transformers.Gemma4ForConditionalGeneration
+    EncodedAudioForward, PatchRowsAndAudioLayout, VisionPrepMixin, transformers.Gemma4ForConditionalGeneration
 ):
     """Drop-in `transformers.Gemma4ForConditionalGeneration` whose vision and audio towers run once, in input
     preparation.
@@ -103,50 +124,6 @@ class Gemma4ForConditionalGeneration(
         splits = torch.tensor(counts).split(torch.as_tensor(frames).tolist())
         return [piece.tolist() for piece in splits]
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """How many images, videos (`num_frames_per_video` entries) or audio clips the call's inputs hold.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
-
-        Returns:
-            `int` or `None`
-        """
-        if modality != "video" or model_kwargs.get("pixel_values_videos") is None:
-            return super().count_items(model_kwargs, modality=modality)
-        why = "it splits the frames of every video, concatenated, per video"
-        check_passed_with(model_kwargs, "pixel_values_videos", "num_frames_per_video", why)
-        return len(model_kwargs["num_frames_per_video"])
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items: image rows, a video's frames, or audio clips cut to their real frames.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"`, `"video"` or `"audio"`.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
-        """
-        if modality == "audio":
-            return select_audio_clips(model_kwargs, indices, "input_features", "input_features_mask")
-        if modality == "image":
-            return super().select_item_inputs(model_kwargs, indices, modality=modality)
-        frames = torch.as_tensor(model_kwargs["num_frames_per_video"])
-        first = torch.cumsum(frames, 0) - frames
-        rows = torch.cat([torch.arange(int(first[i]), int(first[i] + frames[i])) for i in indices])
-        selected = {
-            "pixel_values_videos": model_kwargs["pixel_values_videos"][rows],
-            "num_frames_per_video": frames[indices],
-        }
-        if model_kwargs.get("video_position_ids") is not None:
-            selected["video_position_ids"] = model_kwargs["video_position_ids"][rows]
-        return selected
-
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise when an item's inputs do not fit its tower: patch rows of `3 * patch_size**2` values with one
         `(x, y)` position each, or audio frames of the mel bins the audio tower's projection takes.
@@ -171,6 +148,8 @@ class Gemma4ForConditionalGeneration(
         pixel_key, position_key = ("pixel_values", "image_position_ids")
         if modality == "video":
             pixel_key, position_key = ("pixel_values_videos", "video_position_ids")
+            why = "it splits the frames of every video, concatenated, per video"
+            check_passed_with(model_kwargs, pixel_key, "num_frames_per_video", why)
         pixels, positions = model_kwargs.get(pixel_key), model_kwargs.get(position_key)
         patch_dim = 3 * self.config.vision_config.patch_size**2
         if pixels.ndim != 3 or pixels.shape[-1] != patch_dim:
@@ -180,27 +159,3 @@ class Gemma4ForConditionalGeneration(
             )
         expected = (*pixels.shape[:2], 2)
         check_companion_input(positions, position_key, expected, pixel_key, "one (x, y) position per patch row")
-
-    @keeps_upstream_interface(transformers.Gemma4ForConditionalGeneration.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
-
-        Args:
-            args, kwargs: what `transformers.Gemma4ForConditionalGeneration.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
-        """
-        # What `transformers.Gemma4Model.forward` does before its decoder: placeholders embedded as the pad token,
-        # per-layer inputs from those ids, then every modality's rows scattered in
-        pad = self.config.get_text_config().pad_token_id
-        placed = inputs_with_encoded_audio(
-            self, args, kwargs, placed=("image", "video", "audio"), keep_input_ids=True, placeholders_embedded_as=pad
-        )
-        if placed is None:
-            return super().forward(*args, **kwargs)
-        input_ids = placed.pop("input_ids")
-        if self.config.get_text_config().hidden_size_per_layer_input:
-            text_ids = ids_with_placeholders_as(self, input_ids, pad)
-            placed["per_layer_inputs"] = self.model.language_model.get_per_layer_inputs(text_ids, None)
-        return super().forward(**placed)

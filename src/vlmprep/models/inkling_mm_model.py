@@ -12,7 +12,7 @@ chunk to the next in transformers' own cache layers.
 Upstream's forward reads encoded images from `mm_encoder_outputs` but embeds audio from `audio_input_ids` on every
 call, with no way to take it encoded. So when a forward gets encoded audio rows, the drop-in builds its input
 embeddings itself, exactly as upstream's forward does (the ids embedded, then image and audio rows scattered into
-their placeholders), and hands upstream `inputs_embeds`.
+their placeholders), and hands upstream `inputs_embeds`: the audio facts' placement.
 
 No text-only rule yet: its checkpoints (and `save_pretrained`, through transformers' conversion mapping) hold the
 decoder's MLP and expert weights fused (`w13`, interleaved), which `InklingForCausalLM` does not read back through the
@@ -23,13 +23,22 @@ from typing import Any
 
 import transformers
 
-from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.facts import AudioPlacement, ModalityFacts, VisionFacts
+from ..generation.items import ItemSchema, clip
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.audio import inputs_with_encoded_audio
+from .base import VisionPrepMixin
 from .layouts.patch_items_and_audio import PatchItemsAndAudioLayout
 
-_AUDIO = ModalityFacts("audio", "audio_token_id", ("audio_input_ids",), ("audio_input_ids_mask",))
+# A clip: `(frames, mel_bins)` levels padded at the end of the frames, with a mask of its real frames. Encoded rows are
+# placed as `transformers.InklingModel.forward` places them: the ids embedded, then the image and audio rows.
+_AUDIO = ModalityFacts(
+    "audio",
+    "audio_token_id",
+    ("audio_input_ids",),
+    ("audio_input_ids_mask",),
+    items=ItemSchema((clip("audio_input_ids", "audio_input_ids_mask", axis=1),)),
+    placement=AudioPlacement(placed=("image", "audio")),
+)
 
 
 class InklingForConditionalGeneration(
@@ -87,18 +96,3 @@ class InklingForConditionalGeneration(
                 f"`pixel_values` has shape {tuple(pixels.shape)} but this model's vision tower takes patches "
                 f"(num_patches, {', '.join(map(str, patch))}). Preprocess the images with this model's processor."
             )
-
-    @keeps_upstream_interface(transformers.InklingForConditionalGeneration.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
-
-        Args:
-            args, kwargs: what `transformers.InklingForConditionalGeneration.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
-        """
-        # What `transformers.InklingModel.forward` does before its decoder: the ids embedded (placeholders too), then
-        # the image rows and the audio rows scattered into their placeholders.
-        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"))
-        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)

@@ -10,7 +10,7 @@ on the padding a batch adds after it.
 Upstream's forward reads encoded images and videos from `mm_encoder_outputs` but encodes audio from `input_values` on
 every call. So when a forward gets encoded audio rows, the drop-in embeds the ids as upstream's forward does (every
 placeholder as id 0) and scatters the rows into the audio placeholders, then hands upstream those `inputs_embeds`
-with the ids (which place the image and video rows).
+with the ids (which place the image and video rows): the audio facts' placement.
 """
 
 from dataclasses import replace
@@ -19,13 +19,41 @@ from typing import Any
 import torch
 import transformers
 
-from ..generation.facts import ModalityFacts
+from ..generation.facts import AudioPlacement, ModalityFacts
+from ..generation.items import ItemSchema, batched
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.audio import AudioModalityHooks, inputs_with_encoded_audio
+from .base import VisionPrepMixin
+from .layouts.audio import AudioModalityHooks
 from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
 
-_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_values",), ("input_values_mask",))
+
+def _cut_after_last_token(model, model_kwargs: dict[str, Any], clips: dict[str, Any]) -> dict[str, Any]:
+    # The tower is causal, so a clip's rows do not depend on samples after them: the clips are cut to the longest real
+    # clip among them, rounded up to whole tokens (the last token's padding samples stay), and the same clip hashes
+    # alike alone or padded.
+    mask = clips.get("input_values_mask")
+    if mask is None or clips.get("input_values") is None:
+        return clips
+    tokens = max(model._audio_tokens(mask.long().sum(-1)), default=0)
+    samples = tokens * model._samples_per_token()
+    return {"input_values": clips["input_values"][:, :samples], "input_values_mask": mask[:, :samples]}
+
+
+# A clip: its waveform padded at the end, with a mask of its real samples (without one, every sample is real). Encoded
+# rows are placed as upstream's forward places them: every placeholder embedded as id 0, the audio rows scattered in,
+# the ids kept for upstream to place the image and video rows.
+_AUDIO = ModalityFacts(
+    "audio",
+    "audio_token_id",
+    ("input_values",),
+    ("input_values_mask",),
+    items=ItemSchema(
+        (batched("input_values"), batched("input_values_mask")),
+        unpad=_cut_after_last_token,
+        counted_by=("input_values",),
+    ),
+    placement=AudioPlacement(placed=("audio",), keep_input_ids=True, placeholders_embedded_as=0),
+)
 
 
 class MuseSparkForConditionalGeneration(
@@ -85,27 +113,6 @@ class MuseSparkForConditionalGeneration(
         # Without a mask upstream reads every sample as real
         return None if values is None else self._audio_tokens(torch.full((values.shape[0],), values.shape[-1]))
 
-    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The given audio clips, cut after their last token's samples.
-
-        The tower is causal, so a clip's rows do not depend on samples after them: the clips are cut to the longest
-        real clip among them, rounded up to whole tokens, and the same clip hashes alike alone or padded.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the call's clips.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_audio_features`.
-        """
-        values, mask = model_kwargs["input_values"][indices], model_kwargs.get("input_values_mask")
-        if mask is None:
-            return {"input_values": values}
-        mask = mask[indices]
-        tokens = max(self._audio_tokens(mask.long().sum(-1)), default=0)
-        samples = tokens * self._samples_per_token()
-        return {"input_values": values[:, :samples], "input_values_mask": mask[:, :samples]}
-
     def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower: `(num_clips, samples)` waveforms, whole tokens of
         samples, with a mask per sample.
@@ -123,20 +130,3 @@ class MuseSparkForConditionalGeneration(
             )
         entry, source = "one mask entry per sample", "the feature extractor"
         check_companion_input(mask, "input_values_mask", values.shape, "input_values", entry, source, required=False)
-
-    @keeps_upstream_interface(transformers.MuseSparkForConditionalGeneration.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings here.
-
-        Args:
-            args, kwargs: what `transformers.MuseSparkForConditionalGeneration.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
-        """
-        # As upstream's forward: every placeholder is embedded as id 0, then the items' rows replace it; upstream
-        # places the image and video rows by the ids
-        placed = inputs_with_encoded_audio(
-            self, args, kwargs, placed=("audio",), keep_input_ids=True, placeholders_embedded_as=0
-        )
-        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)

@@ -10,7 +10,8 @@ Nemotron-H's: mamba layers (transformers' linear-attention cache layers), attent
 
 transformers' class keeps its encoders on itself (no `model`), and its forward reads encoded images from
 `mm_encoder_outputs` but encodes audio from `input_features` on every call: when a forward gets encoded audio rows,
-the drop-in embeds the ids and scatters image and audio rows itself, exactly as upstream's forward does. A video's
+the drop-in embeds the ids and scatters image and audio rows itself, exactly as upstream's forward does (the audio
+facts' placement). A video's
 frames reuse the image placeholder with no token types to tell them apart, and `video_pruning_rate` drops tokens
 inside the forward: videos are refused, not supported yet.
 """
@@ -20,13 +21,22 @@ from typing import Any
 import torch
 import transformers
 
-from ..generation.facts import ModalityFacts, VisionFacts
+from ..generation.facts import AudioPlacement, ModalityFacts, VisionFacts
+from ..generation.items import grid_rows
 from ..generation.validation import check_companion_input, check_passed_with
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.audio import check_audio_tower, inputs_with_encoded_audio
+from .base import VisionPrepMixin
+from .layouts.audio import check_audio_tower
 from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
 
-_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("input_features_mask",))
+# A clip's features and mask are encoded as the call pads them (one entry per clip of each). Encoded rows are placed as
+# upstream's forward places them: the ids embedded, the image and audio rows scattered in, the ids kept.
+_AUDIO = ModalityFacts(
+    "audio",
+    "audio_token_id",
+    ("input_features",),
+    ("input_features_mask",),
+    placement=AudioPlacement(placed=("image", "audio"), keep_input_ids=True),
+)
 _VIDEOS = (
     "Videos are not supported by vlmprep's Nemotron-H Omni yet (their frames reuse the image placeholder, and "
     "`video_pruning_rate` drops tokens inside the forward): use `transformers.NemotronH_Omni_Reasoning_V3` for them."
@@ -51,8 +61,13 @@ class NemotronH_Omni_Reasoning_V3(
     ```
     """
 
+    # An image's patches are its `h * w` rows of the flattened patches
     vision_facts = VisionFacts(
-        per_image_keys=("image_grid_hw",), pixel_layout=None, features_as_list=True, other_modalities=(_AUDIO,)
+        per_image_keys=("image_grid_hw",),
+        image_items=grid_rows("pixel_values", "image_grid_hw"),
+        pixel_layout=None,
+        features_as_list=True,
+        other_modalities=(_AUDIO,),
     )
 
     def _merge(self) -> int:
@@ -69,6 +84,8 @@ class NemotronH_Omni_Reasoning_V3(
         Returns:
             `list[int]` or `None` (without the inputs that give the counts)
         """
+        if model_kwargs.get("pixel_values_videos") is not None:  # counted first for every modality: refused first
+            raise ValueError(_VIDEOS)
         if modality == "audio":
             features, mask = model_kwargs.get("input_features"), model_kwargs.get("input_features_mask")
             if features is None or self.audio_tower is None:
@@ -80,47 +97,6 @@ class NemotronH_Omni_Reasoning_V3(
             return [min(int(rows), most) for rows in subsampled(mask.sum(-1) + 1)]
         grids = model_kwargs.get("image_grid_hw")
         return None if grids is None else (grids.prod(-1) // self._merge() ** 2).tolist()
-
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Images (rows of `image_grid_hw`) or audio clips; videos are refused.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): whose items to count.
-
-        Returns:
-            `int` or `None`
-        """
-        if model_kwargs.get("pixel_values_videos") is not None:
-            raise ValueError(_VIDEOS)
-        if modality == "audio":  # clips of `input_features`, as any modality by default
-            return super().count_items(model_kwargs, modality=modality)
-        if model_kwargs.get("pixel_values") is None:
-            return None
-        why = "it splits the flattened patches of every image per image"
-        check_passed_with(model_kwargs, "pixel_values", "image_grid_hw", why)
-        return model_kwargs["image_grid_hw"].shape[0]
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The patches and grids of the given images, or the given clips as the call pads them.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the items of `modality`.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
-        """
-        if modality == "audio":  # the clips' features and masks as given, as any modality by default
-            return super().select_item_inputs(model_kwargs, indices, modality=modality)
-        grids = model_kwargs["image_grid_hw"]
-        sizes = grids.prod(-1)
-        first = torch.cumsum(sizes, 0) - sizes
-        rows = torch.cat([torch.arange(int(first[i]), int(first[i] + sizes[i])) for i in indices])
-        return {"pixel_values": model_kwargs["pixel_values"][rows], "image_grid_hw": grids[indices]}
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise when patches or audio features do not fit the towers.
@@ -141,6 +117,8 @@ class NemotronH_Omni_Reasoning_V3(
             expected, entry = tuple(features.shape[:2]), "one entry per frame"
             check_companion_input(mask, "input_features_mask", expected, "input_features", entry, required=False)
             return
+        why = "it splits the flattened patches of every image per image"
+        check_passed_with(model_kwargs, "pixel_values", "image_grid_hw", why)
         pixels, grids = model_kwargs.get("pixel_values"), model_kwargs.get("image_grid_hw")
         width = self.config.vision_config.num_channels * self.config.vision_config.patch_size**2
         if pixels.ndim != 2 or pixels.shape[-1] != width:
@@ -154,18 +132,12 @@ class NemotronH_Omni_Reasoning_V3(
                 f"{int(grids.prod(-1).sum())}: pass the grids the image processor returned with the pixels."
             )
 
-    @keeps_upstream_interface(transformers.NemotronH_Omni_Reasoning_V3.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, the input embeddings are built here.
+    def check_forward_inputs(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Raise for videos, which the drop-in does not take yet.
 
         Args:
-            args, kwargs: what `transformers.NemotronH_Omni_Reasoning_V3.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
+            args (`tuple`): the forward's positional arguments.
+            kwargs (`dict[str, Any]`): its keyword arguments.
         """
         if kwargs.get("pixel_values_videos") is not None:
             raise ValueError(_VIDEOS)
-        # What upstream's forward does before its language model: the ids embedded, then each modality's rows
-        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("image", "audio"), keep_input_ids=True)
-        return super().forward(*args, **kwargs) if placed is None else super().forward(**placed)

@@ -4,12 +4,12 @@ The layout is `patch_grid_audio` (`layouts/patch_grid_audio.py`): images and vid
 `(t, h, w)` grid; an audio clip is log-mel features with a mask of its real frames, which its tower subsamples about 4x
 into one run of audio placeholders. Positions are multimodal rope over the whole prompt, from the model's own
 `get_rope_index`. Upstream's forward encodes audio from `input_features` on every call, so the drop-in places encoded
-clip rows in the input embeddings itself, as upstream's forward does.
+clip rows in the input embeddings itself, as upstream's forward does (the layout's audio placement).
 """
 
 import transformers
 
-from .base import VisionPrepMixin, keeps_upstream_interface
+from .base import VisionPrepMixin
 from .layouts.patch_grid_audio import PatchGridAudioLayout
 
 
@@ -28,16 +28,3 @@ class Qwen2_5OmniThinkerForConditionalGeneration(
 
     ```
     """
-
-    @keeps_upstream_interface(transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings first.
-
-        Args:
-            args, kwargs: what `transformers.Qwen2_5OmniThinkerForConditionalGeneration.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
-        """
-        args, kwargs = self.place_encoded_audio(args, kwargs)
-        return super().forward(*args, **kwargs)

@@ -13,14 +13,29 @@ every clip of the call, as upstream's forward of the whole prompt pads them, and
 of a second or more (one full window of 100 frames) pad every clip alike.
 """
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 import transformers
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
 
-from .base import VisionPrepMixin, keeps_upstream_interface
-from .layouts.patch_grid_audio import PatchGridAudioLayout
+from .base import VisionPrepMixin
+from .layouts.patch_grid_audio import PATCH_GRID_AUDIO_FACTS, PatchGridAudioLayout
+
+
+def _windows_padded_as_the_call(model, model_kwargs: dict[str, Any], clips: dict[str, Any]) -> dict[str, Any]:
+    # The selected clips (cut to their longest real one) with their windows padded as upstream pads the call's
+    # clips: the tower's precomputed `padded_feature`, `chunk_lengths` and `valid_indices`
+    if clips.get("feature_attention_mask") is None:
+        return clips
+    longest = model._longest_window(model_kwargs)
+    return {**clips, **model._padded_windows(clips["input_features"], clips["feature_attention_mask"], longest)}
+
+
+_CLIPS = PATCH_GRID_AUDIO_FACTS.modality("audio")
+# The layout's clips, each selection's windows padded as the call's
+_AUDIO = replace(_CLIPS, items=replace(_CLIPS.items, unpad=_windows_padded_as_the_call))
 
 
 class Qwen3OmniMoeThinkerForConditionalGeneration(
@@ -42,6 +57,8 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
     ```
     """
 
+    vision_facts = replace(PATCH_GRID_AUDIO_FACTS, other_modalities=(PATCH_GRID_AUDIO_FACTS.modality("video"), _AUDIO))
+
     def audio_placeholder_counts(self, frames: torch.Tensor) -> list[int]:
         """Audio placeholders of each clip: 13 per full window of `2 * n_window` frames, the rest subsampled 8x.
 
@@ -52,21 +69,6 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
             `list[int]`
         """
         return _get_feat_extract_output_lengths(frames, self.config.audio_config.n_window).tolist()
-
-    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The layout's clip inputs, their windows padded as upstream pads the call's clips.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the call's clips.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_audio_features`, with the tower's precomputed
-            `padded_feature`, `chunk_lengths` and `valid_indices`.
-        """
-        inputs = super().select_audio_inputs(model_kwargs, indices)
-        longest = self._longest_window(model_kwargs)
-        return {**inputs, **self._padded_windows(inputs["input_features"], inputs["feature_attention_mask"], longest)}
 
     def encoding_group_key(self, model_kwargs: dict[str, Any]) -> tuple:
         """The longest audio window of a request's clips: requests are encoded together only under the same padding.
@@ -105,16 +107,3 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
         )
         valid_indices = real_rows.flatten().nonzero().squeeze(-1)
         return {"padded_feature": padded, "chunk_lengths": chunk_lengths, "valid_indices": valid_indices}
-
-    @keeps_upstream_interface(transformers.Qwen3OmniMoeThinkerForConditionalGeneration.forward)
-    def forward(self, *args, **kwargs):
-        """Upstream's forward; when `mm_encoder_outputs` holds audio rows, they are placed in the embeddings first.
-
-        Args:
-            args, kwargs: what `transformers.Qwen3OmniMoeThinkerForConditionalGeneration.forward` takes.
-
-        Returns:
-            What upstream's forward returns.
-        """
-        args, kwargs = self.place_encoded_audio(args, kwargs)
-        return super().forward(*args, **kwargs)

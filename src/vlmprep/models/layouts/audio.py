@@ -1,9 +1,14 @@
-"""Audio clips: log-mel frames padded to the longest clip of a batch, with a mask of the real frames.
+"""Audio clips: their item schema, their checks, and the forward that places encoded clip rows.
 
-A clip's features do not depend on the padding a batch adds (its tower masks it), so a clip is handed to the audio
-tower, and hashed, without it: the same clip then hits the encoder and prefix caches alone or batched with a longer
-one. Gemma 4 and the Qwen-Omni thinkers read `(num_clips, frames, mel_bins)` features with a `(num_clips, frames)`
-mask, under their own input names.
+A clip's features do not depend on the padding a batch adds (its tower masks it), so a family states its clips as
+`clip(features, mask, axis)` items (`vlmprep.generation.items`): a clip is handed to the audio tower, and hashed,
+without that padding, and the same clip hits the encoder and prefix caches alone or batched with a longer one. Gemma 4
+and the Qwen-Omni thinkers read `(num_clips, frames, mel_bins)` features with a `(num_clips, frames)` mask, under their
+own input names.
+
+Upstream's omni forwards take encoded images and videos but encode audio from its raw inputs on every call. A family
+states how a forward handed encoded clip rows builds the input embeddings instead (`AudioPlacement`, on its audio
+facts), and `EncodedAudioForward` gives it upstream's forward, with upstream's signature, doing so.
 """
 
 from __future__ import annotations
@@ -12,43 +17,18 @@ from typing import Any
 
 import torch
 
+from ...generation.facts import AudioPlacement
+from ..base import keeps_upstream_interface
+
 __all__ = [
     "AudioModalityHooks",
+    "EncodedAudioForward",
     "check_audio_tower",
     "ids_with_placeholders_as",
     "input_ids_for_encoded_items",
     "inputs_with_encoded_audio",
     "scatter_encoded_rows",
-    "select_audio_clips",
 ]
-
-
-def select_audio_clips(
-    model_kwargs: dict[str, Any], indices: list[int], features_key: str, mask_key: str, frame_axis: int = 1
-) -> dict[str, Any]:
-    """The features and masks of the given clips, cut to the longest real clip among them (padding at the end).
-
-    Args:
-        model_kwargs (`dict[str, Any]`): the call's inputs.
-        indices (`list[int]`): indices among the call's clips.
-        features_key (`str`): the name of the features, e.g. `(num_clips, frames, mel_bins)`.
-        mask_key (`str`): the name of the `(num_clips, frames)` mask of real frames (or samples).
-        frame_axis (`int`, *optional*, defaults to `1`): the features' axis of frames (`-1`: `(clips, mel_bins,
-            frames)` features, or waveforms).
-
-    Returns:
-        `dict[str, Any]`: `{features_key: ..., mask_key: ...}` for those clips, in that order.
-    """
-    features, mask = model_kwargs[features_key][indices], model_kwargs.get(mask_key)
-    if mask is None:
-        return {features_key: features}
-    mask = mask[indices]
-    real = mask.bool()
-    # One past each clip's last real frame: padding only follows the real frames (the feature extractors pad at the
-    # end), so frames after it are padding in every clip of the selection.
-    last = torch.where(real, torch.arange(real.shape[-1], device=real.device) + 1, 0).amax(-1)
-    frames = int(last.max()) if last.numel() else 0
-    return {features_key: features.narrow(frame_axis, 0, frames), mask_key: mask[:, :frames]}
 
 
 def check_audio_tower(tower, family: str) -> None:
@@ -130,28 +110,21 @@ def ids_with_placeholders_as(model, input_ids: torch.Tensor, token_id: int) -> t
 
 
 def inputs_with_encoded_audio(
-    model,
-    args: tuple,
-    kwargs: dict[str, Any],
-    placed: tuple[str, ...],
-    keep_input_ids: bool = False,
-    placeholders_embedded_as: int | None = None,
+    model, args: tuple, kwargs: dict[str, Any], placement: AudioPlacement
 ) -> dict[str, Any] | None:
     """The keyword arguments for upstream's forward when `mm_encoder_outputs` holds encoded audio rows, else `None`.
 
     Upstream's omni forwards encode audio from its raw inputs on every call and have no way to take it encoded, so
-    the drop-in builds the input embeddings as upstream's forward does first: the ids embedded (each placeholder as
-    `placeholders_embedded_as` where upstream does so), then the rows of the `placed` modalities scattered into their
-    placeholders. Upstream then places the other modalities' rows by the ids (`keep_input_ids`), or takes the
-    embeddings alone.
+    the drop-in builds the input embeddings as upstream's forward does first (`placement`): the ids embedded (each
+    placeholder as `placeholders_embedded_as` where upstream does so), then the rows of the `placed` modalities
+    scattered into their placeholders. Upstream then places the other modalities' rows by the ids (`keep_input_ids`),
+    or takes the embeddings alone.
 
     Args:
         model: the drop-in (its audio facts name the raw audio input).
         args (`tuple`): the forward's positional arguments.
         kwargs (`dict[str, Any]`): its keyword arguments.
-        placed (`tuple[str, ...]`): the modalities whose encoded rows are scattered here (audio among them).
-        keep_input_ids (`bool`, *optional*, defaults to `False`): hand upstream the ids with the embeddings.
-        placeholders_embedded_as (`int`, *optional*): the id every placeholder is embedded as (default: itself).
+        placement (`AudioPlacement`): how the family's upstream forward builds its input embeddings.
 
     Returns:
         `dict[str, Any]` or `None`: the keyword arguments (`None` without encoded audio: call upstream as it is).
@@ -164,28 +137,96 @@ def inputs_with_encoded_audio(
     if kwargs.get(raw_key) is not None:
         raise ValueError(f"Pass either `{raw_key}` or encoded audio in `mm_encoder_outputs`, not both.")
     embedded_ids = input_ids
-    if placeholders_embedded_as is not None:
-        embedded_ids = ids_with_placeholders_as(model, input_ids, placeholders_embedded_as)
+    embedded_as = placement.embedded_as(model.config)
+    if embedded_as is not None:
+        embedded_ids = ids_with_placeholders_as(model, input_ids, embedded_as)
     inputs_embeds = model.get_input_embeddings()(embedded_ids)
-    for modality in placed:
+    for modality in placement.placed:
         if encoded.get(modality) is not None:
             mask = input_ids == model.vision_facts.modality(modality).placeholder_id(model.config)
             inputs_embeds = scatter_encoded_rows(inputs_embeds, mask, encoded[modality], modality)
-    others = {name: output for name, output in encoded.items() if name not in placed}
-    return {
+    others = {name: output for name, output in encoded.items() if name not in placement.placed}
+    placed = {
         **kwargs,
-        "input_ids": input_ids if keep_input_ids else None,
+        "input_ids": input_ids if placement.keep_input_ids else None,
         "inputs_embeds": inputs_embeds,
         "mm_encoder_outputs": others or None,
     }
+    if placement.per_layer_inputs and getattr(model.config.get_text_config(), "hidden_size_per_layer_input", None):
+        # Gemma 4's per-layer inputs come from the ids as embedded, which upstream computes only given the ids
+        placed["per_layer_inputs"] = model.model.language_model.get_per_layer_inputs(embedded_ids, None)
+    return placed
 
 
-class AudioModalityHooks:
+def _upstream_class(cls: type) -> type | None:
+    # The transformers class whose forward a drop-in keeps: the first in its MRO that defines one
+    return next(
+        (base for base in cls.__mro__[1:] if base.__module__.startswith("transformers.") and "forward" in vars(base)),
+        None,
+    )
+
+
+class EncodedAudioForward:
+    """Upstream's forward taking encoded audio rows, for a family whose audio facts state an `AudioPlacement` (listed
+    before the family's layout, or a base of it).
+
+    Every drop-in class below it gets a `forward` with its upstream class's signature and annotations (`generate`
+    validates its kwargs against them): without encoded audio in `mm_encoder_outputs` it is upstream's forward;
+    with it, the input embeddings are built as the audio facts' placement says (`inputs_with_encoded_audio`) and
+    handed to upstream's forward. A family checks what its forward cannot take in `check_forward_inputs`.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        upstream = _upstream_class(cls)
+        if upstream is None or "forward" in vars(cls):  # a layout, or a class with a forward of its own
+            return
+        facts = cls.vision_facts.modality("audio")
+        if facts.placement is None:
+            raise TypeError(f"{cls.__name__}'s audio facts state no `placement`, which `EncodedAudioForward` reads.")
+
+        @keeps_upstream_interface(upstream.forward)
+        def forward(self, *args, **kwargs):
+            return self.forward_with_encoded_audio(args, kwargs)
+
+        forward.__doc__ = (
+            f"`transformers.{upstream.__name__}.forward`; when `mm_encoder_outputs` holds audio rows, the input "
+            "embeddings are built first (`vlmprep.models.layouts.audio.EncodedAudioForward`)."
+        )
+        forward.__qualname__ = f"{cls.__qualname__}.forward"
+        cls.forward = forward
+
+    def check_forward_inputs(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Raise a clear `ValueError` for a forward's inputs the drop-in does not take (by default none).
+
+        Args:
+            args (`tuple`): the forward's positional arguments.
+            kwargs (`dict[str, Any]`): its keyword arguments.
+        """
+
+    def forward_with_encoded_audio(self, args: tuple, kwargs: dict[str, Any]):
+        """Upstream's forward of these arguments, encoded audio rows placed in the input embeddings first.
+
+        Args:
+            args (`tuple`): the forward's positional arguments.
+            kwargs (`dict[str, Any]`): its keyword arguments.
+
+        Returns:
+            What upstream's forward returns.
+        """
+        self.check_forward_inputs(args, kwargs)
+        placed = inputs_with_encoded_audio(self, args, kwargs, self.vision_facts.modality("audio").placement)
+        upstream_forward = super().forward
+        return upstream_forward(*args, **kwargs) if placed is None else upstream_forward(**placed)
+
+
+class AudioModalityHooks(EncodedAudioForward):
     """The item hooks of the audio modality, for a family that adds audio clips to a layout of its images (listed
-    before that layout among the family's bases; the layout stays the family's layout).
+    before that layout among the family's bases; the layout stays the family's layout), with the forward that places
+    encoded clip rows.
 
-    Each hook hands `"audio"` to the family's own method (`audio_token_counts`, `select_audio_inputs`,
-    `check_audio_inputs`) and every other modality to the layout. A clip is one entry of the first raw audio input.
+    Each hook hands `"audio"` to the family's own method (`audio_token_counts`, `check_audio_inputs`) and every other
+    modality to the layout; the clips' inputs are the audio facts' item schema (`ModalityFacts.items`).
     """
 
     def audio_token_counts(self, model_kwargs: dict[str, Any]) -> list[int] | None:
@@ -199,30 +240,6 @@ class AudioModalityHooks:
         """
         raise NotImplementedError(f"{type(self).__name__} must say how many placeholders each audio clip fills.")
 
-    def count_audio_clips(self, model_kwargs: dict[str, Any]) -> int | None:
-        """How many clips the raw audio input holds (`None`: none passed).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-
-        Returns:
-            `int` or `None`
-        """
-        clips = model_kwargs.get(self.vision_facts.modality("audio").pixel_keys[0])
-        return None if clips is None else clips.shape[0]
-
-    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The raw audio inputs of the given clips (each family cuts them to what its tower reads).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the call's clips.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_audio_features`.
-        """
-        raise NotImplementedError(f"{type(self).__name__} must say which inputs of a clip its audio tower reads.")
-
     def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise a clear `ValueError` when the audio inputs do not fit the audio tower (a family states its shapes).
 
@@ -235,20 +252,6 @@ class AudioModalityHooks:
         if modality == "audio":
             return self.audio_token_counts(model_kwargs)
         return super().item_token_counts(model_kwargs, modality=modality)
-
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """How many items: clips from `count_audio_clips`, the rest from the layout."""
-        if modality == "audio":
-            return self.count_audio_clips(model_kwargs)
-        return super().count_items(model_kwargs, modality=modality)
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The inputs of the given items: clips from `select_audio_inputs`, the rest from the layout."""
-        if modality == "audio":
-            return self.select_audio_inputs(model_kwargs, indices)
-        return super().select_item_inputs(model_kwargs, indices, modality=modality)
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Check the inputs of `modality`: audio by `check_audio_inputs`, the rest by the layout."""

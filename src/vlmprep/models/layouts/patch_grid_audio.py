@@ -13,9 +13,9 @@ processor writes them, `<audio_end><vision_end>`: each is one item of several ru
 `get_rope_index` numbers the block.
 
 Upstream's forwards read encoded images and videos from `mm_encoder_outputs` but encode audio from `input_features`
-on every call. So when a forward gets encoded audio rows, `place_encoded_audio` embeds the ids and scatters the rows
-into the audio placeholders, exactly as upstream's forward does first, and hands upstream those `inputs_embeds` with
-the ids (which place the image and video rows).
+on every call. So when a forward gets encoded audio rows, it embeds the ids and scatters the rows into the audio
+placeholders, exactly as upstream's forward does first, and hands upstream those `inputs_embeds` with the ids (which
+place the image and video rows): the audio facts' `AudioPlacement`, read by `EncodedAudioForward`.
 """
 
 from __future__ import annotations
@@ -26,15 +26,25 @@ from typing import Any
 
 import torch
 
-from ...generation.facts import ModalityFacts
+from ...generation.facts import AudioPlacement, ModalityFacts
+from ...generation.items import ItemSchema, clip
 from ...generation.validation import check_companion_input, check_passed_with
-from .audio import AudioModalityHooks, inputs_with_encoded_audio, select_audio_clips
+from .audio import AudioModalityHooks
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
 __all__ = ["PATCH_GRID_AUDIO_FACTS", "PatchGridAudioLayout"]
 
 _VIDEO = replace(PATCH_GRID_FACTS.modality("video"), position_keys=("video_second_per_grid",))
-_AUDIO = ModalityFacts("audio", "audio_token_id", ("input_features",), ("feature_attention_mask",))
+# A clip is `(mel_bins, frames)` features padded at the end of the frames, with a mask of its real frames; encoded rows
+# are placed by the forward in the audio placeholders, upstream places the image and video rows by the ids.
+_AUDIO = ModalityFacts(
+    "audio",
+    "audio_token_id",
+    ("input_features",),
+    ("feature_attention_mask",),
+    items=ItemSchema((clip("input_features", "feature_attention_mask", axis=-1),)),
+    placement=AudioPlacement(placed=("audio",), keep_input_ids=True),
+)
 # The Qwen-Omni thinkers' inputs: Qwen2-VL's images, videos spaced in time by `video_second_per_grid`, audio clips.
 PATCH_GRID_AUDIO_FACTS = replace(PATCH_GRID_FACTS, other_modalities=(_VIDEO, _AUDIO))
 
@@ -138,41 +148,14 @@ class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
         mask = model_kwargs.get("feature_attention_mask")
         return None if mask is None else self.audio_placeholder_counts(mask.sum(-1))
 
-    def count_audio_clips(self, model_kwargs: dict[str, Any]) -> int | None:
-        """Audio clips of `input_features`, whose real frames `feature_attention_mask` gives.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-
-        Returns:
-            `int` or `None`
-        """
-        why = "vlmprep reads each clip's real frames from the mask"
-        check_passed_with(model_kwargs, "audio_feature_lengths", "feature_attention_mask", why)
-        return super().count_audio_clips(model_kwargs)
-
-    def select_audio_inputs(self, model_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        """The given audio clips, cut to their real frames.
-
-        A clip's features do not depend on the padding of its batch (the tower reads its real frames only), so the
-        clips are cut to the longest real one among them: the same clip hashes alike alone or padded.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the call's clips.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_audio_features`.
-        """
-        # `(clips, mel_bins, frames)`: the feature extractor pads at the end of the frames
-        return select_audio_clips(model_kwargs, indices, "input_features", "feature_attention_mask", frame_axis=-1)
-
     def check_audio_inputs(self, model_kwargs: dict[str, Any]) -> None:
         """Raise when audio inputs do not fit the audio tower (`(clips, mel_bins, frames)` with a mask per frame).
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
         """
+        why = "vlmprep reads each clip's real frames from the mask"
+        check_passed_with(model_kwargs, "audio_feature_lengths", "feature_attention_mask", why)
         features, mask = model_kwargs.get("input_features"), model_kwargs.get("feature_attention_mask")
         bins = self.config.audio_config.num_mel_bins
         if features.ndim != 3 or features.shape[1] != bins:
@@ -229,19 +212,3 @@ class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
         # 3 frames a second): kept so, as upstream's generate keeps them
         dtype = mrope.dtype if mrope.is_floating_point() else text_positions.dtype
         return torch.cat([text_positions.unsqueeze(0).to(dtype), mrope.to(dtype)], dim=0)
-
-    def place_encoded_audio(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
-        """The forward's arguments with encoded audio rows (`mm_encoder_outputs["audio"]`) placed in `inputs_embeds`.
-
-        Without encoded audio, the arguments as they are. Upstream's forward then places the image and video rows by
-        the ids, and finds no audio to encode.
-
-        Args:
-            args (`tuple`): the forward's positional arguments.
-            kwargs (`dict[str, Any]`): its keyword arguments.
-
-        Returns:
-            `tuple[tuple, dict[str, Any]]`: the positional and keyword arguments for upstream's forward.
-        """
-        placed = inputs_with_encoded_audio(self, args, kwargs, placed=("audio",), keep_input_ids=True)
-        return (args, kwargs) if placed is None else ((), placed)

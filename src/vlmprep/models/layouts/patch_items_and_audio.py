@@ -7,18 +7,17 @@ holds every image's patches back to back, in prompt order, one per image placeho
 is not a model input (the processor keeps `num_patches` to itself), and need not be.
 
 An audio clip is one run of placeholders, one per real frame of its (padded) frames, read from the modality's
-features and mask (`ModalityFacts.pixel_keys[0]` and `per_item_keys[0]`); its frames are cut to the real ones
-(`select_audio_clips`) so that a clip hashes alike alone or padded in a batch.
+features and mask (`ModalityFacts.pixel_keys[0]` and `per_item_keys[0]`); the family states them as `clip` items, cut
+to the real frames so that a clip hashes alike alone or padded in a batch, and how a forward places encoded clip rows
+(`EncodedAudioForward`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ...generation.hooks import FamilyHooks
-from .audio import select_audio_clips
+from .audio import EncodedAudioForward
 
 __all__ = ["PatchGridHWAndPaddedAudioLayout", "PatchItemsAndAudioLayout", "check_one_patch_per_placeholder"]
 
@@ -44,8 +43,9 @@ def check_one_patch_per_placeholder(model, model_kwargs: dict[str, Any], spans: 
         )
 
 
-class PatchItemsAndAudioLayout(FamilyHooks):
-    """Each image patch is one item of one placeholder; an audio clip one run of its real frames."""
+class PatchItemsAndAudioLayout(EncodedAudioForward, FamilyHooks):
+    """Each image patch is one item of one placeholder (one entry of the pixel input each); an audio clip one run of
+    its real frames."""
 
     layout_name = "patch_items_and_audio"
     layout_description = (
@@ -75,38 +75,6 @@ class PatchItemsAndAudioLayout(FamilyHooks):
             return [int(clip_mask.sum()) for clip_mask in mask.bool()]
         return None if features is None else [features.shape[1]] * features.shape[0]
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Patches of every image (the rows of `pixel_values`), or audio clips.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
-
-        Returns:
-            `int` or `None` (no inputs of that modality)
-        """
-        values = model_kwargs.get(self._modality_facts(modality).pixel_keys[0])
-        return None if values is None else values.shape[0]
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The given patches, or the given clips cut to their real frames.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): patch or clip indices, in placeholder order.
-            modality (`str`, *optional*, defaults to `"image"`): `"image"` or `"audio"`.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_<modality>_features`.
-        """
-        if modality == "audio":
-            features_key, mask_key = self._audio_keys()
-            return select_audio_clips(model_kwargs, indices, features_key, mask_key)
-        key = self.vision_facts.pixel_keys[0]
-        return {key: model_kwargs[key][torch.as_tensor(indices, dtype=torch.long)]}
-
     def check_item_count(self, model_kwargs: dict[str, Any], spans: list, modality: str = "image") -> None:
         """Raise a clear `ValueError` unless the inputs hold one patch per image placeholder (one clip per run).
 
@@ -120,10 +88,10 @@ class PatchItemsAndAudioLayout(FamilyHooks):
         check_one_patch_per_placeholder(self, model_kwargs, spans, "one per patch")
 
 
-class PatchGridHWAndPaddedAudioLayout(FamilyHooks):
+class PatchGridHWAndPaddedAudioLayout(EncodedAudioForward, FamilyHooks):
     """An image is one run of its pixel-shuffled `(h, w)` patch grid (flattened patches of every image back to back,
     `image_grid_hw`); an audio clip one run of its subsampled frames, encoded padded as the call pads it (Nemotron-H
-    Omni: the family states its counts and selections itself)."""
+    Omni: the family states its counts and item schemas)."""
 
     layout_name = "patch_grid_hw_and_padded_audio"
     layout_description = (
