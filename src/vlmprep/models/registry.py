@@ -82,9 +82,9 @@ __all__ = [
 
 _MROPE = "multimodal rope from the model's own `get_rope_index` (as qwen2_vl's)"
 _AUDIO_IN_FORWARD = (
-    "audio clips fit the spans (a modality, as Gemma 4's, with `layouts/audio.py`'s clip selection), but "
-    "transformers' forward takes audio only as `input_features`, so the drop-in needs its own embedding step feeding "
-    "the encoded rows (as Gemma 4's has); not written yet"
+    "audio clips fit the spans (a modality, as Gemma 4's: a `clip` of the item vocabulary), and transformers' forward "
+    "takes audio only as `input_features`, so the drop-in states an `AudioPlacement` for the shared forward that "
+    "places encoded rows (as Gemma 4's does); not written yet"
 )
 # Tried (issue 27): `timm` installs alone, but imports `torchvision`, whose only wheels in the package registry are CUDA
 # builds; the one for torch 2.13.0 (0.28.0) links `libc10_cuda.so`, so with the CPU torch its ops do not load.
