@@ -7,7 +7,9 @@ with a small closed vocabulary (after vLLM's `MultiModalFieldConfig`):
 - `batched(key)`: one entry per item along the first axis (`(num_images, C, H, W)` pixels, `image_sizes`);
 - `flat(key, sizes)`: the items' rows concatenated along an axis, each item's share given by another input
   (`Sizes`): Qwen2-VL's patches split by `image_grid_thw.prod(-1)`, Gemma 4's video frames by
-  `num_frames_per_video`, LLaVA-OneVision's images grouped per sample by `batch_num_images`;
+  `num_frames_per_video`, LLaVA-OneVision's images grouped per sample by `batch_num_images` (items of no rows of
+  it, `Sizes(empty_items=True)`: DeepSeek-OCR-2's images without crops; indices into another flat input's rows,
+  moved with them, `rebased_on`: Molmo2's pooling indices on transformers 5.24);
 - `sizes(key)`: the input that gives each item's share itself (`num_frames_per_video`), selected per item;
 - `clip(key, mask, axis)`: one entry per item padded to the call's longest, with a mask of the real entries
   (a companion): both are cut to the longest real item of a selection, so an item hashes alike in any batch;
@@ -21,6 +23,7 @@ collation in serving and tests.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -67,6 +70,10 @@ class Sizes:
         computed (`Callable[[Any, dict], list[int]]`, *optional*): given the model and the call's inputs, the shares
             when no one input holds them (VideoLLaMA3's kept rows per video); `key` then names the input they come
             from, for the messages.
+        empty_items (`bool`, *optional*, defaults to `False`): a share of 0 is an item with no rows of the flat input,
+            the items being counted by another input (an image without crops: DeepSeek-OCR-2's `num_local_patches`);
+            a selection of such items only leaves the flat input out, as a processor does for a call of them. By
+            default a share of 0 is no item (a text-only sample of `batch_num_images`).
     """
 
     key: str
@@ -74,6 +81,7 @@ class Sizes:
     times: Callable[[Any], int] | None = None
     one_each_without: bool = False
     computed: Callable[[Any, dict], list[int]] | None = None
+    empty_items: bool = False
 
     def of(self, model, model_kwargs: dict[str, Any], rows: int | None = None) -> list[int] | None:
         """Each item's share (items of no rows left out), or `None` when the input that gives them is missing."""
@@ -105,6 +113,11 @@ class ItemInput:
             carries `key`, the name the tower takes and the one hashed.
         flatten (`bool`, *optional*, defaults to `False`): `"batched"`: every axis but the last counts items (Fuyu:
             `(batch, patches, dim)` patches, one item each).
+        rebased_on (`str`, *optional*): `"flat"`: the flat input (split along its first axis) whose rows, flattened
+            over every axis but the last, this input's entries index across the whole call (Molmo2's
+            `image_token_pooling` on transformers 5.24 lists patches of every crop of `pixel_values`): a selection
+            moves each item's entries to where its rows now sit, and joining moves each part's past the parts before
+            it; negative entries (padding) are kept.
     """
 
     key: str
@@ -114,6 +127,7 @@ class ItemInput:
     mask: str | None = None
     renamed_from: str | None = None
     flatten: bool = False
+    rebased_on: str | None = None
 
     def value(self, model_kwargs: dict[str, Any]) -> Any:
         """The input as the call passed it (under its old name when only that was passed), or `None`."""
@@ -130,9 +144,10 @@ def batched(key: str, renamed_from: str | None = None, flatten: bool = False) ->
     return ItemInput(key, renamed_from=renamed_from, flatten=flatten)
 
 
-def flat(key: str, shares: Sizes, axis: int = 0) -> ItemInput:
-    """An input holding every item's share concatenated along `axis`, the shares given by `shares`."""
-    return ItemInput(key, "flat", shares=shares, axis=axis)
+def flat(key: str, shares: Sizes, axis: int = 0, rebased_on: str | None = None) -> ItemInput:
+    """An input holding every item's share concatenated along `axis`, the shares given by `shares` (indices into
+    another flat input's rows when `rebased_on` names it)."""
+    return ItemInput(key, "flat", shares=shares, axis=axis, rebased_on=rebased_on)
 
 
 def sizes(key: str) -> ItemInput:
@@ -255,7 +270,12 @@ class ItemSchema:
                 selected[item_input.key] = value
             elif item_input.kind == "flat":
                 shares = self._shares(model, model_kwargs, item_input)
-                selected[item_input.key] = _select_shares(value, shares, indices, item_input.axis)
+                chosen = _select_shares(value, shares, indices, item_input.axis)
+                if item_input.shares.empty_items and not sum(shares[index] for index in indices):
+                    continue  # items without rows of it: no input, as the processor returns them
+                if item_input.rebased_on is not None:
+                    chosen = self._rebased(model, model_kwargs, item_input, shares, indices, chosen)
+                selected[item_input.key] = chosen
             elif item_input.kind == "sizes":
                 real = [size for size in torch.as_tensor(value).reshape(-1).tolist() if size]
                 chosen = [real[index] for index in indices]
@@ -273,7 +293,22 @@ class ItemSchema:
         if shares.computed is None and not shares.one_each_without:
             check_passed_with(model_kwargs, item_input.key, shares.key, "it gives each item's share of it")
         found = shares.of(model, model_kwargs, rows)
-        return [share for share in found if share]
+        return found if shares.empty_items else [share for share in found if share]
+
+    def _rebased(
+        self, model, model_kwargs: dict[str, Any], item_input: ItemInput, shares: list[int], indices: list[int], chosen
+    ) -> torch.Tensor:
+        # Each selected item's entries shifted by how far its rows of `rebased_on` moved (`ItemInput.rebased_on`)
+        target = next(other for other in self.inputs if other.key == item_input.rebased_on)
+        rows = target.value(model_kwargs)
+        per_row, target_shares = math.prod(rows.shape[1:-1]), self._shares(model, model_kwargs, target)
+        parts, placed = [], 0
+        pieces = torch.split(chosen, [shares[index] for index in indices], dim=item_input.axis)
+        for piece, index in zip(pieces, indices, strict=True):
+            shift = (placed - sum(target_shares[:index])) * per_row
+            parts.append(torch.where(piece >= 0, piece + shift, piece))
+            placed += target_shares[index]
+        return torch.cat(parts, dim=item_input.axis) if parts else chosen
 
 
 def _select_shares(value: Any, shares: list[int], indices: list[int], axis: int) -> Any:
@@ -325,10 +360,24 @@ def join_item_inputs(schema: ItemSchema, parts: list[dict[str, Any]]) -> dict[st
             masks = [part.get(item_input.mask) for part in parts if part.get(item_input.key) is not None]
             joined.update(_join_clips(item_input, values, masks))
         elif item_input.kind == "flat":
+            if item_input.rebased_on is not None:
+                values = _rebased_parts(item_input, parts)
             joined[item_input.key] = _join(values, item_input.axis, pad=False)
         else:
             joined[item_input.key] = _join(values, 0, pad=item_input.kind == "batched")
     return joined
+
+
+def _rebased_parts(item_input: ItemInput, parts: list[dict[str, Any]]) -> list[torch.Tensor]:
+    # Each part's entries index its own rows of `rebased_on`: moved past the rows of the parts before it
+    values, offset = [], 0
+    for part in parts:
+        value, rows = part.get(item_input.key), part.get(item_input.rebased_on)
+        if value is not None:
+            values.append(torch.where(value >= 0, value + offset, value))
+        if rows is not None:
+            offset += rows.numel() // rows.shape[-1]
+    return values
 
 
 def _join(values: list[Any], axis: int, pad: bool) -> Any:
