@@ -4,7 +4,7 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.pooled_crops import PooledCropsLayout
+from .layouts.pooled_crops import PooledCropsLayout, pooled_crop_items
 
 
 class Molmo2ForConditionalGeneration(PooledCropsLayout, VisionPrepMixin, transformers.Molmo2ForConditionalGeneration):
@@ -29,6 +29,7 @@ class Molmo2ForConditionalGeneration(PooledCropsLayout, VisionPrepMixin, transfo
         bidirectional="items",
         token_type_key="mm_token_type_ids",
         per_image_keys=("image_token_pooling", "image_grids", "image_num_crops"),
+        image_items=pooled_crop_items(transformers.Molmo2Model),
         pixel_layout=None,
         fixed_resolution=False,
         features_as_list=True,

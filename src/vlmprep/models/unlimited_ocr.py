@@ -29,10 +29,15 @@ import transformers
 
 from ..cache.pinned_prompt import declare_pinned_prompt_length, reopen_pinned_prompt
 from .base import VisionPrepMixin
-from .layouts.multi_run import GLOBAL_AND_LOCAL_VIEWS_FACTS, GlobalAndLocalViewsLayout
+from .layouts.multi_run import GLOBAL_AND_LOCAL_VIEWS_FACTS, GlobalAndLocalViewsLayout, global_and_local_views
 
-# The `(columns, rows)` of each image's crops change where its features go: hashed with its pixels.
-UNLIMITED_OCR_FACTS = replace(GLOBAL_AND_LOCAL_VIEWS_FACTS, per_image_keys=("num_local_patches", "patches_grid"))
+# The `(columns, rows)` of each image's crops change where its features go: hashed with its pixels. The processor
+# returns both lists, as upstream takes them.
+UNLIMITED_OCR_FACTS = replace(
+    GLOBAL_AND_LOCAL_VIEWS_FACTS,
+    per_image_keys=("num_local_patches", "patches_grid"),
+    image_items=global_and_local_views("patches_grid"),
+)
 
 
 class UnlimitedOcrForConditionalGeneration(
@@ -112,29 +117,6 @@ class UnlimitedOcrForConditionalGeneration(
         if len(grids) != len(crops):
             raise ValueError(f"`patches_grid` has {len(grids)} entries for {len(crops)} image(s): pass one per image.")
         return grids
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The layout's selection (views and crop counts), with each image's `patches_grid` and the counts as a list
-        (upstream splits the crops' features by them).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the images.
-            modality (`str`, *optional*, defaults to `"image"`): this family has images only.
-
-        Returns:
-            `dict[str, Any]`: keyword arguments of `get_image_features`.
-        """
-        selected = super().select_item_inputs(model_kwargs, indices, modality)
-        crops = [int(count) for count in selected["num_local_patches"]]
-        grids = self._patches_grids(
-            model_kwargs, self._crops_per_image(model_kwargs, model_kwargs["pixel_values"].shape[0])
-        )
-        selected["num_local_patches"] = crops
-        selected["patches_grid"] = [list(grids[index]) for index in indices]
-        return selected
 
     def continuous_batching_refusal(self) -> str:
         """Why transformers' continuous-batching engine does not run this family (`vlmprep.batching.support`).

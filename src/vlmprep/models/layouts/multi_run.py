@@ -41,6 +41,8 @@ __all__ = [
     "GlobalAndLocalViewsLayout",
     "PackedViewsLayout",
     "PackedViewsMultimodalRopeLayout",
+    "global_and_local_views",
+    "packed_views",
 ]
 
 # Views of images (`pixel_values`, `target_sizes`) and of video frames (`pixel_values_videos`, `target_sizes_videos`),
@@ -207,11 +209,21 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
         return model_kwargs
 
 
+def global_and_local_views(*per_image: str) -> ItemSchema:
+    """Images counted by their global views, one row each, with their crops (`pixel_values_local`, an image's
+    `num_local_patches` rows in order, none for some images) and crop counts, and `per_image` inputs of one entry
+    per image."""
+    crops = flat("pixel_values_local", Sizes("num_local_patches", empty_items=True))
+    others = (batched("num_local_patches"), *(batched(key) for key in per_image))
+    return ItemSchema((batched("pixel_values"), crops, *others), counted_by=("pixel_values",))
+
+
 # Images as a global view (`pixel_values`, one row per image) and local crops (`pixel_values_local`, the crops of
 # every image in order, `num_local_patches` of them per image); `pooler_output` is a list of per-image tensors.
 GLOBAL_AND_LOCAL_VIEWS_FACTS = VisionFacts(
     pixel_keys=("pixel_values", "pixel_values_local"),
     per_image_keys=("num_local_patches",),
+    image_items=global_and_local_views(),
     pixel_layout=None,
     fixed_resolution=False,
     features_as_list=True,
@@ -282,67 +294,30 @@ class GlobalAndLocalViewsLayout(FamilyHooks):
             counts.append(sum(views) + self.separator_tokens if self.views_in_one_run else views)
         return counts
 
-    def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Images: rows of `pixel_values`, with the crops checked against `num_local_patches` first.
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """Raise a clear `ValueError` unless the views are `(views, channels, height, width)` tensors of the tower's
+        channels (their size may be any: the tower interpolates its position embeddings, and the placeholder counts
+        follow the size), crops with their images, as many as `num_local_patches` gives them.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
             modality (`str`, *optional*, defaults to `"image"`): this layout has images only.
-
-        Returns:
-            `int` or `None` (no pixels passed)
         """
-        pixels, local = model_kwargs.get("pixel_values"), model_kwargs.get("pixel_values_local")
         check_passed_with(model_kwargs, "pixel_values_local", "pixel_values", "each image's global view")
-        if pixels is None:
-            return None
-        for key, value in (("pixel_values", pixels), ("pixel_values_local", local)):
+        channels = self._tower_channels()
+        for key in self.vision_facts.pixel_keys:
+            value = model_kwargs.get(key)
             if value is not None and (not isinstance(value, torch.Tensor) or value.ndim != 4):
                 raise ValueError(
                     f"`{key}` must be a `(views, channels, height, width)` tensor, as the processor returns."
                 )
-        self._crops_per_image(model_kwargs, pixels.shape[0])
-        return pixels.shape[0]
-
-    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
-        """Raise a clear `ValueError` when a view's channels are not the tower's (its size may be any: the tower
-        interpolates its position embeddings, and the placeholder counts follow the size).
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            modality (`str`, *optional*, defaults to `"image"`): this layout has images only.
-        """
-        channels = self._tower_channels()
-        for key in self.vision_facts.pixel_keys:
-            value = model_kwargs.get(key)
-            if isinstance(value, torch.Tensor) and value.ndim == 4 and value.shape[1] != channels:
+            if value is not None and value.shape[1] != channels:
                 raise ValueError(
                     f"`{key}` has {value.shape[1]} channel(s) but this model's vision tower takes {channels}: "
                     f"`(views, {channels}, height, width)`. Preprocess the images with this model's processor."
                 )
+        self._crops_per_image(model_kwargs, model_kwargs["pixel_values"].shape[0])
 
     def _tower_channels(self) -> int:
         # The tower's input channels (the family's vision config may name them otherwise).
         return self.config.vision_config.num_channels
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The images' global views, their crops (each image owns `num_local_patches` consecutive rows) and counts.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the images.
-            modality (`str`, *optional*, defaults to `"image"`): this layout has images only.
-
-        Returns:
-            `dict[str, Any]`: `pixel_values`, `num_local_patches` and, when they hold any crop, `pixel_values_local`.
-        """
-        pixels = model_kwargs["pixel_values"]
-        crops = self._crops_per_image(model_kwargs, pixels.shape[0])
-        selected = {"pixel_values": pixels[indices], "num_local_patches": torch.tensor([crops[i] for i in indices])}
-        local = model_kwargs.get("pixel_values_local")
-        if local is not None and sum(crops[i] for i in indices) > 0:
-            per_image = torch.split(local, crops)  # per image: (crops, channels, height, width)
-            selected["pixel_values_local"] = torch.cat([per_image[index] for index in indices])
-        return selected

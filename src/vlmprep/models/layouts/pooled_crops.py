@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from ...generation.encoding import encoding_module
 from ...generation.hooks import FamilyHooks
+from ...generation.items import ItemSchema, Sizes, batched, flat
 from ...generation.spans import find_runs
 from ...generation.validation import check_passed_with
 
-__all__ = ["PooledCropsLayout"]
+__all__ = ["PooledCropsLayout", "pooled_crop_items"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -50,6 +50,40 @@ def pooling_indexes_each_image(encoder_class: type) -> bool:
 def image_token_totals(image_grids: torch.Tensor) -> list[int]:
     """Placeholders of each image: `low_h * low_w + high_h * high_w` from its `image_grids` row."""
     return (image_grids[:, 0] * image_grids[:, 1] + image_grids[:, 2] * image_grids[:, 3]).tolist()
+
+
+# The inputs that say which crops and patches each image's tokens pool, needed with `pixel_values`
+POOLED_CROP_KEYS = ("image_grids", "image_token_pooling", "image_num_crops")
+
+
+def _pooled_tokens(model, model_kwargs: dict[str, Any]) -> list[int]:
+    # Each image's rows of `image_token_pooling`: one per placeholder, by its `image_grids` row
+    why = "with `image_num_crops`, it says which crops and patches each image pools"
+    check_passed_with(model_kwargs, "image_token_pooling", "image_grids", why)
+    return image_token_totals(model_kwargs["image_grids"])
+
+
+def pooled_crop_items(encoder_class: type) -> ItemSchema:
+    """An image's crops (`image_num_crops` of `pixel_values`), its rows of `image_token_pooling` and of `image_grids`,
+    as `encoder_class.get_image_features` takes them: on transformers 5.24 the pooling indices over the crops of the
+    whole call, rebased to the selection's crops; from 5.25 on each image's own, with its crop count.
+
+    Args:
+        encoder_class (`type`): the class whose `get_image_features` encodes the images (`Molmo2Model`).
+
+    Returns:
+        `ItemSchema`
+    """
+    per_image = pooling_indexes_each_image(encoder_class)
+    pooling = Sizes("image_grids", computed=_pooled_tokens)
+    inputs = (
+        flat("pixel_values", Sizes("image_num_crops")),
+        flat("image_token_pooling", pooling, rebased_on=None if per_image else "pixel_values"),
+        batched("image_grids"),
+    )
+    # 5.25 on: `get_image_features` shifts each image's indices past the crops before it, by their counts
+    crop_counts = (batched("image_num_crops"),) if per_image else ()
+    return ItemSchema((*inputs, *crop_counts), counted_by=("pixel_values",))
 
 
 def group_runs(run_lengths: list[int], totals: list[int]) -> list[list[int]]:
@@ -114,6 +148,11 @@ class PooledCropsLayout(FamilyHooks):
         Returns:
             `list[list[int]]` or `None` (no images)
         """
+        if model_kwargs.get("pixel_values_videos") is not None:  # their frames' runs would be read as images'
+            raise ValueError(
+                f"{type(self).__name__} does not take videos yet (their frames share the image placeholder, pooled "
+                "from `video_token_pooling`): pass images, or use the transformers class for videos."
+            )
         image_grids = model_kwargs.get("image_grids")
         if modality != "image" or image_grids is None:
             return None
@@ -122,7 +161,11 @@ class PooledCropsLayout(FamilyHooks):
         return group_runs(runs, image_token_totals(image_grids))
 
     def count_items(self, model_kwargs: dict[str, Any], modality: str = "image") -> int | None:
-        """Images of the call: one `image_grids` row each (`pixel_values` holds their crops).
+        """Images of the call: one `image_grids` row each, given their crops (`pixel_values`).
+
+        The one hook the item schema (`pooled_crop_items`) does not serve: on transformers 5.24 the encoder's inputs,
+        a selection of items, hold no crop counts (its `get_image_features` takes none), so the items are counted by
+        their grids rather than by splitting the crops.
 
         Args:
             model_kwargs (`dict[str, Any]`): the call's inputs.
@@ -131,11 +174,6 @@ class PooledCropsLayout(FamilyHooks):
         Returns:
             `int` or `None`
         """
-        if model_kwargs.get("pixel_values_videos") is not None:
-            raise ValueError(
-                f"{type(self).__name__} does not take videos yet (their frames share the image placeholder, pooled "
-                "from `video_token_pooling`): pass images, or use the transformers class for videos."
-            )
         if model_kwargs.get("pixel_values") is None:
             return None
         why = "with `image_token_pooling` and `image_num_crops`, it says which crops and patches each image pools"
@@ -152,7 +190,7 @@ class PooledCropsLayout(FamilyHooks):
         pixel_values = model_kwargs.get("pixel_values")
         if modality != "image" or not isinstance(pixel_values, torch.Tensor):
             return
-        missing = [key for key in ("image_token_pooling", "image_num_crops") if model_kwargs.get(key) is None]
+        missing = [key for key in POOLED_CROP_KEYS if model_kwargs.get(key) is None]
         if missing:
             raise ValueError(
                 f"`pixel_values` came without {missing}: pass every image input the processor returns "
@@ -178,43 +216,3 @@ class PooledCropsLayout(FamilyHooks):
                 f"`image_token_pooling` has {model_kwargs['image_token_pooling'].shape[0]} rows, but `image_grids` "
                 f"gives the images {sum(totals)} tokens: pass them as the processor returned them."
             )
-
-    def select_item_inputs(
-        self, model_kwargs: dict[str, Any], indices: list[int], modality: str = "image"
-    ) -> dict[str, Any]:
-        """The crops, pooling rows and grids of the given images, in that order, as the installed transformers takes
-        them: on 5.24 the rows rebased to the selection's crops, on 5.25 each image's own rows with its crop count.
-
-        Args:
-            model_kwargs (`dict[str, Any]`): the call's inputs.
-            indices (`list[int]`): indices among the call's images.
-            modality (`str`, *optional*, defaults to `"image"`): images only.
-
-        Returns:
-            `dict[str, Any]`: `pixel_values`, `image_token_pooling`, `image_grids` (and on 5.25 `image_num_crops`) for
-            `get_image_features`.
-        """
-        pixel_values, pooling = model_kwargs["pixel_values"], model_kwargs["image_token_pooling"]
-        image_grids, num_crops = model_kwargs["image_grids"], model_kwargs["image_num_crops"].tolist()
-        per_image = pooling_indexes_each_image(type(encoding_module(self)))
-        patches_per_crop = pixel_values.shape[1]
-        crop_starts = [sum(num_crops[:index]) for index in range(len(num_crops))]
-        totals = image_token_totals(image_grids)
-        token_starts = [sum(totals[:index]) for index in range(len(totals))]
-        crops, rows, placed = [], [], 0  # `placed`: crops of the selection before this image
-        for index in indices:
-            crops.append(pixel_values[crop_starts[index] : crop_starts[index] + num_crops[index]])
-            own = pooling[token_starts[index] : token_starts[index] + totals[index]]
-            if not per_image:  # 5.24: indices over the call's crops, moved to where the image's crops now sit
-                shift = (placed - crop_starts[index]) * patches_per_crop
-                own = torch.where(own >= 0, own + shift, own)  # -1 marks padding slots: kept
-            rows.append(own)
-            placed += num_crops[index]
-        selected = {
-            "pixel_values": torch.cat(crops),
-            "image_token_pooling": torch.cat(rows),
-            "image_grids": image_grids[indices],
-        }
-        if per_image:  # 5.25 on: `get_image_features` shifts each image's indices past the crops before it
-            selected["image_num_crops"] = model_kwargs["image_num_crops"][indices]
-        return selected
