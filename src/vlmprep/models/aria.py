@@ -20,10 +20,10 @@ import transformers
 from ..generation import VisionFacts
 from ..generation.validation import check_pixel_shapes
 from .base import VisionPrepMixin
-from .layouts.stated_counts import ProjectorCropsLayout
+from .layouts.stated_counts import PROJECTOR_CROPS
 
 
-class AriaForConditionalGeneration(ProjectorCropsLayout, VisionPrepMixin, transformers.AriaForConditionalGeneration):
+class AriaForConditionalGeneration(VisionPrepMixin, transformers.AriaForConditionalGeneration):
     """Drop-in `transformers.AriaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -38,6 +38,8 @@ class AriaForConditionalGeneration(ProjectorCropsLayout, VisionPrepMixin, transf
 
     ```
     """
+
+    layout = PROJECTOR_CROPS
 
     # Crop sizes are checked against the projector's accepted patch counts (`item_token_counts`), not `image_size`.
     vision_facts = VisionFacts(per_image_keys=("pixel_mask",), fixed_resolution=False)

@@ -18,7 +18,7 @@ import transformers
 from ..generation import VisionFacts
 from ..generation.validation import check_pixel_shapes
 from .base import VisionPrepMixin
-from .layouts.stated_counts import FixedImageLayout
+from .layouts.stated_counts import FIXED_IMAGE
 
 
 def vq_grid_side(pixels: int, config: transformers.ChameleonConfig) -> int:
@@ -39,9 +39,7 @@ def vq_image_tokens(config: transformers.ChameleonConfig) -> int:
     return vq_grid_side(config.vq_config.resolution, config) ** 2
 
 
-class ChameleonForConditionalGeneration(
-    FixedImageLayout, VisionPrepMixin, transformers.ChameleonForConditionalGeneration
-):
+class ChameleonForConditionalGeneration(VisionPrepMixin, transformers.ChameleonForConditionalGeneration):
     """Drop-in `transformers.ChameleonForConditionalGeneration` whose VQ-VAE runs once, in input preparation.
 
     Example:
@@ -56,6 +54,8 @@ class ChameleonForConditionalGeneration(
 
     ```
     """
+
+    layout = FIXED_IMAGE
 
     # One fixed-resolution image per entry of `pixel_values` (no vision config: the VQ-VAE checks nothing itself, and
     # a wrong size is caught as a wrong count of feature rows); `pooler_output` is `(images, tokens, dim)`.

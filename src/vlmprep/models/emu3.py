@@ -22,7 +22,7 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import SizedImageLayout
+from .layouts.stated_counts import SIZED_IMAGE
 
 
 def vq_spatial_factor(config: transformers.Emu3Config) -> int:
@@ -30,7 +30,7 @@ def vq_spatial_factor(config: transformers.Emu3Config) -> int:
     return 2 ** (len(config.vq_config.channel_multiplier) - 1)
 
 
-class Emu3ForConditionalGeneration(SizedImageLayout, VisionPrepMixin, transformers.Emu3ForConditionalGeneration):
+class Emu3ForConditionalGeneration(VisionPrepMixin, transformers.Emu3ForConditionalGeneration):
     """Drop-in `transformers.Emu3ForConditionalGeneration` whose VQ-VAE runs once, in input preparation.
 
     Example:
@@ -45,6 +45,8 @@ class Emu3ForConditionalGeneration(SizedImageLayout, VisionPrepMixin, transforme
 
     ```
     """
+
+    layout = SIZED_IMAGE
 
     # `pixel_values` `(images, C, H, W)` padded to the batch's largest image, `image_sizes` `(images, 2)`; the
     # features of each image are one tensor of a tuple.

@@ -17,7 +17,7 @@ from ..generation import VisionFacts
 from ..generation.items import ItemSchema, batched
 from .base import VisionPrepMixin
 from .layouts.patch_items_and_audio import check_one_patch_per_placeholder
-from .layouts.stated_counts import LinearPatchesLayout
+from .layouts.stated_counts import LINEAR_PATCHES
 
 
 def one_placeholder_per_patch(config: transformers.FuyuConfig) -> int:
@@ -25,7 +25,7 @@ def one_placeholder_per_patch(config: transformers.FuyuConfig) -> int:
     return 1
 
 
-class FuyuForCausalLM(LinearPatchesLayout, VisionPrepMixin, transformers.FuyuForCausalLM):
+class FuyuForCausalLM(VisionPrepMixin, transformers.FuyuForCausalLM):
     """Drop-in `transformers.FuyuForCausalLM` whose patch embedding runs once, in input preparation.
 
     Example:
@@ -40,6 +40,8 @@ class FuyuForCausalLM(LinearPatchesLayout, VisionPrepMixin, transformers.FuyuFor
 
     ```
     """
+
+    layout = LINEAR_PATCHES
 
     # One placeholder per patch; the features are the output's `last_hidden_state`.
     vision_facts = VisionFacts(

@@ -6,10 +6,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import FixedImageLayout
+from .layouts.stated_counts import FIXED_IMAGE
 
 
-class Gemma3ForConditionalGeneration(FixedImageLayout, VisionPrepMixin, transformers.Gemma3ForConditionalGeneration):
+class Gemma3ForConditionalGeneration(VisionPrepMixin, transformers.Gemma3ForConditionalGeneration):
     """Drop-in `transformers.Gemma3ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -21,6 +21,8 @@ class Gemma3ForConditionalGeneration(FixedImageLayout, VisionPrepMixin, transfor
 
     ```
     """
+
+    layout = FIXED_IMAGE
 
     vision_facts = VisionFacts(bidirectional="image")
 

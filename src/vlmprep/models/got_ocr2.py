@@ -9,7 +9,7 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import TilesLayout
+from .layouts.stated_counts import TILES
 
 
 def convolved_tile_tokens(config: transformers.GotOcr2Config) -> int:
@@ -23,7 +23,7 @@ def convolved_tile_tokens(config: transformers.GotOcr2Config) -> int:
     return side * side
 
 
-class GotOcr2ForConditionalGeneration(TilesLayout, VisionPrepMixin, transformers.GotOcr2ForConditionalGeneration):
+class GotOcr2ForConditionalGeneration(VisionPrepMixin, transformers.GotOcr2ForConditionalGeneration):
     """Drop-in `transformers.GotOcr2ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -37,6 +37,8 @@ class GotOcr2ForConditionalGeneration(TilesLayout, VisionPrepMixin, transformers
 
     ```
     """
+
+    layout = TILES
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, tokens, dim)` tensor.
     vision_facts = VisionFacts(per_image_keys=(), tokens_per_image=convolved_tile_tokens)

@@ -8,10 +8,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import TilesLayout
+from .layouts.stated_counts import TILES
 
 
-class InternVLForConditionalGeneration(TilesLayout, VisionPrepMixin, transformers.InternVLForConditionalGeneration):
+class InternVLForConditionalGeneration(VisionPrepMixin, transformers.InternVLForConditionalGeneration):
     """Drop-in `transformers.InternVLForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -25,6 +25,8 @@ class InternVLForConditionalGeneration(TilesLayout, VisionPrepMixin, transformer
 
     ```
     """
+
+    layout = TILES
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, image_seq_length, dim)` tensor.
     vision_facts = VisionFacts(tokens_per_image_attr="image_seq_length", per_image_keys=())

@@ -14,10 +14,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import NaflexTilesLayout
+from .layouts.stated_counts import NAFLEX_TILES
 
 
-class Lfm2VlForConditionalGeneration(NaflexTilesLayout, VisionPrepMixin, transformers.Lfm2VlForConditionalGeneration):
+class Lfm2VlForConditionalGeneration(VisionPrepMixin, transformers.Lfm2VlForConditionalGeneration):
     """Drop-in `transformers.Lfm2VlForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -32,6 +32,8 @@ class Lfm2VlForConditionalGeneration(NaflexTilesLayout, VisionPrepMixin, transfo
 
     ```
     """
+
+    layout = NAFLEX_TILES
 
     # NaFlex rows of flattened patches: no fixed pixel shape; `pooler_output` is a list of per-row tensors. Shapes and
     # masks are split with the rows (and hashed with them).

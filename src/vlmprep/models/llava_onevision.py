@@ -21,7 +21,7 @@ from ..generation.facts import ModalityFacts
 from ..generation.items import ItemSchema, Sizes, flat, sizes
 from .base import VisionPrepMixin
 from .layouts.anyres import dummy_crop_features, tokens_per_crop, trim_padding_crops
-from .layouts.stated_counts import AnyresCropsPerSampleLayout
+from .layouts.stated_counts import ANYRES_CROPS_PER_SAMPLE
 
 # An item's images: the images of one sample of `batch_num_images` (text-only samples are no item), or each image
 # alone without it.
@@ -47,9 +47,7 @@ def trim_sample_crops(model, model_kwargs: dict[str, Any], selected: dict[str, A
     return trim_padding_crops(model.config, {**selected, "batch_num_images": counts}, with_grid)
 
 
-class LlavaOnevisionForConditionalGeneration(
-    AnyresCropsPerSampleLayout, VisionPrepMixin, transformers.LlavaOnevisionForConditionalGeneration
-):
+class LlavaOnevisionForConditionalGeneration(VisionPrepMixin, transformers.LlavaOnevisionForConditionalGeneration):
     """Drop-in `transformers.LlavaOnevisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Images and videos are encoded once each, only when prefill needs them.
@@ -67,6 +65,8 @@ class LlavaOnevisionForConditionalGeneration(
 
     ```
     """
+
+    layout = ANYRES_CROPS_PER_SAMPLE
 
     # `pixel_values` has a crop dimension, `(num_images, crops, C, H, W)`, every crop at `image_size`;
     # `pooler_output` is a list of per-image tensors. `batch_num_images` is split per item with the pixels, never passed whole. A video is one

@@ -16,7 +16,7 @@ from transformers import PreTrainedConfig
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import FixedImageLayout
+from .layouts.stated_counts import FIXED_IMAGE
 from .layouts.vision_patches import vision_patch_count
 
 
@@ -26,7 +26,7 @@ def crop_tokens(config: PreTrainedConfig) -> int:
     return vision_patch_count(config) // config.vision_config.hidden_stride**2
 
 
-class Ovis2ForConditionalGeneration(FixedImageLayout, VisionPrepMixin, transformers.Ovis2ForConditionalGeneration):
+class Ovis2ForConditionalGeneration(VisionPrepMixin, transformers.Ovis2ForConditionalGeneration):
     """Drop-in `transformers.Ovis2ForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -40,6 +40,8 @@ class Ovis2ForConditionalGeneration(FixedImageLayout, VisionPrepMixin, transform
 
     ```
     """
+
+    layout = FIXED_IMAGE
 
     # Fixed-size crops, one per item, with no per-crop extras (the grids only build the prompt)
     vision_facts = VisionFacts(per_image_keys=(), tokens_per_image=crop_tokens)

@@ -4,12 +4,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import FixedImageLayout
+from .layouts.stated_counts import FIXED_IMAGE
 
 
-class PaliGemmaForConditionalGeneration(
-    FixedImageLayout, VisionPrepMixin, transformers.PaliGemmaForConditionalGeneration
-):
+class PaliGemmaForConditionalGeneration(VisionPrepMixin, transformers.PaliGemmaForConditionalGeneration):
     """Drop-in `transformers.PaliGemmaForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -21,5 +19,7 @@ class PaliGemmaForConditionalGeneration(
 
     ```
     """
+
+    layout = FIXED_IMAGE
 
     vision_facts = VisionFacts(tokens_per_image_attr="text_config.num_image_tokens", bidirectional="prefix")

@@ -8,12 +8,10 @@ import transformers
 
 from ..generation import VisionFacts
 from .base import VisionPrepMixin
-from .layouts.stated_counts import TilesLayout
+from .layouts.stated_counts import TILES
 
 
-class QianfanOCRForConditionalGeneration(
-    TilesLayout, VisionPrepMixin, transformers.QianfanOCRForConditionalGeneration
-):
+class QianfanOCRForConditionalGeneration(VisionPrepMixin, transformers.QianfanOCRForConditionalGeneration):
     """Drop-in `transformers.QianfanOCRForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -25,6 +23,8 @@ class QianfanOCRForConditionalGeneration(
 
     ```
     """
+
+    layout = TILES
 
     # Tiles have the tower's fixed resolution; `pooler_output` is one `(tiles, image_seq_length, dim)` tensor.
     vision_facts = VisionFacts(tokens_per_image_attr="image_seq_length", per_image_keys=())

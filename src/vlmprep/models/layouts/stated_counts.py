@@ -1,72 +1,65 @@
 """Layouts whose families state their placeholder counts themselves: no shared hook code, the name and description only.
 
-A family of one of these layouts lists the layout's class first among its bases, like any other layout, and states
-its counts in its `VisionFacts` (a fixed count per image) or in hooks of its own.
+A family of one of these layouts states it as a value (`layout = FIXED_IMAGE`) and its counts in its `VisionFacts` (a
+fixed count per image) or in hooks of its own.
 """
 
 from __future__ import annotations
 
 from ...generation.hooks import FamilyHooks
+from . import Layout
 
+__all__ = [
+    "ANYRES_CROPS_PER_SAMPLE",
+    "FIXED_IMAGE",
+    "LINEAR_PATCHES",
+    "NAFLEX_TILES",
+    "PATCH_ROWS_AND_AUDIO",
+    "PROJECTOR_CROPS",
+    "SIZED_IMAGE",
+    "TILES",
+    "PatchRowsAndAudioLayout",
+]
 
-class FixedImageLayout(FamilyHooks):
-    """One fixed-resolution image, one run of a fixed count of placeholders (Gemma3, PaliGemma)."""
+# Gemma3, PaliGemma, Chameleon, Ovis2
+FIXED_IMAGE = Layout("fixed_image", "one fixed-resolution image, one run of a fixed count of placeholders")
 
-    layout_name = "fixed_image"
-    layout_description = "one fixed-resolution image, one run of a fixed count of placeholders"
+# Emu3
+SIZED_IMAGE = Layout(
+    "sized_image",
+    "an image of any size (padded to the batch's largest) is one run, its count from `image_sizes` by the family",
+)
 
+# Fuyu
+LINEAR_PATCHES = Layout(
+    "linear_patches", "each flattened patch (embedded by one linear layer) is one item of one placeholder"
+)
 
-class SizedImageLayout(FamilyHooks):
-    """An image of any size, padded to the batch's largest, is one run; the family computes its count from
-    `image_sizes` (Emu3)."""
+# InternVL, Qianfan-OCR, GOT-OCR2
+TILES = Layout("tiles", "each tile (or crop) of an image is one item with a fixed placeholder count")
 
-    layout_name = "sized_image"
-    layout_description = (
-        "an image of any size (padded to the batch's largest) is one run, its count from `image_sizes` by the family"
-    )
+# LFM2-VL
+NAFLEX_TILES = Layout(
+    "naflex_tiles", "each row of `pixel_values` (a tile of any shape) is one item, merged patch grid"
+)
 
+# Aria
+PROJECTOR_CROPS = Layout("projector_crops", "each crop is one item; the projector's query count follows the crop size")
 
-class LinearPatchesLayout(FamilyHooks):
-    """Each flattened patch, embedded by one linear layer, is one item with one placeholder (Fuyu)."""
+# LLaVA-OneVision
+ANYRES_CROPS_PER_SAMPLE = Layout(
+    "anyres_crops_per_sample", "anyres crops; the images of a multi-image sample are one item with the base crop only"
+)
 
-    layout_name = "linear_patches"
-    layout_description = "each flattened patch (embedded by one linear layer) is one item of one placeholder"
-
-
-class TilesLayout(FamilyHooks):
-    """Each tile (or crop) of an image is one item with a fixed placeholder count (InternVL, GOT-OCR2)."""
-
-    layout_name = "tiles"
-    layout_description = "each tile (or crop) of an image is one item with a fixed placeholder count"
-
-
-class NaflexTilesLayout(FamilyHooks):
-    """Each row of `pixel_values`, a tile of any shape, is one item with a merged patch grid (LFM2-VL)."""
-
-    layout_name = "naflex_tiles"
-    layout_description = "each row of `pixel_values` (a tile of any shape) is one item, merged patch grid"
-
-
-class ProjectorCropsLayout(FamilyHooks):
-    """Each crop is one item; the projector's query count follows the crop size (Aria)."""
-
-    layout_name = "projector_crops"
-    layout_description = "each crop is one item; the projector's query count follows the crop size"
-
-
-class AnyresCropsPerSampleLayout(FamilyHooks):
-    """Anyres crops, except that the images of a multi-image sample are one item with the base crop only."""
-
-    layout_name = "anyres_crops_per_sample"
-    layout_description = "anyres crops; the images of a multi-image sample are one item with the base crop only"
+# Gemma 4: the family states its counts from the position ids and the audio mask
+PATCH_ROWS_AND_AUDIO = Layout(
+    "patch_rows_and_audio",
+    "an image is one run of its pooled patch rows (a video one run per frame); an audio clip one run of its "
+    "subsampled frames",
+)
 
 
 class PatchRowsAndAudioLayout(FamilyHooks):
-    """An image is one run of its pooled patch rows, a video one run per frame, an audio clip one run of its
-    subsampled frames (Gemma 4: the family states its counts from the position ids and the audio mask)."""
+    """`PATCH_ROWS_AND_AUDIO` as the base Gemma 4 lists, until its file states `layout = PATCH_ROWS_AND_AUDIO`."""
 
-    layout_name = "patch_rows_and_audio"
-    layout_description = (
-        "an image is one run of its pooled patch rows (a video one run per frame); an audio clip one run of its "
-        "subsampled frames"
-    )
+    layout = PATCH_ROWS_AND_AUDIO
