@@ -18,6 +18,7 @@ from ...generation import VisionFacts
 from ...generation.facts import ModalityFacts
 from ...generation.items import ItemSchema, Sizes, batched, flat, grid_rows
 from ...generation.validation import check_companion_input
+from . import Layout
 from .patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
 
 __all__ = ["MERGE_SIZED_GRID_FACTS", "MergeSizedGridLayout"]
@@ -55,10 +56,10 @@ def _mask_shares(model, model_kwargs: dict[str, Any]) -> list[int]:
 class MergeSizedGridLayout(PatchGridTextPositionsLayout):
     """Patch grids with a merge size per item and 1D positions; a video one run per frame of its kept rows."""
 
-    layout_name = "merge_sized_grid"
-    layout_description = (
+    layout = Layout(
+        "merge_sized_grid",
         "flattened patches on a (t, h, w) grid per item with its own merge size, a video one run per frame of the "
-        "rows its compression mask keeps, 1D text positions"
+        "rows its compression mask keeps, 1D text positions",
     )
     vision_facts = MERGE_SIZED_GRID_FACTS
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None, channels="num_channels")

@@ -32,6 +32,7 @@ from ...generation.facts import ModalityFacts
 from ...generation.hooks import FamilyHooks
 from ...generation.items import ItemSchema, Sizes, batched, flat
 from ...generation.validation import check_passed_with
+from . import Layout
 from .patch_grid import PatchGridLayout
 
 __all__ = [
@@ -90,10 +91,10 @@ class PackedViewsLayout(FamilyHooks):
     `downsample_mode="4x"`) and the merger's `merger_times` rounds of `merge_kernel_size`.
     """
 
-    layout_name = "packed_views"
-    layout_description = (
+    layout = Layout(
+        "packed_views",
         "each view of an image (global view, then each slice) is one run and one item, its patches packed side by "
-        "side with a `target_sizes` row"
+        "side with a `target_sizes` row",
     )
     vision_facts = FactsByVideoPlaceholder(PACKED_VIEWS_FACTS)
     item_shape = staticmethod(packed_views)
@@ -180,10 +181,10 @@ class PackedViewsMultimodalRopeLayout(PackedViewsLayout):
     `generate` does after a prompt ending on `</image>` (the last position + 1 on each row).
     """
 
-    layout_name = "packed_views_mrope"
-    layout_description = (
+    layout = Layout(
+        "packed_views_mrope",
         "each view of an image (global view, then each slice) is one run and one item, its patches packed side by "
-        "side with a `target_sizes` row; multimodal rope over a canvas of the image's views"
+        "side with a `target_sizes` row; multimodal rope over a canvas of the image's views",
     )
     # The processor marks each placeholder's modality in `mm_token_type_ids` (image 1, video 2), which the positions
     # read: it is sliced with the prompt, and derived from the placeholders when a caller leaves it out.
@@ -239,10 +240,10 @@ class GlobalAndLocalViewsLayout(FamilyHooks):
     facts, the order of the views and whether they share one run.
     """
 
-    layout_name = "global_and_local_views"
-    layout_description = (
+    layout = Layout(
+        "global_and_local_views",
         "an image is a global view (`pixel_values`) and `num_local_patches` crops (`pixel_values_local`), their "
-        "features joined per image; one run per view, or one run of all views and a separator"
+        "features joined per image; one run per view, or one run of all views and a separator",
     )
     vision_facts = GLOBAL_AND_LOCAL_VIEWS_FACTS
     # Whether the crops' placeholders come before the global view's, whether all views of an image share one run,

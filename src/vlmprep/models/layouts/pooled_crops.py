@@ -26,6 +26,7 @@ from ...generation.hooks import FamilyHooks
 from ...generation.items import ItemSchema, Sizes, batched, flat
 from ...generation.spans import find_runs
 from ...generation.validation import check_passed_with
+from . import Layout
 
 __all__ = ["PooledCropsLayout", "pooled_crop_items"]
 
@@ -129,10 +130,10 @@ class PooledCropsLayout(FamilyHooks):
     """An image is one item: its crops (`image_num_crops`) and its rows of `image_token_pooling`, rebased to its first
     crop; its placeholders are the runs of its low- and high-resolution token grids (Molmo2)."""
 
-    layout_name = "pooled_crops"
-    layout_description = (
+    layout = Layout(
+        "pooled_crops",
         "an image is its crops and its pooling rows (indices rebased to its first crop); its placeholders, the runs of "
-        "its low- and high-resolution grids, read from the prompt"
+        "its low- and high-resolution grids, read from the prompt",
     )
 
     def prompt_item_token_counts(

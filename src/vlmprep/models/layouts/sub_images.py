@@ -18,6 +18,7 @@ from transformers import PreTrainedConfig
 from ...generation import VisionFacts
 from ...generation.hooks import FamilyHooks
 from ...generation.validation import check_companion_input
+from . import Layout
 from .vision_patches import vision_patch_count
 
 __all__ = [
@@ -38,8 +39,7 @@ def sub_image_tokens(config: PreTrainedConfig) -> int:
 class SubImagesLayout(FamilyHooks):
     """Family hooks of the sub-image layout: each real sub-image of `pixel_values` is one item (images only)."""
 
-    layout_name = "sub_images"
-    layout_description = "each real sub-image of `(batch, sub_images, C, H, W)` pixels is one item"
+    layout = Layout("sub_images", "each real sub-image of `(batch, sub_images, C, H, W)` pixels is one item")
 
     # 5D pixels, every sub-image at the tower's `image_size`; the mask is split with the sub-images. Every sub-image
     # has the processor's `image_seq_len` placeholders.
@@ -117,9 +117,9 @@ class MaskedTilesLayout(SubImagesLayout):
     path: `tile_fine_mask` (given for the whole batch) takes the fine path, four times the placeholders per tile.
     """
 
-    layout_name = "masked_tiles"
-    layout_description = (
-        "each tile of `(batch, tiles, C, H, W)` pixels marked real by a `(batch, tiles)` mask is one item"
+    layout = Layout(
+        "masked_tiles",
+        "each tile of `(batch, tiles, C, H, W)` pixels marked real by a `(batch, tiles)` mask is one item",
     )
 
     vision_facts = VisionFacts(
