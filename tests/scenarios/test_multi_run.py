@@ -129,7 +129,7 @@ def test_packed_views_refused_clearly(family):
         ours.generate(**without_sizes, max_new_tokens=1)
     odd = {**inputs, "target_sizes": inputs["target_sizes"] + torch.tensor([0, 1], dtype=torch.int32)}
     with pytest.raises(ValueError, match="not a multiple of"):
-        ours.count_items(odd)
+        ours.check_pixel_inputs(odd)
     short = {**inputs, "pixel_values": inputs["pixel_values"][..., :-1]}
     with pytest.raises(ValueError, match="packed side by side"):
         ours.generate(**short, max_new_tokens=1)
@@ -188,7 +188,7 @@ def test_global_and_local_views_refused_clearly(family):
         ours.generate(**wrong_counts, max_new_tokens=1)
     without_global = {key: value for key, value in inputs.items() if key != "pixel_values"}
     with pytest.raises(ValueError, match="without `pixel_values`"):
-        ours.count_items(without_global)
+        ours.check_pixel_inputs(without_global)
     larger = {**inputs, "pixel_values": torch.nn.functional.pad(inputs["pixel_values"], (0, 32, 0, 32))}
     with pytest.raises(ValueError, match="does not match the images' token counts"):
         ours.generate(**larger, max_new_tokens=1)
