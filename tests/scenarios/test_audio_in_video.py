@@ -16,10 +16,12 @@ from conftest import model_pair
 from support.families.cases_qomni import VIDEO_WITH_AUDIO, build_audio_in_video_inputs
 from support.references import assert_close, generate_logits, uncached_logits
 from support.registry import FAMILY_CASES
+from support.traits import families_with, forward_takes
 from vlmprep import PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, TINY_VIDEO_TOKEN_ID, VIDEO, VisionRunCounter
 
-FAMILIES = ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
+# The families whose processor interleaves a video with its audio track (`use_audio_in_video=True`)
+FAMILIES = families_with(forward_takes("use_audio_in_video"))
 SYSTEM = [2, *range(10, 16)]
 # Seed 1: a video of 2 temporal patches 2 seconds apart (2 placeholders each) and its 34-real-frame track
 TURN = [SYSTEM, VIDEO_WITH_AUDIO, [30], AUDIO, [31, 32]]

@@ -1,5 +1,5 @@
 """Audio clips of the omni families of issue 26 (Muse Spark's and Apertus 1.5's raw waveforms, Dots 3 Note's log-mel
-chunks): `test_audio.py`'s checks, on these families, and their own clear failures.
+chunks): their own checks and clear failures (`test_audio.py` runs its checks on every family that takes audio).
 
 Every logit is compared with the plain transformers class holding the same weights (one uncached forward of the whole
 prompt); encoder runs are counted with `VisionRunCounter`. The waveforms (`support.families.cases_omnib`) are 40
@@ -13,81 +13,23 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from test_audio import SYSTEM, TEXT_ANSWERS, TURN_SEEDS, USER_TURNS
-from test_audio import test_a_cache_ending_inside_an_audio_run_resumes_exactly as _cache_inside_run
-from test_audio import test_a_clip_hits_the_encoder_cache_alone_or_batched_with_a_longer_clip as _alone_or_batched
-from test_audio import test_chunks_cutting_audio_runs_are_exact as _chunks
-from test_audio import test_five_turn_chat_with_image_and_audio_feeds_only_new_tokens as _five_turns
-from test_audio import test_two_clips_behind_identical_ids_never_share_prefix_kv as _identical_ids
+from test_audio import SYSTEM, TEXT_ANSWERS
 
 from conftest import model_pair
 from support.caller_caches import cropped_cache
-from support.chat import run_chat
 from support.generation_checks import assert_bad_clips_refused_then_exact
-from support.references import Prompt, assert_close, generate_batch_matching_upstream, generate_logits, uncached_logits
-from vlmprep import Dots3NoteForConditionalGeneration, PrefixCache
-from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
+from support.references import Prompt, assert_close, generate_logits, uncached_logits
+from support.traits import audio_as, audio_mask_key, families_with
+from vlmprep import Dots3NoteForConditionalGeneration
+from vlmprep.testing import AUDIO, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_dots3_note_config
 
-WAVEFORM_FAMILIES = ["apertus1p5", "muse_spark"]
-AUDIO_FAMILIES = [*WAVEFORM_FAMILIES, "dots3_note"]
-AUDIO_MASK_KEYS = {"apertus1p5": "padding_mask", "muse_spark": "input_values_mask"}
 
-
-@pytest.mark.parametrize("family", WAVEFORM_FAMILIES)
-def test_five_turn_chat_with_image_and_audio_feeds_only_new_tokens(family):
-    _five_turns(family)
-
-
-def test_dots3_note_five_turn_chat_is_exact_and_encodes_each_item_once():
-    # Dots 3 Note's indexed-attention layers also cache the indexer's keys, which the prefix store does not hold yet
-    # (as GLM-5-Next's): the store is bypassed with a warning and every turn prefills its whole prompt, exactly; the
-    # encoder cache still encodes each item once.
-    upstream, ours = model_pair("dots3_note")
-    seeds = [[] if seed is None else [seed] for seed in TURN_SEEDS]
-    chat = run_chat(upstream, ours, USER_TURNS, seeds, PrefixCache(max_bytes=2**26), 3, **TEXT_ANSWERS)
-    assert chat.encoded == [1, 1, 1], "each item (the image, then each one-chunk clip) is encoded once"
-
-
-@pytest.mark.parametrize("family", AUDIO_FAMILIES)
-@pytest.mark.parametrize("chunk_size", [3, 5, 8])
-def test_chunks_cutting_audio_runs_are_exact(family, chunk_size):
-    _chunks(family, chunk_size)
-
-
-@pytest.mark.parametrize("family", AUDIO_FAMILIES)
-def test_a_clip_hits_the_encoder_cache_alone_or_batched_with_a_longer_clip(family):
-    _alone_or_batched(family)
-
-
-@pytest.mark.parametrize("family", AUDIO_FAMILIES)
-def test_a_cache_ending_inside_an_audio_run_resumes_exactly(family):
-    _cache_inside_run(family)
-
-
-@pytest.mark.parametrize("family", AUDIO_FAMILIES)
-def test_two_clips_behind_identical_ids_never_share_prefix_kv(family):
-    _identical_ids(family)
-
-
-@pytest.mark.parametrize("family", AUDIO_FAMILIES)
-@pytest.mark.parametrize("chunk_size", [None, 4])
-def test_batch_rows_with_clips_match_each_row_alone(family, chunk_size):
-    # Upstream expands and splits the call's clips per row itself (`_expand_inputs_for_generation` of Apertus 1.5 and
-    # Dots 3 Note); here each row's clips are encoded once and placed in that row, exactly.
-    upstream, ours = model_pair(family)
-    one = Prompt(ours.config, [[2, 10], AUDIO, [11]], image_seeds=[3])
-    two = Prompt(ours.config, [SYSTEM, IMAGE, [30], AUDIO, [31]], image_seeds=[1, 0])
-    with VisionRunCounter(ours) as runs:
-        generate_batch_matching_upstream(upstream, ours, [one, two], prefill_chunk_size=chunk_size)
-    assert sorted(runs.batch_sizes) == [1, 2], "one image call, one call for both rows' clips"
-
-
-@pytest.mark.parametrize("family", WAVEFORM_FAMILIES)
+@pytest.mark.parametrize("family", families_with(audio_as("input_values")))
 def test_bad_waveform_inputs_raise_clear_errors(family):
     upstream, ours = model_pair(family)
     inputs = Prompt(ours.config, [SYSTEM, AUDIO, [30]], image_seeds=[1]).inputs()  # 34 real samples of 40
-    mask_key = AUDIO_MASK_KEYS[family]
+    mask_key = audio_mask_key(family)
     values = inputs["input_values"]
     more = [
         ({**inputs, "input_values": values.unsqueeze(1).expand(-1, 2, *values.shape[1:])}, "mono waveforms"),

@@ -1,0 +1,240 @@
+"""What tests select families by, derived from the registry: each family's drop-in class, its facts and layout, its
+tiny config and its case. No test holds a list of family names: it takes `families_with(trait, ...)`, so a family
+added to the registry runs every test its traits call for, and a trait that changes moves the family with it.
+
+A trait is a function of a family's name (a key of `FAMILY_CASES`) returning a bool; `families_with` keeps the
+registered families for which every given trait holds:
+
+>>> from support.traits import families_with, takes
+>>> "gemma4" in families_with(takes("audio"))
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable
+
+from transformers import PreTrainedConfig, PreTrainedModel
+from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionCacheLayerMixin
+
+from support.registry import FAMILY_CASES
+from vlmprep.generation.assisted import recurrent_layer_types
+from vlmprep.generation.facts import ModalityFacts, VisionFacts
+from vlmprep.models.layouts import layout_of
+from vlmprep.models.registry import drop_in_class_of
+
+Trait = Callable[[str], bool]
+
+# Decoder layer types transformers' paged cache (the continuous-batching engine's) holds
+PAGED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+# Decoder attributes the paged cache reads once for every layer (`vlmprep.batching.support`)
+PAGED_GLOBAL_ATTRIBUTES = frozenset({"head_dim", "num_key_value_heads", "num_attention_heads", "hidden_size"})
+
+
+def families_with(*traits: Trait) -> list[str]:
+    """The registered families for which every trait holds, sorted (every registered family without a trait).
+
+    Args:
+        *traits (`Callable[[str], bool]`): traits of a family's name.
+
+    Returns:
+        `list[str]`: model types, keys of `FAMILY_CASES`.
+    """
+    return sorted(family for family in FAMILY_CASES if all(trait(family) for trait in traits))
+
+
+# -- What a family is made of: its class, facts, layout and tiny config ----------------------------------------------
+
+
+@functools.cache
+def drop_in(family: str) -> type[PreTrainedModel]:
+    """The family's drop-in class (the registry's)."""
+    return drop_in_class_of(family)
+
+
+def facts(family: str) -> VisionFacts:
+    """The drop-in's `vision_facts`."""
+    return drop_in(family).vision_facts
+
+
+def modality(family: str, name: str) -> ModalityFacts:
+    """The facts of one of the family's modalities (`"image"`, `"video"`, `"audio"`)."""
+    return facts(family).modality(name)
+
+
+def layout_name(family: str) -> str:
+    """The name of the drop-in's layout (docs/families.md's *Layout* column)."""
+    return layout_of(drop_in(family)).name
+
+
+@functools.cache
+def tiny_config(family: str) -> PreTrainedConfig:
+    """The family's tiny config, built once: read it, never change it (`FamilyCase.make_config` gives a fresh one)."""
+    return FAMILY_CASES[family].make_config()
+
+
+def decoder_layer_types(family: str) -> frozenset[str]:
+    """The layer types of the tiny config's decoder (empty where the config states none: every layer attends)."""
+    return frozenset(getattr(tiny_config(family).get_text_config(decoder=True), "layer_types", None) or ())
+
+
+def rope_index_owner(drop_in_class: type) -> type | None:
+    """The transformers base model class whose `get_rope_index` builds the family's multimodal positions, if any."""
+    upstream = next(klass for klass in drop_in_class.__mro__ if klass.__module__.startswith("transformers.models."))
+    base = getattr(inspect.getmodule(upstream), upstream.__name__.replace("ForConditionalGeneration", "Model"), None)
+    return base if base is not None and hasattr(base, "get_rope_index") else None
+
+
+# -- Traits -----------------------------------------------------------------------------------------------------------
+
+
+def takes(modality_name: str) -> Trait:
+    """The trait: the drop-in takes items of this modality (`"image"`, `"video"`, `"audio"`)."""
+
+    def takes_modality(family: str) -> bool:
+        return modality_name in {m.name for m in facts(family).modalities}
+
+    return takes_modality
+
+
+def has_layout(*names: str) -> Trait:
+    """The trait: the drop-in's layout is one of these."""
+
+    def of_layout(family: str) -> bool:
+        return layout_name(family) in names
+
+    return of_layout
+
+
+def not_(trait: Trait) -> Trait:
+    """The trait that holds where `trait` does not."""
+    return lambda family: not trait(family)
+
+
+def has_multimodal_rope(family: str) -> bool:
+    """Positions from upstream's `get_rope_index` over the whole prompt (Qwen-VL, GLM-4V, ...)."""
+    return rope_index_owner(drop_in(family)) is not None
+
+
+def videos_behind_image_placeholders(family: str) -> bool:
+    """A video's frames are image placeholders, told apart by the token types (GLM's prompts): so, as upstream, one
+    forward holds images or a video."""
+    if not (takes("video")(family) and takes("image")(family)):
+        return False
+    config = tiny_config(family)
+    return modality(family, "video").placeholder_id(config) == modality(family, "image").placeholder_id(config)
+
+
+def videos_told_by_token_types(family: str) -> bool:
+    """Videos have placeholders of their own and `mm_token_type_ids` tell them from images (Qwen-VL's prompts)."""
+    return (
+        takes("video")(family)
+        and not videos_behind_image_placeholders(family)
+        and facts(family).token_type_key == "mm_token_type_ids"
+    )
+
+
+def state_layer_types(family: str) -> list[str]:
+    """The decoder's layer types whose cache layer keeps a state besides keys and values (a recurrent state or a
+    convolution's window: transformers' linear-attention cache layers), sorted."""
+    types = decoder_layer_types(family)
+    return sorted(
+        t for t in types if issubclass(DYNAMIC_LAYER_TYPE_MAPPING.get(t, object), LinearAttentionCacheLayerMixin)
+    )
+
+
+def has_state_layers(family: str) -> bool:
+    """A hybrid decoder: some layers keep a state besides keys and values (Gated DeltaNet, Mamba-2, KDA, convolutions)."""
+    return bool(state_layer_types(family))
+
+
+def has_recurrent_state(family: str) -> bool:
+    """Some decoder layer keeps a recurrent state, which only moves forward (Gated DeltaNet, Mamba-2, KDA)."""
+    return bool(recurrent_layer_types(tiny_config(family)))
+
+
+def has_convolution_state_only(family: str) -> bool:
+    """The decoder's state layers keep only convolution windows, which `crop` cuts back (LFM2, Inkling)."""
+    return has_state_layers(family) and not has_recurrent_state(family)
+
+
+def forward_takes(parameter: str) -> Trait:
+    """The trait: the drop-in's forward takes this parameter (upstream's signature)."""
+
+    def takes_parameter(family: str) -> bool:
+        return parameter in inspect.signature(drop_in(family).forward).parameters
+
+    return takes_parameter
+
+
+def has_deepstack(family: str) -> bool:
+    """The vision encoder returns deepstack features that the decoder adds after its layers (Granite 4 Vision's
+    `(layer, features)` pairs, Granite Docling's per-layer entries)."""
+    return facts(family).deepstack_targets is not None or forward_takes("tile_fine_mask")(family)
+
+
+def deepstack_as_layer_pairs(family: str) -> bool:
+    """Deepstack features as `(decoder layer, features)` pairs, placed by the facts' `deepstack_targets`."""
+    return facts(family).deepstack_targets is not None
+
+
+# -- The continuous-batching engine ------------------------------------------------------------------------------------
+
+
+def engine_refusal(family: str) -> str | None:
+    """Words of the error with which transformers' continuous-batching engine refuses the family, for text requests
+    too (a regular expression for `pytest.raises(match=...)`), or `None` where it runs the family.
+
+    Read from what the family is: a refusal its class states (`continuous_batching_refusal`), a bidirectional prefix,
+    decoder layers or attributes that the paged cache does not hold (it keeps full and sliding-window attention layers
+    of one shape, with `num_key_value_heads` heads), or a per-token input the engine does not pass to its steps.
+    """
+    cls = drop_in(family)
+    if "continuous_batching_refusal" in dir(cls):
+        return re.escape(cls.continuous_batching_refusal(None)[:40])
+    if facts(family).bidirectional == "prefix":
+        return "attends bidirectionally over its whole prefix"
+    other_layers = sorted(decoder_layer_types(family) - PAGED_LAYER_TYPES)
+    if other_layers:
+        return re.escape(f"{other_layers} layers, which transformers' paged cache does not hold")
+    text_config = tiny_config(family).get_text_config()
+    per_layer = sorted(set(getattr(text_config, "per_layer_attributes", None) or ()) & PAGED_GLOBAL_ATTRIBUTES)
+    if per_layer:
+        return re.escape(f"layers differ in {per_layer}")
+    if forward_takes("moe_mm_token_type_ids")(family):
+        return "moe_mm_token_type_ids"
+    if getattr(text_config, "kv_lora_rank", None):
+        return "latent attention"
+    return None
+
+
+def refused_by_engine(family: str) -> bool:
+    """The continuous-batching engine refuses the family, text requests too (`engine_refusal`)."""
+    return engine_refusal(family) is not None
+
+
+# -- Audio -------------------------------------------------------------------------------------------------------------
+
+
+def audio_input_key(family: str) -> str:
+    """The input holding the family's audio clips: log-mel features (`input_features`), waveforms (`input_values`) or
+    audio codes (`audio_input_ids`)."""
+    return modality(family, "audio").pixel_keys[0]
+
+
+def audio_mask_key(family: str) -> str | None:
+    """The input marking each clip's real frames (or samples), or `None` where the family has none (Dots 3 Note gives
+    each chunk's length)."""
+    return next((key for key in modality(family, "audio").per_item_keys if key.endswith("mask")), None)
+
+
+def audio_as(key: str) -> Trait:
+    """The trait: the family takes audio clips, as this input with a mask of their real frames (`audio_mask_key`)."""
+
+    def audio_in(family: str) -> bool:
+        return takes("audio")(family) and audio_input_key(family) == key and audio_mask_key(family) is not None
+
+    return audio_in
