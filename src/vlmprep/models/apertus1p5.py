@@ -26,7 +26,7 @@ from ..generation.items import ItemSchema, clip, default_schema
 from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import EncodedAudioForward
-from .layouts.code_rows import CodeRowsAndAudioLayout
+from .layouts.code_rows import CODE_ROWS_AND_AUDIO
 
 
 def _cropped_to_size(model, model_kwargs: dict[str, Any], images: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +57,7 @@ _AUDIO = ModalityFacts(
 
 
 class Apertus1p5ForConditionalGeneration(
-    EncodedAudioForward, CodeRowsAndAudioLayout, VisionPrepMixin, transformers.Apertus1p5ForConditionalGeneration
+    EncodedAudioForward, VisionPrepMixin, transformers.Apertus1p5ForConditionalGeneration
 ):
     """Drop-in `transformers.Apertus1p5ForConditionalGeneration` whose vision and audio tokenizers run once, in input
     preparation.
@@ -75,6 +75,7 @@ class Apertus1p5ForConditionalGeneration(
     ```
     """
 
+    layout = CODE_ROWS_AND_AUDIO
     vision_facts = VisionFacts(
         image_items=default_schema(("pixel_values",), ("image_sizes",), unpad=_cropped_to_size),
         pixel_layout=None,

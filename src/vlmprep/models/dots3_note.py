@@ -29,7 +29,7 @@ from ..generation.items import ItemSchema, batched
 from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import AudioModalityHooks
-from .layouts.patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridLayout, PatchGridVisionNames
 
 
 def _cut_after_last_token(model, model_kwargs: dict[str, Any], chunks: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +62,7 @@ _AUDIO = ModalityFacts(
 
 
 class Dots3NoteForConditionalGeneration(
-    AudioModalityHooks, PatchGridTextPositionsLayout, VisionPrepMixin, transformers.Dots3NoteForConditionalGeneration
+    AudioModalityHooks, PatchGridLayout, VisionPrepMixin, transformers.Dots3NoteForConditionalGeneration
 ):
     """Drop-in `transformers.Dots3NoteForConditionalGeneration` whose vision and audio towers run once, in input
     preparation.
@@ -81,9 +81,11 @@ class Dots3NoteForConditionalGeneration(
     """
 
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None, channels="num_channels")
+    multimodal_positions = False
+
     vision_facts = replace(
-        PatchGridTextPositionsLayout.vision_facts,
-        other_modalities=(*PatchGridTextPositionsLayout.vision_facts.other_modalities, _AUDIO),
+        PatchGridLayout.vision_facts,
+        other_modalities=(*PatchGridLayout.vision_facts.other_modalities, _AUDIO),
     )
 
     def _samples_per_token(self) -> int:

@@ -24,7 +24,7 @@ from ..generation.items import ItemSchema, batched
 from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin
 from .layouts.audio import AudioModalityHooks
-from .layouts.patch_grid import PatchGridPerFrameTextPositionsLayout, PatchGridVisionNames
+from .layouts.patch_grid import PatchGridLayout, PatchGridVisionNames
 
 
 def _cut_after_last_token(model, model_kwargs: dict[str, Any], clips: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +58,7 @@ _AUDIO = ModalityFacts(
 
 class MuseSparkForConditionalGeneration(
     AudioModalityHooks,
-    PatchGridPerFrameTextPositionsLayout,
+    PatchGridLayout,
     VisionPrepMixin,
     transformers.MuseSparkForConditionalGeneration,
 ):
@@ -83,9 +83,12 @@ class MuseSparkForConditionalGeneration(
     vision_config_names = PatchGridVisionNames(
         merge_size="merge_size", temporal_patch_size="patch_temporal", channels=None
     )
+    multimodal_positions = False
+    video_runs_per_frame = True
+
     vision_facts = replace(
-        PatchGridPerFrameTextPositionsLayout.vision_facts,
-        other_modalities=(*PatchGridPerFrameTextPositionsLayout.vision_facts.other_modalities, _AUDIO),
+        PatchGridLayout.vision_facts,
+        other_modalities=(*PatchGridLayout.vision_facts.other_modalities, _AUDIO),
     )
 
     def _samples_per_token(self) -> int:

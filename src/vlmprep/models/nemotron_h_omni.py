@@ -25,8 +25,8 @@ from ..generation.facts import AudioPlacement, ModalityFacts, VisionFacts
 from ..generation.items import grid_rows
 from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
-from .layouts.audio import check_audio_tower
-from .layouts.patch_items_and_audio import PatchGridHWAndPaddedAudioLayout
+from .layouts.audio import EncodedAudioForward, check_audio_tower
+from .layouts.patch_items_and_audio import PATCH_GRID_HW_AND_PADDED_AUDIO
 
 # A clip's features and mask are encoded as the call pads them (one entry per clip of each). Encoded rows are placed as
 # upstream's forward places them: the ids embedded, the image and audio rows scattered in, the ids kept.
@@ -43,9 +43,7 @@ _VIDEOS = (
 )
 
 
-class NemotronH_Omni_Reasoning_V3(
-    PatchGridHWAndPaddedAudioLayout, VisionPrepMixin, transformers.NemotronH_Omni_Reasoning_V3
-):
+class NemotronH_Omni_Reasoning_V3(EncodedAudioForward, VisionPrepMixin, transformers.NemotronH_Omni_Reasoning_V3):
     """Drop-in `transformers.NemotronH_Omni_Reasoning_V3` whose vision and audio towers run once, in input preparation.
 
     Example:
@@ -62,6 +60,7 @@ class NemotronH_Omni_Reasoning_V3(
     """
 
     # An image's patches are its `h * w` rows of the flattened patches
+    layout = PATCH_GRID_HW_AND_PADDED_AUDIO
     vision_facts = VisionFacts(
         per_image_keys=("image_grid_hw",),
         image_items=grid_rows("pixel_values", "image_grid_hw"),

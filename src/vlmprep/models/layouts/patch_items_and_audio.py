@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...generation.hooks import FamilyHooks
+from . import Layout
 from .audio import EncodedAudioForward
 
-__all__ = ["PatchGridHWAndPaddedAudioLayout", "PatchItemsAndAudioLayout", "check_one_patch_per_placeholder"]
+__all__ = ["PATCH_GRID_HW_AND_PADDED_AUDIO", "PatchItemsAndAudioLayout", "check_one_patch_per_placeholder"]
 
 
 def check_one_patch_per_placeholder(model, model_kwargs: dict[str, Any], spans: list, placement: str) -> None:
@@ -88,13 +89,11 @@ class PatchItemsAndAudioLayout(EncodedAudioForward, FamilyHooks):
         check_one_patch_per_placeholder(self, model_kwargs, spans, "one per patch")
 
 
-class PatchGridHWAndPaddedAudioLayout(EncodedAudioForward, FamilyHooks):
-    """An image is one run of its pixel-shuffled `(h, w)` patch grid (flattened patches of every image back to back,
-    `image_grid_hw`); an audio clip one run of its subsampled frames, encoded padded as the call pads it (Nemotron-H
-    Omni: the family states its counts and item schemas)."""
-
-    layout_name = "patch_grid_hw_and_padded_audio"
-    layout_description = (
-        "an image is one run of its pixel-shuffled (h, w) patch grid; an audio clip one run of its subsampled "
-        "frames, encoded with its batch's padding"
-    )
+# An image is one run of its pixel-shuffled `(h, w)` patch grid (flattened patches of every image back to back,
+# `image_grid_hw`); an audio clip one run of its subsampled frames, encoded padded as the call pads it (Nemotron-H
+# Omni: the family states its counts and item schemas, and places audio with `EncodedAudioForward`).
+PATCH_GRID_HW_AND_PADDED_AUDIO = Layout(
+    "patch_grid_hw_and_padded_audio",
+    "an image is one run of its pixel-shuffled (h, w) patch grid; an audio clip one run of its subsampled frames, "
+    "encoded with its batch's padding",
+)
