@@ -29,6 +29,7 @@ import torch
 from ...generation.facts import AudioPlacement, ModalityFacts
 from ...generation.items import ItemSchema, clip
 from ...generation.validation import check_companion_input, check_passed_with
+from . import Layout
 from .audio import AudioModalityHooks
 from .patch_grid import PATCH_GRID_FACTS, PatchGridLayout
 
@@ -62,9 +63,9 @@ class PatchGridAudioLayout(AudioModalityHooks, PatchGridLayout):
     A family states how its audio tower counts a clip's placeholders (`audio_placeholder_counts`); the rest is shared.
     """
 
-    layout_name = "patch_grid_audio"
-    layout_description = (
-        "flattened patches on a (t, h, w) grid per image or video, log-mel audio clips, multimodal rope over both"
+    layout = Layout(
+        "patch_grid_audio",
+        "flattened patches on a (t, h, w) grid per image or video, log-mel audio clips, multimodal rope over both",
     )
     vision_facts = PATCH_GRID_AUDIO_FACTS
 

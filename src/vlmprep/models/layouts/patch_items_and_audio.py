@@ -48,10 +48,9 @@ class PatchItemsAndAudioLayout(EncodedAudioForward, FamilyHooks):
     """Each image patch is one item of one placeholder (one entry of the pixel input each); an audio clip one run of
     its real frames."""
 
-    layout_name = "patch_items_and_audio"
-    layout_description = (
-        "each image patch (encoded on its own) is one item of one placeholder; an audio clip one run of its real "
-        "frames, one placeholder each"
+    layout = Layout(
+        "patch_items_and_audio",
+        "each image patch (encoded on its own) is one item of one placeholder; an audio clip one run of its real frames, one placeholder each",
     )
 
     def _audio_keys(self) -> tuple[str, str | None]:
