@@ -21,33 +21,12 @@ from support.references import (
     generate_logits,
     uncached_logits,
 )
+from support.traits import families_with, has_multimodal_rope
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, PrefillCounter
 
 # The registered families with multimodal rope (their positions from `get_rope_index` over the whole prompt)
-MULTIMODAL_ROPE_FAMILIES = [
-    "minicpmv4_7",
-    "qwen2_vl",
-    "qwen2_5_vl",
-    "qwen3_vl",
-    "qwen3_vl_moe",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen4_exp",
-    "qwen2_5_omni_thinker",
-    "qwen3_omni_moe_thinker",
-    "glm4v",
-    "glm4v_moe",
-    "glm46v",
-    "glm_ocr",
-    "ernie4_5_vl_moe",
-    "paddleocr_vl",
-    "hy_v4_vl",
-    "hunyuan_vl",
-    "cosmos3_edge",
-    "cosmos3_omni",
-    "cohere_compass",
-]
+MULTIMODAL_ROPE_FAMILIES = families_with(has_multimodal_rope)
 
 
 @pytest.mark.parametrize("family", MULTIMODAL_ROPE_FAMILIES)

@@ -161,6 +161,12 @@ def has_convolution_state_only(family: str) -> bool:
     return has_state_layers(family) and not has_recurrent_state(family)
 
 
+def loops_decoder_layers(family: str) -> bool:
+    """Some decoder layers run several passes per forward, each with a cache layer of its own (Inkling2-Loop): the
+    prefix store, which restores the layers the config builds, is not used (with a warning)."""
+    return (getattr(tiny_config(family).get_text_config(decoder=True), "loop_num_passes", None) or 1) > 1
+
+
 def forward_takes(parameter: str) -> Trait:
     """The trait: the drop-in's forward takes this parameter (upstream's signature)."""
 

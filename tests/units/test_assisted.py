@@ -13,6 +13,7 @@ from conftest import model_pair
 from support.caller_caches import cropped_cache
 from support.references import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
 from support.registry import FAMILY_CASES
+from support.traits import families_with, has_convolution_state_only, has_recurrent_state
 from vlmprep.generation import VisionFacts
 from vlmprep.generation.assisted import (
     assistant_model_of,
@@ -145,9 +146,9 @@ def test_a_drafted_placeholder_is_refused_with_a_way_out(family):
 # -- Assisted decoding on decoders with a state: greedy decoding's answer, or a clear refusal ------------------------
 
 # Gated DeltaNet (Qwen3.5), Mamba-2 (Nemotron-H Omni), KDA (GLM-5-Next): a recurrent state that only moves forward.
-RECURRENT_FAMILIES = ["qwen3_5", "nemotron_h_omni", "glm5_next"]
+RECURRENT_FAMILIES = families_with(has_recurrent_state)
 # Short convolutions (LFM2-VL), attention plus a short convolution (Inkling 2): a window that `crop` cuts back.
-CONVOLUTION_FAMILIES = ["lfm2_vl", "inkling2"]
+CONVOLUTION_FAMILIES = families_with(has_convolution_state_only)
 
 
 def _assistant(upstream, kind: str, refused: bool):
@@ -173,7 +174,7 @@ def test_assisted_decoding_on_a_decoder_with_state_is_greedy_or_refused(family, 
     so there it equals transformers' greedy decoding, rejected drafts included."""
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, SYSTEM[:4]])
-    refused = "linear_attention" in ours.config.get_text_config(decoder=True).layer_types
+    refused = has_recurrent_state(family)
     kwargs = _assistant(upstream, assistant, refused)
     if refused:
         with pytest.raises(ValueError, match=r"not supported on .*recurrent state \(linear_attention layers\)"):
