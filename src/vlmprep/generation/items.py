@@ -281,7 +281,11 @@ class ItemSchema:
             elif item_input.kind == "sizes":
                 real = [size for size in torch.as_tensor(value).reshape(-1).tolist() if size]
                 chosen = [real[index] for index in indices]
-                selected[item_input.key] = torch.tensor(chosen) if isinstance(value, torch.Tensor) else chosen
+                selected[item_input.key] = (
+                    torch.tensor(chosen, dtype=value.dtype, device=value.device)
+                    if isinstance(value, torch.Tensor)
+                    else chosen
+                )
             elif item_input.kind == "clip":
                 selected.update(_select_clips(model_kwargs, item_input, indices))
             else:

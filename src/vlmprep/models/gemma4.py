@@ -24,7 +24,7 @@ from ..generation.items import ItemSchema, Sizes, clip, flat, sizes
 from ..generation.validation import check_companion_input, check_passed_with
 from .base import VisionPrepMixin
 from .layouts.audio import EncodedAudioForward, check_audio_tower
-from .layouts.stated_counts import PatchRowsAndAudioLayout
+from .layouts.stated_counts import PATCH_ROWS_AND_AUDIO
 
 # The frames of every video back to back (their pixels and positions), split per video by `num_frames_per_video`.
 _FRAMES = Sizes("num_frames_per_video")
@@ -55,7 +55,7 @@ _AUDIO = ModalityFacts(
 
 
 class Gemma4ForConditionalGeneration(
-    EncodedAudioForward, PatchRowsAndAudioLayout, VisionPrepMixin, transformers.Gemma4ForConditionalGeneration
+    EncodedAudioForward, VisionPrepMixin, transformers.Gemma4ForConditionalGeneration
 ):
     """Drop-in `transformers.Gemma4ForConditionalGeneration` whose vision and audio towers run once, in input
     preparation.
@@ -70,6 +70,7 @@ class Gemma4ForConditionalGeneration(
     ```
     """
 
+    layout = PATCH_ROWS_AND_AUDIO
     vision_facts = VisionFacts(
         bidirectional="image",
         token_type_key="mm_token_type_ids",

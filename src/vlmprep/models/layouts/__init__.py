@@ -45,13 +45,9 @@ def _layouts_in(module) -> list[Layout]:
 
 
 def _stated_layout(cls: type) -> Layout | None:
-    # A class's own layout: its `layout`, or (layout hooks not moved to `Layout` yet) its `layout_name`.
+    # A class's own layout (not one it inherits)
     own = vars(cls).get("layout")
-    if isinstance(own, Layout):
-        return own
-    if "layout_name" in vars(cls):
-        return Layout(cls.layout_name, cls.layout_description)
-    return None
+    return own if isinstance(own, Layout) else None
 
 
 def all_layouts() -> dict[str, Layout]:

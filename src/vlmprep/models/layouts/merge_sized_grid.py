@@ -19,7 +19,7 @@ from ...generation.facts import ModalityFacts
 from ...generation.items import ItemSchema, Sizes, batched, flat, grid_rows
 from ...generation.validation import check_companion_input
 from . import Layout
-from .patch_grid import PatchGridTextPositionsLayout, PatchGridVisionNames
+from .patch_grid import PatchGridLayout, PatchGridVisionNames
 
 __all__ = ["MERGE_SIZED_GRID_FACTS", "MergeSizedGridLayout"]
 
@@ -53,7 +53,7 @@ def _mask_shares(model, model_kwargs: dict[str, Any]) -> list[int]:
     return model._merged_rows(model_kwargs, "video") or []
 
 
-class MergeSizedGridLayout(PatchGridTextPositionsLayout):
+class MergeSizedGridLayout(PatchGridLayout):
     """Patch grids with a merge size per item and 1D positions; a video one run per frame of its kept rows."""
 
     layout = Layout(
@@ -61,6 +61,7 @@ class MergeSizedGridLayout(PatchGridTextPositionsLayout):
         "flattened patches on a (t, h, w) grid per item with its own merge size, a video one run per frame of the "
         "rows its compression mask keeps, 1D text positions",
     )
+    multimodal_positions = False
     vision_facts = MERGE_SIZED_GRID_FACTS
     vision_config_names = PatchGridVisionNames(temporal_patch_size=None, channels="num_channels")
     item_shape = staticmethod(merge_sized_grid_rows)

@@ -28,9 +28,6 @@ __all__ = [
     "PATCH_GRID_IMAGE_ONLY_FACTS",
     "PATCH_GRID_SHARED_PLACEHOLDER_FACTS",
     "PatchGridLayout",
-    "PatchGridPerFrameLayout",
-    "PatchGridPerFrameTextPositionsLayout",
-    "PatchGridTextPositionsLayout",
     "PatchGridVisionNames",
     "TokenGridTextPositionsLayout",
 ]
@@ -287,26 +284,6 @@ class PatchGridLayout(FamilyHooks):
         # generate would have left there; vlmprep's own positions never depend on it.
         self.model.rope_deltas = rope_deltas
         return torch.cat([text_positions.unsqueeze(0), mrope.to(text_positions.dtype)], dim=0)  # (4, batch, seq)
-
-
-# Until every family states its traits itself: the traits under the names families listed as bases.
-class PatchGridTextPositionsLayout(PatchGridLayout):
-    """`PatchGridLayout` with `multimodal_positions = False`."""
-
-    multimodal_positions = False
-
-
-class PatchGridPerFrameLayout(PatchGridLayout):
-    """`PatchGridLayout` with `video_runs_per_frame = True`."""
-
-    video_runs_per_frame = True
-
-
-class PatchGridPerFrameTextPositionsLayout(PatchGridLayout):
-    """`PatchGridLayout` with both traits."""
-
-    multimodal_positions = False
-    video_runs_per_frame = True
 
 
 class TokenGridTextPositionsLayout(PatchGridLayout):

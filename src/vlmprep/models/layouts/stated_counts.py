@@ -6,7 +6,6 @@ fixed count per image) or in hooks of its own.
 
 from __future__ import annotations
 
-from ...generation.hooks import FamilyHooks
 from . import Layout
 
 __all__ = [
@@ -18,7 +17,6 @@ __all__ = [
     "PROJECTOR_CROPS",
     "SIZED_IMAGE",
     "TILES",
-    "PatchRowsAndAudioLayout",
 ]
 
 # Gemma3, PaliGemma, Chameleon, Ovis2
@@ -57,9 +55,3 @@ PATCH_ROWS_AND_AUDIO = Layout(
     "an image is one run of its pooled patch rows (a video one run per frame); an audio clip one run of its "
     "subsampled frames",
 )
-
-
-class PatchRowsAndAudioLayout(FamilyHooks):
-    """`PATCH_ROWS_AND_AUDIO` as the base Gemma 4 lists, until its file states `layout = PATCH_ROWS_AND_AUDIO`."""
-
-    layout = PATCH_ROWS_AND_AUDIO
