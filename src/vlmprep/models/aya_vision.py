@@ -7,12 +7,10 @@ The processor writes an image as `<|START_OF_IMG|>`, then per tile a tile marker
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.tiles import PixelShuffledTilesLayout
+from .layouts.tiles import PIXEL_SHUFFLED_TILES, PIXEL_SHUFFLED_TILES_FACTS
 
 
-class AyaVisionForConditionalGeneration(
-    PixelShuffledTilesLayout, VisionPrepMixin, transformers.AyaVisionForConditionalGeneration
-):
+class AyaVisionForConditionalGeneration(VisionPrepMixin, transformers.AyaVisionForConditionalGeneration):
     """Drop-in `transformers.AyaVisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -26,3 +24,6 @@ class AyaVisionForConditionalGeneration(
 
     ```
     """
+
+    layout = PIXEL_SHUFFLED_TILES
+    vision_facts = PIXEL_SHUFFLED_TILES_FACTS

@@ -7,12 +7,10 @@ The processor writes an image as `<|START_OF_IMG|>`, per tile its placeholders a
 import transformers
 
 from .base import VisionPrepMixin
-from .layouts.tiles import PixelShuffledTilesLayout
+from .layouts.tiles import PIXEL_SHUFFLED_TILES, PIXEL_SHUFFLED_TILES_FACTS
 
 
-class Cohere2VisionForConditionalGeneration(
-    PixelShuffledTilesLayout, VisionPrepMixin, transformers.Cohere2VisionForConditionalGeneration
-):
+class Cohere2VisionForConditionalGeneration(VisionPrepMixin, transformers.Cohere2VisionForConditionalGeneration):
     """Drop-in `transformers.Cohere2VisionForConditionalGeneration` whose vision tower runs once, in input preparation.
 
     Example:
@@ -26,3 +24,6 @@ class Cohere2VisionForConditionalGeneration(
 
     ```
     """
+
+    layout = PIXEL_SHUFFLED_TILES
+    vision_facts = PIXEL_SHUFFLED_TILES_FACTS
