@@ -167,6 +167,12 @@ def loops_decoder_layers(family: str) -> bool:
     return (getattr(tiny_config(family).get_text_config(decoder=True), "loop_num_passes", None) or 1) > 1
 
 
+def pins_its_prompt(family: str) -> bool:
+    """The decoder's reference sliding-window layers pin the prompt they were prefilled with (Unlimited-OCR): a stored
+    prefix cannot be resumed exactly, so the prefix store is not used (tests/scenarios/test_pinned_prompt_cache.py)."""
+    return "reference_sliding_attention" in decoder_layer_types(family)
+
+
 def forward_takes(parameter: str) -> Trait:
     """The trait: the drop-in's forward takes this parameter (upstream's signature)."""
 

@@ -12,14 +12,16 @@ from transformers import CompileConfig
 
 from conftest import model_pair
 from support.references import Prompt, collate
+from support.traits import families_with, has_layout
 from vlmprep.testing import IMAGE
 
-FAMILIES = ["blip-2", "instructblip", "instructblipvideo"]
+FAMILIES = families_with(has_layout("qformer_queries"))
 GREEDY = {"max_new_tokens": 3, "do_sample": False, "output_scores": True, "return_dict_in_generate": True}
 
 
-def _placeholder_id(config) -> int:
-    return config.video_token_id if config.model_type == "instructblipvideo" else config.image_token_id
+def _placeholder_id(model) -> int:
+    # The placeholder of the family's one modality (InstructBLIP-Video's videos, the others' images)
+    return model.vision_facts.modalities[0].placeholder_id(model.config)
 
 
 def _inputs(config) -> dict:
@@ -47,7 +49,7 @@ def test_forward_has_upstreams_parameters_in_upstreams_order(family):
 def test_labels_give_upstreams_loss(family):
     upstream, ours = model_pair(family)
     inputs = _inputs(ours.config)
-    labels = inputs["input_ids"].masked_fill(inputs["input_ids"] == _placeholder_id(ours.config), -100)
+    labels = inputs["input_ids"].masked_fill(inputs["input_ids"] == _placeholder_id(ours), -100)
     with torch.no_grad():
         expected = upstream(**inputs, labels=labels)
         actual = ours(**inputs, labels=labels)
