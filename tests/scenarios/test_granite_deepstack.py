@@ -1,4 +1,4 @@
-"""The Granite families with deepstack features: every deepstack entry upstream keeps reaches its logits (so the
+"""The families with deepstack features (Granite's, Qwen3-VL's): every deepstack entry upstream keeps reaches its logits (so the
 tiny models fail when an entry's rows are wrong). Granite 4 Vision (`(decoder layer, features)` pairs, placeholders
 zeroed): generation matches transformers where transformers is right, and beams are exact where it is not (its
 expansion reorders a row's images). Granite Docling: the fine connector path (`tile_fine_mask`) is exact, and its
@@ -19,10 +19,11 @@ from support.references import (
     assert_same_steps,
     generate_logits,
 )
+from support.traits import deepstack_as_layer_pairs, families_with, has_deepstack
 from vlmprep.testing import IMAGE, VisionRunCounter
 
-DEEPSTACK_PAIR_FAMILIES = ["granite4_vision"]
-DEEPSTACK_FAMILIES = [*DEEPSTACK_PAIR_FAMILIES, "granite_docling"]
+DEEPSTACK_PAIR_FAMILIES = families_with(deepstack_as_layer_pairs)
+DEEPSTACK_FAMILIES = families_with(has_deepstack)
 MIN_EFFECT = 1e-3  # an entry changes upstream's logits after the image by more than this
 
 
@@ -45,11 +46,13 @@ def test_every_kept_deepstack_entry_reaches_the_logits(family):
         encoded = upstream.model.get_image_features(**pixels, return_dict=True)
         reference = upstream(**inputs, mm_encoder_outputs={"image": encoded}, use_cache=False).logits
         entries = list(encoded.deepstack_features)
-        if family in DEEPSTACK_PAIR_FAMILIES:
+        if deepstack_as_layer_pairs(family):
             kept = list({layer: index for index, (layer, _) in enumerate(entries)}.values())  # a layer's last pair
+            layers = upstream.config.text_config.num_hidden_layers  # the tiny config's pairs reach every layer
         else:
             kept = list(range(len(entries)))  # entry i after decoder layer i
-        assert len(kept) == upstream.config.text_config.num_hidden_layers, "every decoder layer gets an entry"
+            layers = len(upstream.config.vision_config.deepstack_visual_indexes)
+        assert len(kept) == layers, "every decoder layer the config names gets an entry"
         for index in kept:
             encoded.deepstack_features = [*entries[:index], _zeroed(entries[index]), *entries[index + 1 :]]
             changed = upstream(**inputs, mm_encoder_outputs={"image": encoded}, use_cache=False).logits

@@ -183,9 +183,14 @@ def forward_takes(parameter: str) -> Trait:
 
 
 def has_deepstack(family: str) -> bool:
-    """The vision encoder returns deepstack features that the decoder adds after its layers (Granite 4 Vision's
-    `(layer, features)` pairs, Granite Docling's per-layer entries)."""
-    return facts(family).deepstack_targets is not None or forward_takes("tile_fine_mask")(family)
+    """The vision encoder returns deepstack features that the decoder adds after its first layers: the config names
+    their layers (Granite 4 Vision's `deepstack_layer_map`, the vision config's `deepstack_visual_indexes` of
+    Qwen3-VL and Granite Docling)."""
+    config = tiny_config(family)
+    vision_config = getattr(config, "vision_config", None)
+    return bool(
+        getattr(config, "deepstack_layer_map", None) or getattr(vision_config, "deepstack_visual_indexes", None)
+    )
 
 
 def deepstack_as_layer_pairs(family: str) -> bool:

@@ -12,6 +12,7 @@ import inspect
 
 import pytest
 
+from support.traits import engine_refusal
 from vlmprep.batching.prompt import request_input_keys
 from vlmprep.models.registry import load_drop_in_classes
 
@@ -74,7 +75,7 @@ NOT_READ = {
 }
 
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
-REFUSED_BY_ENGINE = {"ernie4_5_vl_moe": {"moe_mm_token_type_ids"}}
+REFUSED_INPUTS = ("moe_mm_token_type_ids",)
 
 
 @pytest.mark.parametrize("model_type", sorted(DROP_INS))
@@ -82,7 +83,8 @@ def test_every_input_the_forward_reads_travels_with_a_request(model_type):
     drop_in = DROP_INS[model_type]
     parameters = set(inspect.signature(drop_in.forward).parameters)
     left = parameters - request_input_keys(drop_in.vision_facts) - ENGINE_SUPPLIED - CALL_OPTIONS
-    assert left == NOT_READ.get(model_type, set()) | REFUSED_BY_ENGINE.get(model_type, set())
+    refused = {name for name in REFUSED_INPUTS if name in parameters and engine_refusal(model_type) == name}
+    assert left == NOT_READ.get(model_type, set()) | refused
 
 
 def rope_index_owner(drop_in: type) -> type | None:
