@@ -29,7 +29,6 @@ class FamilyCase:
         per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
         pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
         skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
-        collate: `(prompts, pad_token_id) -> dict`, for families whose batches are not left-pad + concatenate.
         answer_token_types: per-token input -> its value at generated (text) tokens, where it is not 0: what the
             family's `generate` appends, so an uncached forward of a prompt and its answer is the reference of each
             step (PaliGemma's suffix tokens are 1, causal; its prompt is one bidirectional prefix of 0s).
@@ -57,6 +56,9 @@ class FamilyCase:
             both (empty: a prompt may hold both): the differential test then draws video conversations without images.
         slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
             placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
+        samples: the samples of families this family stands in, for tests that run a few representative families
+            rather than every one (`support.traits.sampled`): `"foundation"` (the fixtures' first families),
+            `"chat"` (multi-turn prefix-cache conversations), `"scaling"` (device maps, tensor parallelism), ...
     """
 
     name: str
@@ -64,7 +66,6 @@ class FamilyCase:
     per_token_keys: tuple[str, ...] = ("token_type_ids",)
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     skip: dict[str, str] = field(default_factory=dict)
-    collate: Callable | None = None
     answer_token_types: dict[str, int] = field(default_factory=dict)
     refused_train_parts: tuple[str, ...] = ()
     one_row_with_items: bool = False
@@ -74,6 +75,7 @@ class FamilyCase:
     padded_rows_follow_pad_states: bool = False
     videos_apart_from_images: str = ""
     slow: dict[str, str] = field(default_factory=dict)
+    samples: tuple[str, ...] = ()
 
     @property
     def builds_audio(self) -> bool:

@@ -118,21 +118,3 @@ def pad_dim(value: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     shape = list(value.shape)
     shape[dim] = missing
     return torch.cat([value, value.new_zeros(shape)], dim=dim)
-
-
-def collate_padded_patches(prompts: list, pad_token_id: int, patch_keys: tuple[str, ...] = ("pixel_values",)) -> dict:
-    """Left-padded ids and mask; per-image crop stacks padded to the largest crop count; other inputs concatenated
-    over the rows that have them (a row with videos only has no `pixel_values`)."""
-    width = max(prompt.length for prompt in prompts)
-    batch = {
-        "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
-        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
-    }
-    for key in dict.fromkeys(key for prompt in prompts for key in prompt.full_inputs):
-        values = [prompt.full_inputs[key] for prompt in prompts if key in prompt.full_inputs]
-        if key in patch_keys:
-            most = max(value.shape[1] for value in values)
-            batch[key] = torch.cat([pad_dim(value, 1, most) for value in values])
-        elif key != "input_ids":
-            batch[key] = torch.cat(values)
-    return batch

@@ -12,6 +12,8 @@ import torch
 import vlmprep
 from support.registry import FAMILY_CASES
 from vlmprep import EncoderCache
+from vlmprep.generation.items import join_item_inputs
+from vlmprep.models.registry import FAMILY_SPECS
 from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE, VisionRunCounter, random_pixels
 from vlmprep.testing import VIDEO as VIDEO  # re-exported: tests import the video marker from here too
 
@@ -26,6 +28,7 @@ class Prompt:
 
     def __init__(self, config, segments: list, seed: int = 0, image_seeds: list[int] | None = None):
         self.case = FAMILY_CASES[config.model_type]
+        self.config = config
         num_images = sum(1 for segment in segments if not isinstance(segment, list))
         seeds = image_seeds if image_seeds is not None else [seed + i for i in range(num_images)]
         self.full_inputs = self.case.build_inputs(config, segments, seeds)
@@ -53,10 +56,10 @@ class Prompt:
 
 
 def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
-    """A left-padded batch of prompts, as a processor with `padding_side="left"` returns it."""
+    """A left-padded batch of prompts, as a processor with `padding_side="left"` returns it: per-token inputs
+    left-padded, each modality's inputs joined as the family's item schema says (`join_item_inputs`: crops padded to
+    the largest count, flat rows and columns along their axis, indices rebased past the rows before them)."""
     case = prompts[0].case
-    if case.collate is not None:
-        return case.collate(prompts, pad_token_id)
     width = max(prompt.length for prompt in prompts)
 
     def left_pad(value: torch.Tensor, fill: int) -> torch.Tensor:
@@ -71,9 +74,27 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
         if key in case.per_token_keys:
             values = [left_pad(prompt.full_inputs[key], 0) for prompt in prompts]
             batch[key] = torch.cat(values, dim=1 if values[0].ndim == 3 else 0)  # 3D: (3, batch, seq) positions
-        elif key in case.pixel_keys:
-            batch[key] = torch.cat([p.full_inputs[key] for p in prompts if key in p.full_inputs])
+    model = _schema_host(prompts[0].config)
+    parts = [prompt.full_inputs for prompt in prompts]
+    joined = set()
+    for modality in model.vision_facts.modalities:
+        schema = model.item_schema(modality.name)
+        batch.update(join_item_inputs(schema, parts))
+        joined.update(schema.keys)
+    for key in keys:  # the rest of the items' inputs (positions): one entry per item
+        if key in case.pixel_keys and key not in joined:
+            values = [part[key] for part in parts if key in part]
+            tensors = all(isinstance(value, torch.Tensor) for value in values)
+            batch[key] = torch.cat(values) if tensors else [entry for value in values for entry in value]
     return batch
+
+
+def _schema_host(config):
+    # The family's hooks read only the config: a drop-in without weights states its item schemas
+    drop_in = FAMILY_SPECS[config.model_type].drop_in_class()
+    model = drop_in.__new__(drop_in)
+    model.config = config
+    return model
 
 
 def reference_next_logits(upstream, prompt: Prompt, new_tokens: Sequence[int] = ()) -> torch.Tensor:

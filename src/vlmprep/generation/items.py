@@ -345,7 +345,7 @@ def join_item_inputs(schema: ItemSchema, parts: list[dict[str, Any]]) -> dict[st
     batches items (collation in continuous batching's encoder calls and in tests).
 
     Batched inputs are concatenated along their first axis (zero-padded to the largest beyond it, as a processor pads
-    images or crops), flat ones along their axis, sizes one after the other, clips padded at the end to the longest
+    images or crops), flat ones along their axis (padded so too along the first), sizes one after the other, clips padded at the end to the longest
     with their masks (padding marked unreal), shared ones taken from the first part holding them.
 
     Args:
@@ -368,7 +368,11 @@ def join_item_inputs(schema: ItemSchema, parts: list[dict[str, Any]]) -> dict[st
         elif item_input.kind == "flat":
             if item_input.rebased_on is not None:
                 values = _rebased_parts(item_input, parts)
-            joined[item_input.key] = _join(values, item_input.axis, pad=False)
+            # Rows of items (crops, frames) are padded to the largest as a processor pads them; indices never are
+            first_axis = (
+                item_input.axis == 0 or item_input.axis == -values[0].ndim if hasattr(values[0], "ndim") else False
+            )
+            joined[item_input.key] = _join(values, item_input.axis, pad=first_axis and item_input.rebased_on is None)
         else:
             joined[item_input.key] = _join(values, 0, pad=item_input.kind == "batched")
     return joined

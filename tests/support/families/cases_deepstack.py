@@ -12,7 +12,7 @@ import transformers
 
 from support.cases import FamilyCase, register
 from support.families.cases_llava_anyres import anyres_inputs, processor_features
-from support.llava_like_inputs import collate_padded_patches, prompt_ids, tile_pixels, tiles_of
+from support.llava_like_inputs import prompt_ids, tile_pixels, tiles_of
 
 FAKE_AROUND_IMAGE, GLOBAL_IMG, FIRST_ROW_COL_TAG, NEWLINE = 112, 113, 114, 9
 
@@ -44,7 +44,6 @@ register(
         anyres_inputs(granite4_vision_tokens),
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_sizes"),
-        collate=collate_padded_patches,
         skip=UPSTREAM_BEAM_SKIP,
     )
 )
@@ -83,8 +82,5 @@ register(
         build_granite_docling_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "pixel_attention_mask"),
-        collate=lambda prompts, pad_token_id: collate_padded_patches(
-            prompts, pad_token_id, patch_keys=("pixel_values", "pixel_attention_mask")
-        ),
     )
 )

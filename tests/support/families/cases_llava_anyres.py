@@ -18,7 +18,7 @@ import transformers
 from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import collate_padded_patches, pad_dim, pixels, prompt_ids, size_of
+from support.llava_like_inputs import pad_dim, pixels, prompt_ids, size_of
 
 # Original (height, width) of the images (see `size_of`). Different aspect ratios pick different grid pinpoints and
 # unpad differently, so the images of one prompt have different placeholder counts.
@@ -96,6 +96,6 @@ for name, build_inputs, extra_keys in (
             build_inputs,
             per_token_keys=(),
             pixel_keys=("pixel_values", "image_sizes", *extra_keys),
-            collate=collate_padded_patches,
+            samples=("chat",) if name == "llava_next" else (),
         )
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import collate_padded_patches, pixels, prompt_ids, tile_pixels, tiles_of
+from support.llava_like_inputs import pixels, prompt_ids, tile_pixels, tiles_of
 
 # -- Idefics3 and SmolVLM: sub-images in (batch, sub-images, C, H, W) -------------------------------------------------
 
@@ -45,11 +45,6 @@ def build_idefics3_inputs(config, segments: list, image_seeds: list[int]) -> dic
         inputs["pixel_values"] = pixel_values.unsqueeze(0)  # (1, sub-images, C, H, W)
         inputs["pixel_attention_mask"] = mask.unsqueeze(0)
     return inputs
-
-
-def collate_sub_images(prompts: list, pad_token_id: int) -> dict:
-    """As the processor batches: samples' sub-image stacks padded with all-zero sub-images (masked out)."""
-    return collate_padded_patches(prompts, pad_token_id, patch_keys=("pixel_values", "pixel_attention_mask"))
 
 
 # -- Idefics2: one sub-image per image, or five with `do_image_splitting` -----------------------------------------------
@@ -87,7 +82,6 @@ register(
         build_idefics2_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "pixel_attention_mask"),
-        collate=collate_sub_images,
     )
 )
 
@@ -100,6 +94,6 @@ for name in ("idefics3", "smolvlm"):
             build_idefics3_inputs,
             per_token_keys=(),
             pixel_keys=("pixel_values", "pixel_attention_mask"),
-            collate=collate_sub_images,
+            samples=("chat", "text_only_refusal") if name == "idefics3" else (),
         )
     )

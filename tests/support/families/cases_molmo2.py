@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import left_pad, pixels, tiles_of
+from support.llava_like_inputs import pixels, tiles_of
 from vlmprep.testing import IMAGE
 from vlmprep.testing.configs.molmo2 import MOLMO2_COLUMN_ID, MOLMO2_LOW_RES_START_ID
 
@@ -96,33 +96,11 @@ def build_molmo2_inputs(config, segments: list, image_seeds: list[int]) -> dict:
     return inputs
 
 
-def collate_molmo2(prompts: list, pad_token_id: int) -> dict:
-    """Left-padded ids, mask and token types; every row's crops stacked, the pooling indices shifted past the crops of
-    the rows before (5.24; from 5.25 on each image's stay its own), as the processor numbers the patches of a batch."""
-    width = max(prompt.length for prompt in prompts)
-    batch = {
-        "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
-        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
-        "mm_token_type_ids": torch.cat([left_pad(p.full_inputs["mm_token_type_ids"], width, 0) for p in prompts]),
-    }
-    with_images = [prompt.full_inputs for prompt in prompts if "pixel_values" in prompt.full_inputs]
-    if with_images:
-        pooling, offset = [], 0
-        for inputs in with_images:
-            pooling.append(inputs["image_token_pooling"] + offset)
-            offset += 0 if POOLING_PER_IMAGE else inputs["pixel_values"].shape[0] * inputs["pixel_values"].shape[1]
-        batch["image_token_pooling"] = torch.cat(pooling)
-        for key in ("pixel_values", "image_grids", "image_num_crops"):
-            batch[key] = torch.cat([inputs[key] for inputs in with_images])
-    return batch
-
-
 register(
     FamilyCase(
         "molmo2",
         build_molmo2_inputs,
         per_token_keys=("mm_token_type_ids",),
         pixel_keys=("pixel_values", "image_token_pooling", "image_grids", "image_num_crops"),
-        collate=collate_molmo2,
     )
 )

@@ -13,7 +13,6 @@ import torch
 from support.cases import FamilyCase, register
 from support.llava_like_inputs import (
     global_and_local_views,
-    left_pad,
     pixels,
     prompt_ids,
     size_of,
@@ -111,25 +110,6 @@ def modality_token_types(config, input_ids: torch.Tensor) -> torch.Tensor:
     return (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
 
 
-def collate_packed_views(prompts: list, pad_token_id: int) -> dict:
-    """Left-padded ids and mask; the views of every row packed side by side, as the processor packs a batch."""
-    width = max(prompt.length for prompt in prompts)
-    batch = {
-        "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
-        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
-    }
-    if "mm_token_type_ids" in prompts[0].full_inputs:
-        batch["mm_token_type_ids"] = torch.cat(
-            [left_pad(p.full_inputs["mm_token_type_ids"], width, 0) for p in prompts]
-        )
-    for key, sizes_key in (("pixel_values", "target_sizes"), ("pixel_values_videos", "target_sizes_videos")):
-        with_views = [prompt.full_inputs for prompt in prompts if key in prompt.full_inputs]
-        if with_views:
-            batch[key] = torch.cat([inputs[key] for inputs in with_views], dim=-1)
-            batch[sizes_key] = torch.cat([inputs[sizes_key] for inputs in with_views])
-    return batch
-
-
 for name in ("minicpmv4_6", "minicpm_ocr", "minicpmv4_7"):
     register(
         FamilyCase(
@@ -137,7 +117,6 @@ for name in ("minicpmv4_6", "minicpm_ocr", "minicpmv4_7"):
             build_minicpm_inputs,
             per_token_keys=("mm_token_type_ids",) if name in MODALITY_TYPED else (),
             pixel_keys=("pixel_values", "target_sizes", "pixel_values_videos", "target_sizes_videos"),
-            collate=collate_packed_views,
             # Canvas M-RoPE: upstream's `generate` numbers an answer after `</image>` unlike its forward
             upstream_decode_positions_differ=name == "minicpmv4_7",
         )

@@ -13,7 +13,7 @@ import math
 import torch
 
 from support.cases import FamilyCase, register
-from support.llava_like_inputs import global_and_local_views, left_pad, prompt_ids, square_pixels, tiles_of
+from support.llava_like_inputs import global_and_local_views, prompt_ids, square_pixels, tiles_of
 from vlmprep.testing.configs.uocr import UNLIMITED_OCR_CROP_SIDE, UNLIMITED_OCR_GLOBAL_SIDE
 
 # The processor's `downsample_ratio`: the tower's two stride-2 convolutions.
@@ -65,27 +65,12 @@ def build_unlimited_ocr_inputs(config, segments: list, image_seeds: list[int]) -
     return inputs
 
 
-def collate_unlimited_ocr(prompts: list, pad_token_id: int) -> dict:
-    """Left-padded ids and mask; pixel tensors concatenated, per-image lists joined, in prompt order."""
-    width = max(prompt.length for prompt in prompts)
-    batch = {
-        "input_ids": torch.cat([left_pad(p.input_ids, width, pad_token_id) for p in prompts]),
-        "attention_mask": torch.cat([left_pad(torch.ones_like(p.input_ids), width, 0) for p in prompts]),
-    }
-    keys = dict.fromkeys(key for prompt in prompts for key in prompt.full_inputs if key != "input_ids")
-    for key in keys:
-        values = [prompt.full_inputs[key] for prompt in prompts if key in prompt.full_inputs]
-        batch[key] = [entry for value in values for entry in value] if key in UOCR_LIST_KEYS else torch.cat(values)
-    return batch
-
-
 register(
     FamilyCase(
         "unlimited_ocr",
         build_unlimited_ocr_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "pixel_values_local", *UOCR_LIST_KEYS),
-        collate=collate_unlimited_ocr,
         skip={"bad_input_wrong_resolution": VIEWS_OF_ANY_SIZE},
     )
 )
