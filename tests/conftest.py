@@ -9,12 +9,13 @@ import torch
 
 import vlmprep
 from support.registry import FAMILY_CASES
+from support.traits import families_with, sampled
 from vlmprep.testing import tiny_model
 
 # Tiny models: one thread avoids the scheduling overhead that dominates their matmuls on a shared 2-core machine.
 torch.set_num_threads(1)
 
-FOUNDATION_FAMILIES = ["gemma3", "paligemma", "llava"]
+FOUNDATION_FAMILIES = families_with(sampled("foundation"))
 ALL_FAMILIES = sorted(FAMILY_CASES)
 
 _PAIRS: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}

@@ -20,14 +20,14 @@ from safetensors.torch import load_file, save_file
 from transformers import CONFIG_MAPPING, AutoModelForImageTextToText, LlamaConfig, PreTrainedConfig, PreTrainedModel
 from transformers.utils import is_accelerate_available
 
-from support.registry import QWEN_FAMILIES
+from support.traits import families_with, sampled
 from vlmprep.models.text_only_rules import COHERE2_VISION, LANGUAGE_MODEL
 from vlmprep.testing import TINY_CONFIG_BUILDERS, tiny_config, tiny_text_config, tiny_vision_config
 from vlmprep.text_only import TEXT_ONLY_FAMILIES, AutoModelForCausalLM, decoder, load_text_decoder, logit_scale
 
 FAMILIES = sorted(TEXT_ONLY_FAMILIES)
 # One family per key layout and lm_head arrangement, for the error cases.
-ERROR_FAMILIES = ["gemma3", "llava", "idefics3", "lighton_ocr"]
+ERROR_FAMILIES = families_with(sampled("text_only_refusal"))
 
 _TINY_TEXT = tiny_text_config(None, head_dim=16, max_position_embeddings=512)
 _TINY_VISION = tiny_vision_config()
@@ -80,8 +80,9 @@ def tiny_checkpoint(model_type: str) -> TinyCheckpoint:
     """A tiny random VLM of a family, saved once per session as one file and as 20KB shards."""
     torch.manual_seed(0)
     vlm = AutoModelForImageTextToText.from_config(tiny_vlm_config(model_type)).eval()
-    if model_type in QWEN_FAMILIES:
-        # Upstream init leaves the MoE router and experts at zero, where a wrong routing rule cannot show.
+    text_config = vlm.config.get_text_config(decoder=True)
+    if any(getattr(text_config, key, None) for key in ("num_experts", "num_local_experts", "n_routed_experts")):
+        # Upstream init leaves the MoE router and experts near zero, where a wrong routing rule cannot show.
         with torch.no_grad():
             for parameter in vlm.parameters():
                 parameter.normal_(0.0, 0.2)

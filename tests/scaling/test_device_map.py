@@ -19,13 +19,14 @@ from transformers.utils import is_accelerate_available
 
 import vlmprep
 from support.registry import FAMILY_CASES
+from support.traits import families_with, sampled
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 ATOL = 1e-5
 MAX_NEW_TOKENS = 4
 SEGMENTS = [[5, 6, 7], IMAGE, [8, 9], IMAGE, [10]]
 IMAGE_SEEDS = [0, 1]
-FAMILIES = ["gemma3", "llava", "qwen2_vl"]
+FAMILIES = families_with(sampled("mainstream"))
 # Where each family keeps its vision side; everything else in the map is the decoder and the head.
 VISION_MODULES = {
     "gemma3": ["model.vision_tower", "model.multi_modal_projector"],

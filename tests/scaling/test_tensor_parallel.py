@@ -22,6 +22,7 @@ from transformers.utils import is_accelerate_available
 
 import vlmprep
 from support.registry import FAMILY_CASES
+from support.traits import families_with, sampled
 from vlmprep.testing import IMAGE
 
 ATOL = 1e-5
@@ -30,7 +31,7 @@ MAX_NEW_TOKENS = 4
 LAUNCH_TIMEOUT_S = 420  # three models on two ranks take ~50 s on 2 shared cores; the bound only stops a hang
 SCRIPT = pathlib.Path(__file__).with_name("tp_generate.py")
 # Families whose text decoder has a tensor-parallel plan in transformers (Llama, Gemma3 text, Qwen2-VL text).
-FAMILIES = ["gemma3", "llava", "qwen2_vl"]
+FAMILIES = families_with(sampled("mainstream"))
 SEGMENTS = [[5, 6, 7], IMAGE, [8, 9], IMAGE, [10]]
 IMAGE_SEEDS = [0, 1]
 

@@ -15,13 +15,25 @@ from transformers import DynamicCache
 from conftest import ALL_FAMILIES, model_pair
 from support.caller_caches import cache_of
 from support.references import SYSTEM, USER, Prompt, assert_close, collate, generate_logits, reference_next_logits
-from support.registry import GLM_MROPE_FAMILIES, LLAVA_VIDEO_FAMILIES, QWEN_FAMILIES, declare_scenario, skip_marks
+from support.registry import declare_scenario, skip_marks
+from support.traits import (
+    families_with,
+    has_multimodal_rope,
+    images_as_grids,
+    qwen_like_prompts,
+    sampled,
+    videos_as_one_run,
+    videos_behind_image_placeholders,
+)
 from vlmprep.generation.validation import cached_key_shapes
 from vlmprep.testing import IMAGE, VIDEO
 
 SHORT_SYSTEM = [2, 10, 11, 12, 13]
-# GLM-4V finds image and video placeholders by one token id: as upstream, one forward holds only one of them.
-PATCH_GRID_FAMILIES = [*QWEN_FAMILIES, "glm4v"]
+# Images as patch rows indexed by grids: the Qwen-like families, and a sample of GLM's (GLM-4V finds image and video
+# placeholders by one token id: as upstream, one forward holds only one of them)
+PATCH_GRID_FAMILIES = families_with(
+    images_as_grids, lambda family: qwen_like_prompts(family) or sampled("bad_patch_input")(family)
+)
 
 
 def _filled_cache(key_shapes: list[tuple[int, int]], length: int, batch: int = 1) -> DynamicCache:
@@ -253,7 +265,14 @@ def _batch_with_an_empty_row(model) -> tuple[Prompt, dict]:
     return prompt, batch
 
 
-@pytest.mark.parametrize("family", [*QWEN_FAMILIES, *GLM_MROPE_FAMILIES])
+@pytest.mark.parametrize(
+    "family",
+    families_with(
+        lambda family: (
+            qwen_like_prompts(family) or (videos_behind_image_placeholders(family) and has_multimodal_rope(family))
+        )
+    ),
+)
 def test_all_zero_mask_row_is_refused_before_multimodal_positions(family, monkeypatch):
     # Upstream's `get_rope_index` fails on such a row with "torch.cat(): expected a non-empty list of Tensors"
     upstream, ours = model_pair(family)
@@ -268,7 +287,7 @@ def test_all_zero_mask_row_is_refused_before_multimodal_positions(family, monkey
     assert_close(logits[0], reference_next_logits(upstream, prompt))
 
 
-@pytest.mark.parametrize("family", ["gemma3", "paligemma", "llava", "mistral3", "exaone4_5", "lfm2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("all_zero_mask_row")))
 def test_all_zero_mask_row_runs_where_transformers_runs_it(family):
     # Families without multimodal rope take such a row as transformers does (it attends to nothing): the other rows
     # are exact. (Checked over every registered family when the check above was added: only multimodal rope fails.)
@@ -289,7 +308,7 @@ def test_glm4v_videos_need_token_types():
         ours.generate(**inputs, max_new_tokens=1)
 
 
-@pytest.mark.parametrize("family", LLAVA_VIDEO_FAMILIES)
+@pytest.mark.parametrize("family", families_with(videos_as_one_run))
 def test_video_placeholders_without_pixels_raise(family):
     _, ours = model_pair(family)
     inputs = Prompt(ours.config, [SYSTEM, VIDEO, USER], image_seeds=[0]).inputs(with_pixels=False)
@@ -315,7 +334,7 @@ def test_empty_prompt_is_refused_clearly():
 
 
 @pytest.mark.parametrize("bad_value", [float("nan"), float("inf")])
-@pytest.mark.parametrize("family", ["llava", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("pixel_checks")))
 def test_non_finite_pixels_are_refused_before_encoding(family, bad_value):
     _, ours = model_pair(family)
     inputs = Prompt(ours.config, [SYSTEM, IMAGE, USER]).inputs()

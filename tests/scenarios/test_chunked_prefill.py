@@ -26,7 +26,8 @@ from support.references import (
     generate_logits,
     uncached_logits,
 )
-from support.registry import FAMILY_CASES, GLM_FAMILIES, IMAGE_AND_VIDEO_FAMILIES, scenario
+from support.registry import FAMILY_CASES, scenario
+from support.traits import families_with, images_and_videos_in_one_prompt, videos_behind_image_placeholders
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, tiny_gemma3_config
 
 TWO_IMAGE_SEGMENTS = [[2, 10, 11, 12], IMAGE, [13, 14, 15], IMAGE, [16, 17]]
@@ -156,7 +157,7 @@ def test_chunked_batch_matches_unchunked_batch(family):
 # -- Videos -----------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", IMAGE_AND_VIDEO_FAMILIES)
+@pytest.mark.parametrize("family", families_with(images_and_videos_in_one_prompt))
 def test_every_chunk_size_is_exact_with_a_video(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12], IMAGE, [13]], image_seeds=[1, 2])
@@ -169,7 +170,7 @@ def test_every_chunk_size_is_exact_with_a_video(family):
         assert runs.batch_sizes == [1, 1], f"chunk size {chunk_size}: {runs.batch_sizes}"
 
 
-@pytest.mark.parametrize("family", GLM_FAMILIES)
+@pytest.mark.parametrize("family", families_with(videos_behind_image_placeholders))
 def test_every_chunk_size_is_exact_with_video_frames_of_image_placeholders(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[1])

@@ -28,7 +28,8 @@ from support.references import (
     reference_next_logits,
     uncached_logits,
 )
-from support.registry import GLM_FAMILIES, QWEN_FAMILIES, scenario
+from support.registry import scenario
+from support.traits import families_with, forward_takes, qwen_like_prompts, videos_behind_image_placeholders
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 
 
@@ -101,7 +102,7 @@ def test_left_out_token_types_attend_causally_as_upstream(family):
         assert not torch.allclose(logits[0], reference_next_logits(upstream, prompt), atol=1e-4)
 
 
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
+@pytest.mark.parametrize("family", families_with(qwen_like_prompts))
 def test_token_types_are_derived_when_left_out(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30], VIDEO, USER], image_seeds=[3, 4])
@@ -115,7 +116,24 @@ def test_token_types_are_derived_when_left_out(family):
 # -- Qwen-like families: no cache, and positions never read from the model -------------------------------------------
 
 
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
+# `generate(use_cache=False)` does not extend `moe_mm_token_type_ids` over the generated tokens, in transformers as in
+# the drop-in: the MoE's token-type mask is one token short (IndexError)
+NO_CACHE_MOE_TOKEN_TYPES = pytest.mark.xfail(
+    strict=True,
+    raises=IndexError,
+    reason="generate(use_cache=False) does not extend moe_mm_token_type_ids (transformers too): IndexError",
+)
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(
+            family, marks=[NO_CACHE_MOE_TOKEN_TYPES] if forward_takes("moe_mm_token_type_ids")(family) else []
+        )
+        for family in families_with(qwen_like_prompts)
+    ],
+)
 def test_generate_without_cache_matches_transformers(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, VIDEO, [30], IMAGE, USER], image_seeds=[1, 3])
@@ -156,7 +174,7 @@ def test_no_state_kept_on_the_model_between_requests():
 
 
 @pytest.mark.parametrize("do_sample", [False, True])
-@pytest.mark.parametrize("family", GLM_FAMILIES)
+@pytest.mark.parametrize("family", families_with(videos_behind_image_placeholders))
 def test_glm_greedy_and_sampling_match_transformers(family, do_sample):
     """Images, then a video: one vision run each (GLM's tower sees a video as one grid row per frame)."""
     upstream, ours = model_pair(family)
@@ -177,6 +195,6 @@ def test_glm_greedy_and_sampling_match_transformers(family, do_sample):
         assert runs.calls == 1  # the two images in one call, or the video
 
 
-@pytest.mark.parametrize("family", GLM_FAMILIES)
+@pytest.mark.parametrize("family", families_with(videos_behind_image_placeholders))
 def test_glm_beams_are_exact_where_upstream_reorders_images(family):
     assert_beams_exact_where_upstream_reorders_images(*model_pair(family), "A, A, A, B, B, B")

@@ -31,13 +31,14 @@ from support.references import (
     strong_image_gemma3_pair,
     uncached_logits,
 )
+from support.traits import families_with, sampled
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter
 
 SYSTEM = [2, *range(10, 21)]  # 12 tokens
 SHORT_SYSTEM = SYSTEM[:8]
 
-CHAT_FAMILIES = ["gemma3", "llava", "llava_next", "qwen2_vl", "idefics3"]
+CHAT_FAMILIES = families_with(sampled("chat"))
 # A turn's user text (lists) and images, images in turns 1 and 3.
 USER_TURNS = [[SYSTEM, IMAGE, [30, 31]], [[32, 33, 34]], [[35], IMAGE, [36, 37]], [[38, 39]], [[40, 41, 42]]]
 

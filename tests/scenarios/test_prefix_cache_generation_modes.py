@@ -26,13 +26,14 @@ from support.references import (
     reference_next_logits,
     uncached_logits,
 )
+from support.traits import families_with, sampled
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VisionRunCounter
 
 SYSTEM = [2, *range(10, 21)]
 # Families whose second prompt resumes inside the first one's stored KV (PaliGemma's prefix grows with the prompt, so
 # a stored prefix of it is never reused: the lookup has nothing to return there).
-FAMILIES = ["gemma3", "llava", "qwen2_vl"]
+FAMILIES = families_with(sampled("mainstream"))
 
 
 def stored_prefix_and_longer_prompt(ours, store: PrefixCache) -> Prompt:

@@ -26,6 +26,7 @@ from support.references import (
     assert_steps_match_upstream,
     generate_logits,
 )
+from support.traits import families_with, has_multimodal_rope, not_, sampled
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_gemma3_config
 from vlmprep.utils._compat import method_problems
 
@@ -100,7 +101,7 @@ def test_gemma3_two_token_images_reach_the_logits(gemma3_two_token_pair):
 # -- 2. Assisted decoding -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream")))
 @pytest.mark.parametrize("assistant", ["prompt_lookup", "upstream_assistant", "drop_in_assistant"])
 def test_assisted_decoding_with_images_matches_greedy(family, assistant):
     upstream, ours = model_pair(family)
@@ -128,7 +129,7 @@ def _assistant_logits(main, assistant, inputs: dict) -> tuple[torch.Tensor, list
     return ids, drafted
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream")))
 def test_drop_in_assistant_of_a_transformers_main_model_drafts_as_transformers(family):
     # transformers' main model hands its assistant its encoder outputs, without the per-item inputs it encoded them
     # from (Qwen2-VL's grids), but with its positions: the drop-in drafts what a plain assistant drafts.
@@ -144,7 +145,7 @@ def test_drop_in_assistant_of_a_transformers_main_model_drafts_as_transformers(f
     assert runs.calls == 0  # the assistant reads the main model's features
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream")))
 @pytest.mark.parametrize("assistant", ["prompt_lookup", "upstream_assistant", "drop_in_assistant"])
 def test_assisted_decoding_after_a_callers_cache_feeds_only_the_new_tokens(family, assistant):
     # transformers' assisted decoding feeds the whole prompt on top of a caller's cache (its first step is off by
@@ -215,7 +216,7 @@ class _RecordingCompiledCall:
         return forward
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream"), not_(has_multimodal_rope)))
 def test_compiled_forward_sees_decoding_steps_only_with_one_signature(family, monkeypatch):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
@@ -276,7 +277,7 @@ def test_paligemma_continues_from_a_cache_holding_the_image():
 # -- 5. Qwen-VL continued with `mm_token_type_ids` shorter than `input_ids` -----------------------------------------
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("rope_continuation")))
 def test_qwen_continuation_with_token_types_of_the_prompt_only(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
@@ -329,7 +330,7 @@ def test_rope_deltas_written_as_upstream_writes_them(segments):
 # -- Without a cache every step recomputes the prompt: still one vision run ------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream")))
 def test_use_cache_false_encodes_each_image_once(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER, IMAGE])

@@ -26,15 +26,20 @@ from support.references import (
     uncached_logits,
     with_encoder_cache,
 )
-from support.registry import (
-    COMPRESSED_VIDEO_FAMILIES,
-    GLM_FAMILIES,
-    IMAGE_AND_VIDEO_FAMILIES,
-    LLAVA_VIDEO_FAMILIES,
-    QWEN_FAMILIES,
+from support.traits import (
+    compressed_videos,
+    families_with,
+    images_and_videos_in_one_prompt,
+    qwen_like_prompts,
+    videos_as_one_run,
+    videos_behind_image_placeholders,
 )
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
+
+LLAVA_VIDEO_FAMILIES = families_with(videos_as_one_run)
+# The Qwen-like families and VideoLLaMA3: one placeholder run per frame
+FRAME_RUN_FAMILIES = families_with(lambda family: qwen_like_prompts(family) or compressed_videos(family))
 
 
 def video_positions(prompt: Prompt) -> list[int]:
@@ -56,7 +61,7 @@ VIDEO_PROMPT_PARAMS = [
     pytest.param(family, *prompt, id=f"{family}-{name}")
     for families, prompts in (
         (LLAVA_VIDEO_FAMILIES, LLAVA_VIDEO_PROMPTS),
-        ([*QWEN_FAMILIES, *COMPRESSED_VIDEO_FAMILIES], QWEN_VIDEO_PROMPTS),
+        (FRAME_RUN_FAMILIES, QWEN_VIDEO_PROMPTS),
     )
     for family in families
     for name, prompt in prompts.items()
@@ -71,7 +76,7 @@ def count_videos(prompt: Prompt) -> int:
 @pytest.mark.parametrize("num_beams", [1, 3])
 @pytest.mark.parametrize(("family", "segments", "seeds", "expected_runs"), VIDEO_PROMPT_PARAMS)
 def test_video_prompts_match_transformers(family, segments, seeds, expected_runs, num_beams):
-    if family in COMPRESSED_VIDEO_FAMILIES and num_beams > 1:
+    if compressed_videos(family) and num_beams > 1:
         pytest.skip(
             "upstream's VideoLLaMA3 beam search fails on a video (`torch.cat(): expected a non-empty list`): no "
             "reference; the drop-in's beams share the greedy path's features"
@@ -111,7 +116,7 @@ def test_adjacent_videos_in_one_run_match_transformers(family):
         assert_same_steps(logits, expected_logits)
 
 
-@pytest.mark.parametrize("family", [*QWEN_FAMILIES, *COMPRESSED_VIDEO_FAMILIES])
+@pytest.mark.parametrize("family", FRAME_RUN_FAMILIES)
 def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
     """Each row equals transformers on that row's prompt alone (uncached forwards); one encoder run per modality."""
     upstream, ours = model_pair(family)
@@ -122,7 +127,7 @@ def test_left_padded_batch_of_images_and_videos_matches_solo_runs(family):
     assert runs.batch_sizes == [2, 2]
 
 
-@pytest.mark.parametrize("family", IMAGE_AND_VIDEO_FAMILIES)
+@pytest.mark.parametrize("family", families_with(images_and_videos_in_one_prompt))
 def test_new_image_after_cached_video_turn(family):
     """A cached conversation holds a video and gets a new image: only the image is encoded; upstream cannot do it."""
     upstream, ours = model_pair(family)
@@ -136,7 +141,10 @@ def test_new_image_after_cached_video_turn(family):
         upstream.generate(**conversation.inputs(), cache=cache, max_new_tokens=1)
 
 
-@pytest.mark.parametrize("family", [*IMAGE_AND_VIDEO_FAMILIES, *GLM_FAMILIES])
+@pytest.mark.parametrize(
+    "family",
+    families_with(lambda family: images_and_videos_in_one_prompt(family) or videos_behind_image_placeholders(family)),
+)
 def test_cache_ending_anywhere_in_a_video(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [[2, 10], VIDEO, [11, 12]], image_seeds=[0])
@@ -152,7 +160,7 @@ def test_cache_ending_anywhere_in_a_video(family):
             assert_same_steps(logits, expected_logits)
 
 
-@pytest.mark.parametrize("family", COMPRESSED_VIDEO_FAMILIES)
+@pytest.mark.parametrize("family", families_with(compressed_videos))
 def test_compressed_video_is_encoded_once_and_keyed_by_its_mask(family):
     """A video's kept rows are part of what it is: the same pixels with another compression mask are encoded again
     (exact), never served from the encoder cache or the prefix store; the same video in a later call runs no encoder

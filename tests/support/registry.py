@@ -23,7 +23,6 @@ from support.cases import FAMILY_CASES, FamilyCase, register
 __all__ = [
     "FAMILY_CASES",
     "SCENARIOS",
-    "COMPRESSED_VIDEO_FAMILIES",
     "FamilyCase",
     "Scenario",
     "declare_scenario",
@@ -32,20 +31,6 @@ __all__ = [
     "scenario",
     "skip_marks",
 ]
-
-
-# Families by what their prompts hold, for the checks only they run. The Qwen-VL families keep multimodal rope deltas
-# on the model upstream and tell videos from images by `mm_token_type_ids`; GLM's video frames are image placeholders,
-# so (as upstream) one forward holds images or a video, never both; LLaVA-OneVision's, LLaVA-NeXT-Video's and
-# Video-LLaVA's videos are one placeholder run each. GLM-5-Next writes GLM's prompts, with 1D positions.
-QWEN_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"]
-GLM_MROPE_FAMILIES = ["glm4v", "glm4v_moe", "glm46v", "glm_ocr"]
-GLM_FAMILIES = [*GLM_MROPE_FAMILIES, "glm5_next"]
-LLAVA_VIDEO_FAMILIES = ["llava_onevision", "llava_next_video", "video_llava"]
-# VideoLLaMA3 gives a video one run per frame of the rows its compression mask keeps (some frames shorter).
-COMPRESSED_VIDEO_FAMILIES = ["video_llama_3"]
-# An image and a video in one prompt
-IMAGE_AND_VIDEO_FAMILIES = [*LLAVA_VIDEO_FAMILIES, *QWEN_FAMILIES, *COMPRESSED_VIDEO_FAMILIES]
 
 
 def _import_case_modules() -> None:

@@ -114,6 +114,24 @@ def not_(trait: Trait) -> Trait:
     return lambda family: not trait(family)
 
 
+def sampled(sample: str) -> Trait:
+    """The trait: the family's case names this sample (`FamilyCase.samples`), a few families that stand in for all
+    where a test runs a representative few."""
+
+    def in_sample(family: str) -> bool:
+        return sample in FAMILY_CASES[family].samples
+
+    return in_sample
+
+
+def images_as_grids(family: str) -> bool:
+    """Images as flattened patch rows indexed by `image_grid_thw` (Qwen-VL, GLM-4V)."""
+    return takes("image")(family) and "image_grid_thw" in (
+        *modality(family, "image").pixel_keys,
+        *modality(family, "image").per_item_keys,
+    )
+
+
 def has_multimodal_rope(family: str) -> bool:
     """Positions from upstream's `get_rope_index` over the whole prompt (Qwen-VL, GLM-4V, ...)."""
     return rope_index_owner(drop_in(family)) is not None
@@ -135,6 +153,37 @@ def videos_told_by_token_types(family: str) -> bool:
         and not videos_behind_image_placeholders(family)
         and facts(family).token_type_key == "mm_token_type_ids"
     )
+
+
+def rope_index_reads_token_types(family: str) -> bool:
+    """Upstream's `get_rope_index` places images and videos by `mm_token_type_ids` (the drop-in derives them where
+    left out)."""
+    owner = rope_index_owner(drop_in(family))
+    return owner is not None and "mm_token_type_ids" in inspect.signature(owner.get_rope_index).parameters
+
+
+def qwen_like_prompts(family: str) -> bool:
+    """Qwen-VL's prompts: images as patch rows indexed by grids, multimodal positions from `get_rope_index` read with
+    `mm_token_type_ids`, which also tell the videos (placeholders of their own) from images; upstream keeps the rope
+    deltas of the last request on the model, the drop-in computes positions from the prompt alone."""
+    return images_as_grids(family) and videos_told_by_token_types(family) and rope_index_reads_token_types(family)
+
+
+def videos_as_one_run(family: str) -> bool:
+    """A video is one placeholder run, its frames' features split from one tower run (LLaVA-OneVision's,
+    LLaVA-NeXT-Video's and Video-LLaVA's prompts)."""
+    return takes("video")(family) and has_layout("vision_patches", "anyres_crops", "anyres_crops_per_sample")(family)
+
+
+def compressed_videos(family: str) -> bool:
+    """A video gives one run per frame of the rows its compression mask keeps, some frames shorter (VideoLLaMA3)."""
+    return takes("video")(family) and has_layout("merge_sized_grid")(family)
+
+
+def images_and_videos_in_one_prompt(family: str) -> bool:
+    """A prompt may hold images and videos together, each with placeholders of its own (told apart by id or token
+    type) that the tests here write: the LLaVA-video, Qwen-like and compressed-video prompts."""
+    return videos_as_one_run(family) or qwen_like_prompts(family) or compressed_videos(family)
 
 
 def state_layer_types(family: str) -> list[str]:

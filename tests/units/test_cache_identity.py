@@ -17,6 +17,7 @@ import torch.utils.benchmark
 import vlmprep
 from support.references import Prompt, assert_close, generate_logits, reference_next_logits
 from support.registry import FAMILY_CASES
+from support.traits import families_with, has_multimodal_rope, not_, sampled
 from vlmprep import EncoderCache, PrefixCache
 from vlmprep.cache.identity import (
     WeightsEpochs,
@@ -28,7 +29,7 @@ from vlmprep.cache.identity import (
 )
 from vlmprep.testing import IMAGE, VisionRunCounter
 
-FAMILIES = ["llava", "gemma3"]
+FAMILIES = families_with(sampled("mainstream"), not_(has_multimodal_rope))
 SYSTEM = [2, *range(10, 21)]  # 12 tokens: three prefix-cache blocks of 4 before the image
 
 

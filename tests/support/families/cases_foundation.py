@@ -16,7 +16,26 @@ def build_fixed_resolution_inputs(config, segments: list, image_seeds: list[int]
     return inputs
 
 
-register(FamilyCase("gemma3", build_fixed_resolution_inputs))
+register(
+    FamilyCase(
+        "gemma3",
+        build_fixed_resolution_inputs,
+        samples=("foundation", "chat", "mainstream", "all_zero_mask_row", "text_only_refusal"),
+    )
+)
 # PaliGemma's suffix (answer) tokens have token type 1: causal, after the bidirectional prefix.
-register(FamilyCase("paligemma", build_fixed_resolution_inputs, answer_token_types={"token_type_ids": 1}))
-register(FamilyCase("llava", build_fixed_resolution_inputs))
+register(
+    FamilyCase(
+        "paligemma",
+        build_fixed_resolution_inputs,
+        answer_token_types={"token_type_ids": 1},
+        samples=("foundation", "all_zero_mask_row"),
+    )
+)
+register(
+    FamilyCase(
+        "llava",
+        build_fixed_resolution_inputs,
+        samples=("foundation", "chat", "mainstream", "all_zero_mask_row", "pixel_checks", "text_only_refusal"),
+    )
+)

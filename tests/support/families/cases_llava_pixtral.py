@@ -43,7 +43,15 @@ def build_mistral3_inputs(config, segments: list, image_seeds: list[int]) -> dic
     return inputs
 
 
-register(FamilyCase("mistral3", build_mistral3_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_sizes")))
+register(
+    FamilyCase(
+        "mistral3",
+        build_mistral3_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "image_sizes"),
+        samples=("all_zero_mask_row",),
+    )
+)
 
 
 # -- LightOnOCR: Pixtral vision, one run per image --------------------------------------------------------------------
@@ -62,5 +70,11 @@ def build_lighton_ocr_inputs(config, segments: list, image_seeds: list[int]) -> 
 
 
 register(
-    FamilyCase("lighton_ocr", build_lighton_ocr_inputs, per_token_keys=(), pixel_keys=("pixel_values", "image_sizes"))
+    FamilyCase(
+        "lighton_ocr",
+        build_lighton_ocr_inputs,
+        per_token_keys=(),
+        pixel_keys=("pixel_values", "image_sizes"),
+        samples=("text_only_refusal",),
+    )
 )

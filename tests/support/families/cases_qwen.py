@@ -131,6 +131,14 @@ def upstream_beam_skips(model_type: str) -> dict[str, str]:
     }
 
 
+# The samples of families these cases stand in (`FamilyCase.samples`)
+SAMPLES = {
+    "qwen2_vl": ("chat", "mainstream", "rope_continuation", "pixel_checks"),
+    "qwen2_5_vl": ("rope_continuation",),
+    "qwen3_vl": ("rope_continuation",),
+    "glm4v": ("bad_patch_input",),
+}
+
 for name in (
     "qwen2_vl",
     "qwen2_5_vl",
@@ -160,6 +168,7 @@ for name in (
             # with longer rows than alone (a dense top-k removes the difference): upstream's padded rows differ from
             # their prompts alone (up to ~7e-2 on the tiny model), the drop-in's equal upstream's on the same batch
             padding_moves_upstream=name == "glm5_next",
+            samples=SAMPLES.get(name, ()),
         )
     )
 register(

@@ -101,7 +101,15 @@ for name, item_placeholder in (
     ("hyperclovax_vision_v2", run_placeholder),
     ("lfm3_vl", per_frame_placeholder),
 ):
-    register(FamilyCase(name, text_positions_builder(item_placeholder), per_token_keys=(), pixel_keys=PATCH_GRID_KEYS))
+    register(
+        FamilyCase(
+            name,
+            text_positions_builder(item_placeholder),
+            per_token_keys=(),
+            pixel_keys=PATCH_GRID_KEYS,
+            samples=("all_zero_mask_row",) if name == "exaone4_5" else (),
+        )
+    )
 # transformers 5.25's types (`register` leaves them out under an older one). Both towers read one frame per patch.
 ONE_FRAME_PATCH_SHAPE = (3 * PATCH_SIZE**2,)
 register(
