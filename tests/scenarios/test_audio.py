@@ -30,7 +30,7 @@ from support.references import (
     uncached_logits,
 )
 from support.registry import FAMILY_CASES
-from support.traits import audio_as, audio_mask_key, families_with, forward_takes, takes
+from support.traits import audio_as, audio_mask_key, families_with, forward_takes, has_state_layers, takes
 from vlmprep import Gemma4ForConditionalGeneration, PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_gemma4_config
@@ -61,6 +61,9 @@ def test_five_turn_chat_with_image_and_audio_feeds_only_new_tokens(family):
         "each item (the image, then each clip) is encoded once, when it first appears"
     )
     assert fed <= 1.02 * minimum, (fed, minimum)
+    assert store.stats.hits == len(USER_TURNS) - 1, "every later turn resumes from the stored prefix"
+    if has_state_layers(family):
+        assert store.stats.snapshots > 0, "the decoder's states are stored as snapshots"
 
 
 @pytest.mark.parametrize("family", AUDIO_FAMILIES)

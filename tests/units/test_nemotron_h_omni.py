@@ -1,5 +1,6 @@
 """Nemotron-H Omni: images and audio clips on a mamba decoder, exact against transformers in every generation mode,
-each item encoded once, a chat resuming from the prefix store's mamba snapshots; videos refused clearly. The shared
+each item encoded once; videos refused clearly. Its chunks cutting audio runs and its chat resuming from the prefix
+store's mamba snapshots are tests/scenarios/test_audio.py's, run for every family that takes audio. The shared
 `generate_matches_transformers` scenario is skipped for this family (upstream's beams repeat two images' features
 image by image): here every mode is compared on one-image prompts, where upstream is right."""
 
@@ -10,16 +11,14 @@ import torch
 import transformers
 
 from conftest import model_pair
-from support.chat import run_chat
 from support.generation_checks import (
     GENERATION_MODES,
-    TEXT_ANSWERS,
     assert_exact_without_an_audio_tower,
     assert_generate_matches_upstream,
     assert_refused_then_exact,
 )
-from support.references import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
-from vlmprep import NemotronH_Omni_Reasoning_V3, PrefixCache
+from support.references import SYSTEM, USER, Prompt
+from vlmprep import NemotronH_Omni_Reasoning_V3
 from vlmprep.testing import AUDIO, IMAGE, VisionRunCounter, tiny_model
 from vlmprep.testing.configs import tiny_nemotron_h_omni_config
 
@@ -34,30 +33,6 @@ def test_generate_matches_transformers_and_encodes_each_item_once(mode):
     with VisionRunCounter(ours) as runs:
         assert_generate_matches_upstream(upstream, ours, prompt.inputs(), mode, max_new_tokens=3)
     assert runs.batch_sizes == [1, 1], "the image once, the clip once (beams and samples share them)"
-
-
-@pytest.mark.parametrize("chunk_size", [3, 5])
-def test_chunks_cutting_audio_runs_are_exact(chunk_size):
-    # Clips of 19 and 7 real frames: the shorter one is encoded padded as the call pads it
-    upstream, ours = model_pair(FAMILY)
-    ours.encoder_cache.clear()
-    prompt = Prompt(ours.config, [SYSTEM, AUDIO, [30], IMAGE, [31], AUDIO, [32, 33]], image_seeds=[3, 1, 0])
-    with VisionRunCounter(ours) as runs:
-        _, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, prefill_chunk_size=chunk_size)
-    _, expected = generate_logits(upstream, prompt.inputs(), max_new_tokens=2)
-    assert_same_steps(logits, expected)
-    assert sorted(runs.batch_sizes) == [1, 2], "one image call, one call for both clips"
-
-
-def test_five_turn_chat_with_image_and_audio_feeds_only_new_tokens():
-    upstream, ours = model_pair(FAMILY)
-    ours.encoder_cache.clear()
-    store = PrefixCache(max_bytes=2**24)
-    turns = [[SYSTEM, IMAGE, [30, 31]], [[32, 33], AUDIO, [34]], [[35, 36]], [[37], AUDIO, [38]], [[40, 41]]]
-    chat = run_chat(upstream, ours, turns, [[100], [101], [], [102], []], store, 3, **TEXT_ANSWERS)
-    assert chat.encoded == [1, 1, 1], "each item (the image, then each clip) is encoded once, when it first appears"
-    assert chat.fed <= 1.02 * chat.minimum, (chat.fed, chat.minimum)
-    assert store.stats.hits == len(turns) - 1 and store.stats.snapshots > 0
 
 
 def test_videos_and_bad_audio_inputs_raise_clear_errors_then_the_model_is_still_exact():
