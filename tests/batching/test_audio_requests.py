@@ -17,10 +17,15 @@ from cb_models import (
 import vlmprep
 from support.families.cases_qomni import qwen3_omni_clip
 from support.registry import FAMILY_CASES
+from support.traits import families_with, refused_by_engine, takes
 from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, VIDEO, tiny_model
 from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START, tiny_gemma4_config
 
-AUDIO_FAMILIES = ["gemma4", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
+# The families taking audio and videos that the engine runs, and Gemma 4 with one head dimension for every layer
+# (`_engine_pair`)
+AUDIO_FAMILIES = families_with(
+    takes("audio"), takes("video"), lambda family: not refused_by_engine(family) or family == "gemma4"
+)
 _ONE_HEAD_DIM_GEMMA4: list = []
 
 
