@@ -5,19 +5,38 @@ Slow (one tiny model per family, about 3 minutes on 2 cores): `make test-slow`, 
 
 from __future__ import annotations
 
+from itertools import groupby
+
 import pytest
 from cb_models import assert_matches_reference, cb_pair, engine_config, greedy
 from test_families import family_requests
 
 from support.registry import FAMILY_CASES
-from support.traits import engine_refusal, refused_by_engine
+from support.traits import engine_refusal, facts, modality, refused_by_engine, tiny_config
 
-# A step holds a bidirectional image block whole: Gemma3's 16-token images need a budget of at least 16 (20 still
-# splits its prompts, and moves cuts that fall inside images back to the image start).
-BUDGETS = {"gemma3": 20}
-# Pages of the engine's cache: DeepSeek-OCR-2's views fill 144 placeholders each (whatever the config), so its requests
-# of two images need more than the 128 pages of 4 tokens the other families' fit in.
-PAGES = {"deepseek_ocr2": 512}
+
+def _prompt_ids(request) -> list[int]:
+    return request if isinstance(request, list) else request["input_ids"][0].tolist()
+
+
+def batch_budget(family: str, requests: list) -> int:
+    """Tokens a step holds: 8, so that prompts are cut across steps, and more where a step holds a bidirectional image
+    block whole (Gemma3's 16-token images): the longest block and 4 tokens, which still splits its prompts and moves
+    cuts that fall inside images back to the image start."""
+    if not facts(family).bidirectional:
+        return 8
+    placeholder = modality(family, "image").placeholder_id(tiny_config(family))
+    longest = max(
+        (len(list(run)) for ids in map(_prompt_ids, requests) for token, run in groupby(ids) if token == placeholder),
+        default=0,
+    )
+    return max(8, longest + 4)
+
+
+def cache_pages(requests: list) -> int:
+    """Pages of the engine's cache (4 tokens each): 128, or a page per prompt token where the prompts hold more
+    (DeepSeek-OCR-2's views fill 144 placeholders each, whatever the config)."""
+    return max(128, sum(len(_prompt_ids(request)) for request in requests))
 
 
 @pytest.mark.slow
@@ -34,7 +53,7 @@ def test_family_in_the_engine(family):
         requests,
         generation_config=greedy(4),
         continuous_batching_config=engine_config(
-            max_batch_tokens=BUDGETS.get(family, 8), num_blocks=PAGES.get(family, 128)
+            max_batch_tokens=batch_budget(family, requests), num_blocks=cache_pages(requests)
         ),
         progress_bar=False,
     )

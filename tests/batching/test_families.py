@@ -16,6 +16,16 @@ from cb_references import reference_logprobs, reference_tokens
 
 from support.references import VIDEO
 from support.registry import FAMILY_CASES
+from support.traits import (
+    families_with,
+    has_deepstack,
+    has_layout,
+    has_multimodal_rope,
+    not_,
+    refused_by_engine,
+    takes,
+    videos_behind_image_placeholders,
+)
 from vlmprep.testing import IMAGE
 
 MAX_NEW_TOKENS = 5
@@ -36,19 +46,25 @@ def family_requests(upstream, family: str) -> list:
 # Families that need more than the placeholders' feature rows: multimodal rotary positions per request (Qwen-VL),
 # per-layer deepstack rows at the same placeholders (Qwen3-VL), decoders that number tokens by cache length (EXAONE 4.5,
 # HyperCLOVAX: the engine's positions are each request's own, which is what that count gives an unpadded prompt).
-BEYOND_ROWS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "exaone4_5", "hyperclovax_vision_v2"]
-# Qwen2.5-VL's videos come with `second_per_grid_ts` (the Qwen2.5-Omni thinker's with `video_second_per_grid`; the
-# family cases draw 1 or 2 seconds per seed).
-QWEN_WITH_VIDEOS = [
-    "qwen2_vl",
-    "qwen2_5_vl",
-    "qwen3_vl",
-    "qwen3_vl_moe",
-    "qwen2_5_omni_thinker",
-    "qwen3_omni_moe_thinker",
-]
-# VideoLLaMA3's videos keep the rows of their compression mask, one run per frame; Video-LLaVA's are one run each.
-WITH_VIDEOS = [*QWEN_WITH_VIDEOS, "video_llama_3", "video_llava"]
+BEYOND_ROWS = families_with(
+    not_(refused_by_engine),
+    takes("image"),
+    lambda family: (
+        has_multimodal_rope(family) or has_deepstack(family) or has_layout("patch_grid_text_positions")(family)
+    ),
+)
+# Videos with what they come with: Qwen2.5-VL's `second_per_grid_ts` (the Qwen2.5-Omni thinker's
+# `video_second_per_grid`; the family cases draw 1 or 2 seconds per seed), VideoLLaMA3's compression mask (one run per
+# frame of the rows it keeps), Video-LLaVA's one run per video, ...
+# (GLM's video frames are image placeholders: as upstream, a request holds images or a video, never both)
+WITH_VIDEOS = families_with(not_(refused_by_engine), takes("video"), not_(videos_behind_image_placeholders))
+# Found when the families were derived, not yet fixed: see the reason
+TEXT_REQUEST_NEXT_TO_VIDEOS = pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="Muse Spark: the engine's answer to the plain text request [11, 12, 13], batched with image-and-video "
+    "requests (budget 8), differs from transformers' generate",
+)
 
 
 @pytest.mark.parametrize("family", BEYOND_ROWS)
@@ -60,7 +76,13 @@ def test_image_requests_equal_generate(family, max_batch_tokens):
     assert_engine_matches_references(upstream, ours, requests, MAX_NEW_TOKENS, max_batch_tokens)
 
 
-@pytest.mark.parametrize("family", WITH_VIDEOS)
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(family, marks=[TEXT_REQUEST_NEXT_TO_VIDEOS] if family == "muse_spark" else [])
+        for family in WITH_VIDEOS
+    ],
+)
 def test_images_and_videos(family):
     # Qwen3-VL merges the image and video deepstack rows of a forward by placeholder position: a step may hold both
     upstream, ours = cb_pair(family)
@@ -73,7 +95,7 @@ def test_images_and_videos(family):
     assert_engine_matches_references(upstream, ours, requests, MAX_NEW_TOKENS, 8)
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe"])
+@pytest.mark.parametrize("family", families_with(not_(refused_by_engine), has_deepstack, takes("video")))
 def test_generated_placeholder_ids_next_to_deepstack_rows(family):
     # Text prompts answered with the image or the video placeholder id decode it as text while another request's
     # image prefill runs in the same steps: their rows are their text embeddings, their deepstack rows zeros.

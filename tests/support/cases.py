@@ -58,7 +58,12 @@ class FamilyCase:
             placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
         samples: the samples of families this family stands in, for tests that run a few representative families
             rather than every one (`support.traits.sampled`): `"foundation"` (the fixtures' first families),
-            `"chat"` (multi-turn prefix-cache conversations), `"scaling"` (device maps, tensor parallelism), ...
+            `"chat"` (multi-turn prefix-cache conversations), `"mainstream"` (device maps, tensor parallelism, ...), ...
+        unread_inputs: parameters the drop-in's forward takes but never reads once features are supplied (they reach
+            only the encoder's `**kwargs`, or nothing), and inputs of a modality vlmprep does not prepare (refused by
+            name): what a request need not carry (tests/units/test_request_inputs.py).
+        rope_input_names: `get_rope_index` parameter -> the forward's input it is filled from, where named otherwise
+            (`None`: an option the engine refuses).
     """
 
     name: str
@@ -76,6 +81,8 @@ class FamilyCase:
     videos_apart_from_images: str = ""
     slow: dict[str, str] = field(default_factory=dict)
     samples: tuple[str, ...] = ()
+    unread_inputs: frozenset[str] = frozenset()
+    rope_input_names: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def builds_audio(self) -> bool:

@@ -12,7 +12,8 @@ import inspect
 
 import pytest
 
-from support.traits import engine_refusal
+from support.registry import FAMILY_CASES
+from support.traits import engine_refusal, families_with, sampled
 from vlmprep.batching.prompt import request_input_keys
 from vlmprep.models.registry import load_drop_in_classes
 
@@ -44,38 +45,14 @@ CALL_OPTIONS = {
     "output_router_logits",
     "downsample_mode",  # MiniCPM's: whether the tower's window merger runs, for every view of the call
 }
-# Parameters a family's forward takes but never reads once features are supplied (they only reach the encoder's
-# `**kwargs`, or nothing), and inputs of a modality vlmprep does not prepare (refused by name).
-NOT_READ = {
-    "aya_vision": {"image_sizes"},
-    "cohere2_vision": {"image_sizes"},
-    "internvl": {"image_sizes"},
-    "qianfan_ocr": {"image_sizes"},
-    "llava_onevision": {"image_sizes_videos"},
-    # Video timing metadata of the shared (Qwen2-VL) processor, which the 1D positions never read
-    "llava_onevision1_5": {"second_per_grid_ts"},
-    "nemotron_h_omni": {"pixel_values_videos"},  # videos are refused
-    "molmo2": {"pixel_values_videos", "video_token_pooling", "video_grids"},  # videos are refused
-    # Computed from `input_ids` by the forward; only a caller passing `inputs_embeds` instead of ids supplies them
-    "gemma4": {"per_layer_inputs"},
-    # The deprecated name of `pixel_values` (upstream's `deprecate_kwarg` renames it before the forward reads it)
-    "fuyu": {"image_patches"},
-    # Clip lengths when no mask is passed (the drop-in asks for `feature_attention_mask` instead), and the interleaving
-    # of a video with its audio track (`generate` takes it; the engine refuses a request with it)
-    "qwen2_5_omni_thinker": {"audio_feature_lengths", "use_audio_in_video"},
-    "qwen3_omni_moe_thinker": {"audio_feature_lengths", "use_audio_in_video"},
-    # The density router's training targets: a loss term, as `labels` (the router's logits never reach the logits)
-    "granite_docling": {"router_labels"},
-    # Upstream's forward parameters: an encoder-decoder language model's inputs (Flan-T5 checkpoints are refused), and
-    # how pixels are encoded (`generate` refuses `interpolate_pos_encoding=True`)
-    **dict.fromkeys(
-        ("blip-2", "instructblip", "instructblipvideo"),
-        {"decoder_input_ids", "decoder_attention_mask", "interpolate_pos_encoding"},
-    ),
-}
-
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
 REFUSED_INPUTS = ("moe_mm_token_type_ids",)
+
+
+def unread_inputs(model_type: str) -> frozenset[str]:
+    """Parameters the family's forward takes but never reads once features are supplied, and inputs of a modality
+    vlmprep does not prepare (its case's `unread_inputs`)."""
+    return FAMILY_CASES[model_type].unread_inputs if model_type in FAMILY_CASES else frozenset()
 
 
 @pytest.mark.parametrize("model_type", sorted(DROP_INS))
@@ -84,7 +61,7 @@ def test_every_input_the_forward_reads_travels_with_a_request(model_type):
     parameters = set(inspect.signature(drop_in.forward).parameters)
     left = parameters - request_input_keys(drop_in.vision_facts) - ENGINE_SUPPLIED - CALL_OPTIONS
     refused = {name for name in REFUSED_INPUTS if name in parameters and engine_refusal(model_type) == name}
-    assert left == NOT_READ.get(model_type, set()) | refused
+    assert left == set(unread_inputs(model_type)) | refused
 
 
 def rope_index_owner(drop_in: type) -> type | None:
@@ -98,18 +75,8 @@ ROPE_FAMILIES = sorted(model_type for model_type, drop_in in DROP_INS.items() if
 
 
 def test_the_multimodal_rope_families_are_found():
-    assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"} <= set(ROPE_FAMILIES)
-
-
-# `get_rope_index` parameters the forward fills from inputs of other names (`None`: an option the engine refuses)
-ROPE_INPUT_NAMES = {
-    "qwen2_5_omni_thinker": {
-        "second_per_grids": "video_second_per_grid",
-        "audio_seqlens": "feature_attention_mask",
-        "use_audio_in_video": None,
-    },
-}
-ROPE_INPUT_NAMES["qwen3_omni_moe_thinker"] = ROPE_INPUT_NAMES["qwen2_5_omni_thinker"]
+    # The Qwen-VL families whose continuations read their rope positions
+    assert set(families_with(sampled("rope_continuation"))) <= set(ROPE_FAMILIES)
 
 
 @pytest.mark.parametrize("model_type", ROPE_FAMILIES)
@@ -118,7 +85,7 @@ def test_every_position_input_is_a_position_key(model_type):
     # its shared pages are keyed on
     drop_in = DROP_INS[model_type]
     facts = drop_in.vision_facts
-    names = ROPE_INPUT_NAMES.get(model_type, {})
+    names = FAMILY_CASES[model_type].rope_input_names if model_type in FAMILY_CASES else {}
     read = {names.get(name, name) for name in inspect.signature(rope_index_owner(drop_in).get_rope_index).parameters}
     read.discard(None)
     # A `get_rope_index` copied from Qwen2-VL may take inputs its model never gets (PaddleOCR-VL's `video_grid_thw`:

@@ -80,6 +80,7 @@ register(
     FamilyCase(
         "granite_docling",
         build_granite_docling_inputs,
+        unread_inputs=frozenset({"router_labels"}),
         per_token_keys=(),
         pixel_keys=("pixel_values", "pixel_attention_mask"),
     )

@@ -33,6 +33,7 @@ register(
     FamilyCase(
         "instructblipvideo",
         build_video_inputs,
+        unread_inputs=frozenset({"decoder_input_ids", "decoder_attention_mask", "interpolate_pos_encoding"}),
         per_token_keys=(),
         pixel_keys=("pixel_values", "qformer_input_ids", "qformer_attention_mask"),
         upstream_needs_items=True,

@@ -49,6 +49,7 @@ register(
     FamilyCase(
         "fuyu",
         build_fuyu_inputs,
+        unread_inputs=frozenset({"image_patches"}),
         per_token_keys=(),
         skip={
             "generate_matches_transformers": _PATCHES_COUNTED,

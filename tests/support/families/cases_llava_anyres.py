@@ -97,5 +97,6 @@ for name, build_inputs, extra_keys in (
             per_token_keys=(),
             pixel_keys=("pixel_values", "image_sizes", *extra_keys),
             samples=("chat",) if name == "llava_next" else (),
+            unread_inputs=frozenset({"image_sizes_videos"}) if name == "llava_onevision" else frozenset(),
         )
     )

@@ -71,7 +71,9 @@ for name, image_tokens in (
     ("qianfan_ocr", internvl_image_tokens),
     ("got_ocr2", got_ocr2_image_tokens),
 ):
-    register(FamilyCase(name, tile_inputs(image_tokens), per_token_keys=()))
+    # Their forwards take `image_sizes` but never read it once features are supplied
+    unread = frozenset({"image_sizes"}) if name != "got_ocr2" else frozenset()
+    register(FamilyCase(name, tile_inputs(image_tokens), per_token_keys=(), unread_inputs=unread))
 
 
 # -- LFM2-VL: SigLIP2 NaFlex rows (tiles or whole images) of any patch grid -------------------------------------------

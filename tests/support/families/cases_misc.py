@@ -67,6 +67,7 @@ register(
     FamilyCase(
         "blip-2",
         build_query_run_inputs,
+        unread_inputs=frozenset({"decoder_input_ids", "decoder_attention_mask", "interpolate_pos_encoding"}),
         per_token_keys=(),
         upstream_needs_items=True,
         skip=_TEXT_PREFIX_SKIP,
@@ -76,6 +77,7 @@ register(
     FamilyCase(
         "instructblip",
         build_instructed_inputs,
+        unread_inputs=frozenset({"decoder_input_ids", "decoder_attention_mask", "interpolate_pos_encoding"}),
         per_token_keys=(),
         pixel_keys=("pixel_values", "qformer_input_ids", "qformer_attention_mask"),
         upstream_needs_items=True,

@@ -100,6 +100,7 @@ register(
     FamilyCase(
         "molmo2",
         build_molmo2_inputs,
+        unread_inputs=frozenset({"pixel_values_videos", "video_token_pooling", "video_grids"}),
         per_token_keys=("mm_token_type_ids",),
         pixel_keys=("pixel_values", "image_token_pooling", "image_grids", "image_num_crops"),
     )

@@ -98,6 +98,7 @@ register(
     FamilyCase(
         "gemma4",
         build_gemma4_inputs,
+        unread_inputs=frozenset({"per_layer_inputs"}),
         per_token_keys=("mm_token_type_ids",),
         pixel_keys=(
             "pixel_values",
@@ -159,6 +160,12 @@ register(
     FamilyCase(
         "qwen2_5_omni_thinker",
         build_qwen_omni_inputs,
+        rope_input_names={
+            "second_per_grids": "video_second_per_grid",
+            "audio_seqlens": "feature_attention_mask",
+            "use_audio_in_video": None,
+        },
+        unread_inputs=frozenset({"audio_feature_lengths", "use_audio_in_video"}),
         per_token_keys=("attention_mask",),
         answer_token_types={"attention_mask": 1},
         pixel_keys=QWEN_OMNI_PIXEL_KEYS,

@@ -202,6 +202,7 @@ register(
     FamilyCase(
         "nemotron_h_omni",
         build_nemotron_h_omni_inputs,
+        unread_inputs=frozenset({"pixel_values_videos"}),
         per_token_keys=(),
         pixel_keys=("pixel_values", "image_grid_hw", "input_features", "input_features_mask"),
         skip={

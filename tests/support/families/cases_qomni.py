@@ -47,6 +47,12 @@ register(
     FamilyCase(
         "qwen3_omni_moe_thinker",
         build_qwen3_omni_inputs,
+        rope_input_names={
+            "second_per_grids": "video_second_per_grid",
+            "audio_seqlens": "feature_attention_mask",
+            "use_audio_in_video": None,
+        },
+        unread_inputs=frozenset({"audio_feature_lengths", "use_audio_in_video"}),
         per_token_keys=("attention_mask",),
         answer_token_types={"attention_mask": 1},
         pixel_keys=QWEN_OMNI_PIXEL_KEYS,

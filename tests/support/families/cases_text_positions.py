@@ -116,6 +116,7 @@ register(
     FamilyCase(
         "llava_onevision1_5",
         text_positions_builder(run_placeholder, ONE_FRAME_PATCH_SHAPE),
+        unread_inputs=frozenset({"second_per_grid_ts"}),
         per_token_keys=(),
         pixel_keys=PATCH_GRID_KEYS,
     )
