@@ -18,6 +18,7 @@ import torch
 from transformers.utils import is_accelerate_available
 
 import vlmprep
+from conftest import model_pair
 from support.registry import FAMILY_CASES
 from support.traits import families_with, sampled
 from vlmprep.testing import IMAGE, VisionRunCounter
@@ -27,12 +28,15 @@ MAX_NEW_TOKENS = 4
 SEGMENTS = [[5, 6, 7], IMAGE, [8, 9], IMAGE, [10]]
 IMAGE_SEEDS = [0, 1]
 FAMILIES = families_with(sampled("mainstream"))
-# Where each family keeps its vision side; everything else in the map is the decoder and the head.
-VISION_MODULES = {
-    "gemma3": ["model.vision_tower", "model.multi_modal_projector"],
-    "llava": ["model.vision_tower", "model.multi_modal_projector"],
-    "qwen2_vl": ["model.visual"],
-}
+
+
+def vision_modules(family: str) -> list[str]:
+    """Where the family keeps its vision side: the base model's parts other than the decoder (its tower and
+    projector); everything else in the map is the decoder and the head."""
+    _, ours = model_pair(family)
+    return [f"model.{name}" for name, _ in ours.model.named_children() if name != "language_model"]
+
+
 pytestmark = pytest.mark.skipif(not is_accelerate_available(), reason="transformers' device_map needs accelerate")
 
 
@@ -48,7 +52,7 @@ def machine_devices() -> tuple[str, str, str]:
 
 def split_device_map(family: str, config) -> dict[str, str]:
     vision, decoder, offload = machine_devices()
-    device_map = dict.fromkeys(VISION_MODULES[family], vision)
+    device_map = dict.fromkeys(vision_modules(family), vision)
     layers = config.text_config.num_hidden_layers
     for name in ("embed_tokens", "norm", "rotary_emb", *(f"layers.{i}" for i in range(layers - 1))):
         device_map[f"model.language_model.{name}"] = decoder
@@ -150,7 +154,7 @@ def test_features_reach_the_decoder_on_its_device(saved_models, family):
     saved = saved_models[family]
     model, device_map = load_split(saved, family)
     seen = {}
-    vision = model.get_submodule(VISION_MODULES[family][0])
+    vision = model.get_submodule(vision_modules(family)[0])
     decoder = model.model.language_model
 
     def record_vision(module, args, output):
@@ -170,7 +174,7 @@ def test_features_reach_the_decoder_on_its_device(saved_models, family):
     finally:
         for hook in hooks:
             hook.remove()
-    vision_device = device_map[VISION_MODULES[family][0]]
+    vision_device = device_map[vision_modules(family)[0]]
     assert seen["vision"] == execution_device(device_map, vision_device)
     decoder_device = device_map["model.language_model.embed_tokens"]
     assert seen["decoder"] == execution_device(device_map, decoder_device)

@@ -27,7 +27,13 @@ from support.references import (
     uncached_logits,
 )
 from support.registry import FAMILY_CASES, scenario
-from support.traits import families_with, images_and_videos_in_one_prompt, videos_behind_image_placeholders
+from support.traits import (
+    attends_bidirectionally,
+    families_with,
+    images_and_videos_in_one_prompt,
+    sampled,
+    videos_behind_image_placeholders,
+)
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, tiny_gemma3_config
 
 TWO_IMAGE_SEGMENTS = [[2, 10, 11, 12], IMAGE, [13, 14, 15], IMAGE, [16, 17]]
@@ -98,7 +104,7 @@ def test_gemma3_sliding_window_is_shorter_than_an_image():
     assert ours.config.text_config.sliding_window < ours.config.mm_tokens_per_image
 
 
-@pytest.mark.parametrize("family", ["gemma3", "paligemma"])
+@pytest.mark.parametrize("family", families_with(sampled("foundation"), attends_bidirectionally))
 def test_upstream_chunking_inside_a_bidirectional_block_is_wrong(family):
     """The bug vlmprep fixes: transformers cuts chunks every N tokens, also inside bidirectional blocks."""
     upstream, ours = model_pair(family)

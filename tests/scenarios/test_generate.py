@@ -29,7 +29,14 @@ from support.references import (
     uncached_logits,
 )
 from support.registry import scenario
-from support.traits import families_with, forward_takes, qwen_like_prompts, videos_behind_image_placeholders
+from support.traits import (
+    attends_bidirectionally,
+    families_with,
+    forward_takes,
+    qwen_like_prompts,
+    sampled,
+    videos_behind_image_placeholders,
+)
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 
 
@@ -88,7 +95,7 @@ def test_save_pretrained_loads_in_transformers(family, tmp_path):
 # -- Token types left out: upstream's forward is then causal everywhere, and so is the drop-in's ----------------------
 
 
-@pytest.mark.parametrize("family", ["gemma3", "paligemma"])
+@pytest.mark.parametrize("family", families_with(sampled("foundation"), attends_bidirectionally))
 def test_left_out_token_types_attend_causally_as_upstream(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])

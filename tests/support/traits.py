@@ -132,6 +132,11 @@ def images_as_grids(family: str) -> bool:
     )
 
 
+def attends_bidirectionally(family: str) -> bool:
+    """Some tokens attend both ways: each image block (Gemma 3), or the whole prefix (PaliGemma), by token types."""
+    return bool(facts(family).bidirectional)
+
+
 def has_multimodal_rope(family: str) -> bool:
     """Positions from upstream's `get_rope_index` over the whole prompt (Qwen-VL, GLM-4V, ...)."""
     return rope_index_owner(drop_in(family)) is not None

@@ -9,10 +9,11 @@ import torch
 from conftest import model_pair
 from support.caller_caches import cropped_cache
 from support.references import SYSTEM, USER, Prompt
+from support.traits import attends_bidirectionally, families_with, sampled
 from vlmprep.testing import IMAGE
 
 
-@pytest.mark.parametrize("family", ["gemma3", "paligemma"])
+@pytest.mark.parametrize("family", families_with(sampled("foundation"), attends_bidirectionally))
 def test_whole_ids_with_the_new_tokens_types_only_are_refused(family):
     upstream, ours = model_pair(family)
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, [30, 31], IMAGE, USER], image_seeds=[0, 1])
