@@ -31,7 +31,7 @@ from support.references import (
     strong_image_gemma3_pair,
     uncached_logits,
 )
-from support.traits import families_with, sampled
+from support.traits import families_with, has_multimodal_rope, not_, sampled
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter
 
@@ -153,13 +153,13 @@ def _add_store_counts(counts: dict, store: PrefixCache) -> None:
     counts["evictions"] += stats.evictions
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream"), not_(has_multimodal_rope)))
 def test_random_soak_short(family):
     _soak(family, calls=50, seed=1)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gemma3", "llava", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream")))
 def test_random_soak(family):
     counts = _soak(family, calls=500, seed=2)
     print(f"soak {family}: {counts}")  # shown with `pytest -s` (docs/benchmarks.md reports them)
@@ -195,7 +195,7 @@ def _check_against_upstream(upstream, ours_logits, prompt_inputs, max_new_tokens
         assert_close(step_actual, step_expected)
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream"), not_(has_multimodal_rope)))
 def test_five_turn_conversation_prefills_each_token_once(family):
     upstream, ours = model_pair(family)
     store = PrefixCache(block_size=8)
@@ -293,7 +293,9 @@ def _random_row(rng: random.Random, system_prompts: list, history: list) -> tupl
     return segments, seeds
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llava"])  # PaliGemma's prompt is one bidirectional block: no hits
+@pytest.mark.parametrize(
+    "family", families_with(sampled("mainstream"), not_(has_multimodal_rope))
+)  # PaliGemma's prompt is one bidirectional block: no hits
 def test_budget_and_exactness_over_a_random_workload(family):
     """Random calls through one small store: batches of 1-3 left-padded rows with 0-2 images each, rows that continue
     an earlier row's answer, 1-3 new tokens. Every step of every row equals transformers' uncached forward of that

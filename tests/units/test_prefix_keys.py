@@ -22,6 +22,7 @@ from support.references import (
     uncached_logits,
 )
 from support.registry import FAMILY_CASES
+from support.traits import families_with, has_multimodal_rope, not_, sampled
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, TINY_BOI_TOKEN_ID, TINY_EOI_TOKEN_ID
 
@@ -172,7 +173,7 @@ def _skip_unavailable(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", CACHE_KINDS)
-@pytest.mark.parametrize("family", ["llava", "gemma3"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream"), not_(has_multimodal_rope)))
 def test_prefix_cache_composes_with_every_cache_implementation(family, kind):
     _skip_unavailable(kind)
     upstream, ours = model_pair(family)
