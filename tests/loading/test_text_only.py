@@ -75,6 +75,14 @@ def tearDownModule():
     shutil.rmtree(_ROOT, ignore_errors=True)
 
 
+# Families whose decoder config states a `logit_scale` (Cohere2's decoders)
+LOGIT_SCALED_FAMILIES = [
+    model_type
+    for model_type in FAMILIES
+    if hasattr(tiny_vlm_config(model_type).get_text_config(decoder=True), "logit_scale")
+]
+
+
 @functools.cache
 def tiny_checkpoint(model_type: str) -> TinyCheckpoint:
     """A tiny random VLM of a family, saved once per session as one file and as 20KB shards."""
@@ -376,9 +384,7 @@ class LogitScaleTest(unittest.TestCase):
     """Cohere2's causal LM multiplies its logits by `logit_scale`; transformers 5.25's Aya Vision class does too (5.24's
     did not), Cohere2 Vision's does not: the decoder alone returns the logits of the installed multimodal class."""
 
-    @parameterized.expand(
-        [(model_type, scale) for model_type in ("aya_vision", "cohere2_vision") for scale in (4.0, 0.25)]
-    )
+    @parameterized.expand([(model_type, scale) for model_type in LOGIT_SCALED_FAMILIES for scale in (4.0, 0.25)])
     def test_decoder_logits_are_the_multimodal_class_logits(self, model_type, scale):
         config = tiny_vlm_config(model_type)
         config.text_config.logit_scale = scale

@@ -17,6 +17,7 @@ import torch
 from conftest import ALL_FAMILIES, model_pair
 from support.references import NO_SPECIAL_TOKENS, Prompt, assert_steps_match_upstream, generate_logits
 from support.registry import FAMILY_CASES, scenario, skip_marks
+from support.traits import families_with, sampled
 from vlmprep import EncoderCache, PrefixCache
 from vlmprep.testing import AUDIO, IMAGE, VIDEO, VisionRunCounter
 
@@ -120,7 +121,7 @@ def test_a_cached_repeat_is_looked_up_once_and_not_encoded():
     assert cache.stats.hits == 2, "one lookup per distinct image of a call"
 
 
-@pytest.mark.parametrize("family", ["gemma3", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("mainstream")))
 def test_cache_off_repeats_are_shared_where_the_call_has_the_hashes(family):
     """With the encoder cache off, a call hashes nothing only to find repeats: each occurrence is encoded, as
     upstream does. A prefix cache's lookup hashes every item anyway, and those hashes find the repeat."""

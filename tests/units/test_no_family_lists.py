@@ -54,13 +54,11 @@ NOT_YET_CLEARED = frozenset(
     {
         "batching/test_families_omnic.py",
         "loading/test_alias_types.py",
-        "loading/test_text_only.py",
         "scenarios/test_bad_input.py",
         "scenarios/test_encoder_cache.py",
         "scenarios/test_indexed_families.py",
         "scenarios/test_prefix_cache.py",
         "scenarios/test_prefix_cache_hybrid.py",
-        "scenarios/test_repeated_item_in_one_call.py",
         "units/test_assisted.py",
         "units/test_families_table.py",
         "units/test_family_hooks.py",
