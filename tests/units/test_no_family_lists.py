@@ -41,7 +41,7 @@ def _family_lists(tree: ast.AST) -> list[str]:
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
         value = getattr(node, "value", None)
-        literal = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp)
+        literal = (ast.List, ast.Tuple, ast.Set, ast.Dict)
         for target in targets:
             if isinstance(target, ast.Name) and target.id.endswith("FAMILIES") and isinstance(value, literal):
                 found.append(f"line {node.lineno}: {target.id} is assigned a literal, not a selection by traits")
