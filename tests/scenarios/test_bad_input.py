@@ -18,6 +18,7 @@ from support.references import SYSTEM, USER, Prompt, assert_close, collate, gene
 from support.registry import declare_scenario, skip_marks
 from support.traits import (
     families_with,
+    has_layout,
     has_multimodal_rope,
     images_as_grids,
     qwen_like_prompts,
@@ -64,8 +65,9 @@ def _item_modality(model):
 
 
 def _patch_count_message(model, inputs: dict) -> str | None:
-    # Fuyu's and Inkling's items are patches, one per placeholder: their message counts patches and placeholders.
-    if model.config.model_type not in ("fuyu", "inkling_mm_model"):
+    # Fuyu's and Inkling's items are patches, one per placeholder (their layouts): their message counts patches and
+    # placeholders.
+    if not has_layout("linear_patches", "patch_items_and_audio")(model.config.model_type):
         return None
     patches = inputs["pixel_values"].shape[0]
     placeholders = int((inputs["input_ids"] == model.config.image_token_id).sum())

@@ -54,7 +54,6 @@ NOT_YET_CLEARED = frozenset(
     {
         "batching/test_families_omnic.py",
         "loading/test_alias_types.py",
-        "scenarios/test_bad_input.py",
         "scenarios/test_encoder_cache.py",
         "scenarios/test_indexed_families.py",
         "scenarios/test_prefix_cache.py",
