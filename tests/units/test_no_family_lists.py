@@ -54,11 +54,6 @@ NOT_YET_CLEARED = frozenset(
     {
         "batching/test_families_omnic.py",
         "loading/test_alias_types.py",
-        "scenarios/test_encoder_cache.py",
-        "scenarios/test_indexed_families.py",
-        "scenarios/test_prefix_cache.py",
-        "scenarios/test_prefix_cache_hybrid.py",
-        "units/test_assisted.py",
         "units/test_families_table.py",
         "units/test_family_hooks.py",
         "units/test_items_audio.py",

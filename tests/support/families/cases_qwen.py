@@ -133,10 +133,13 @@ def upstream_beam_skips(model_type: str) -> dict[str, str]:
 
 # The samples of families these cases stand in (`FamilyCase.samples`)
 SAMPLES = {
-    "qwen2_vl": ("chat", "mainstream", "rope_continuation", "pixel_checks"),
+    "qwen2_vl": ("chat", "mainstream", "rope_continuation", "pixel_checks", "attention_implementations"),
     "qwen2_5_vl": ("rope_continuation",),
     "qwen3_vl": ("rope_continuation",),
+    "qwen3_5": ("state_snapshots",),
     "glm4v": ("bad_patch_input",),
+    # Its sparse indexer can turn the kernels' rounding into another selection of keys
+    "glm5_next": ("attention_implementations",),
 }
 
 for name in (
@@ -177,6 +180,7 @@ register(
         build_qwen_inputs,
         per_token_keys=("mm_token_type_ids", "moe_mm_token_type_ids"),
         pixel_keys=("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"),
+        samples=("drafted_placeholder",),
     )
 )
 register(
