@@ -10,7 +10,10 @@ collide with them. The registry (`vlmprep.models.registry.FAMILY_SPECS`) names e
 - `crops`: images of any size cut into crops, tiles, sub-images or patch rows (LLaVA-NeXT, Idefics3, InternVL, ...);
 - `image_tokens`: images made vocabulary tokens by a VQ-VAE (Chameleon, Emu3), or with a VQ-VAE for image generation (Janus);
 - `linear_patches`: flattened patches embedded by one linear layer (Fuyu);
-- `misc`: the Q-Former families, whose learned queries fill a fixed run per image (BLIP-2, InstructBLIP);
+- `qformer`: the Q-Former families, whose learned queries fill a fixed run per image (BLIP-2, InstructBLIP);
+- `audio_frames`, `audio_samples`, `hybrid_audio`: images and audio clips in one prompt, the clips as log-mel frames
+  (Gemma 4, the Qwen-Omni thinkers), counted by their waveform samples (Muse Spark, Apertus 1.5, Dots 3 Note), or on a
+  hybrid decoder (Inkling, Nemotron-H Omni);
 - `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, ...), and `muse`
   Muse Glimmer's (whose parts Muse Spark reuses).
 """
@@ -22,6 +25,8 @@ from collections.abc import Callable
 from transformers import PreTrainedConfig
 
 from ...models.registry import FAMILY_SPECS
+from .audio_frames import tiny_gemma4_config, tiny_qwen2_5_omni_config, tiny_qwen3_omni_moe_config
+from .audio_samples import tiny_apertus1p5_config, tiny_dots3_note_config, tiny_muse_spark_config
 from .crops import (
     tiny_aya_vision_config,
     tiny_cohere2_vision_config,
@@ -56,6 +61,7 @@ from .hybrid import (
     tiny_qwen3_5_config,
     tiny_qwen3_5_moe_config,
 )
+from .hybrid_audio import tiny_inkling_mm_model_config, tiny_nemotron_h_omni_config
 from .image_tokens import tiny_chameleon_config, tiny_emu3_config, tiny_janus_config
 from .indexed import (
     tiny_hy_v4_vl_config,
@@ -67,16 +73,13 @@ from .indicators import tiny_ovis2_5_config, tiny_ovis2_config
 from .ivideo import tiny_deepseek_ocr2_config, tiny_instructblipvideo_config
 from .linear_patches import tiny_fuyu_config
 from .merge_sized_grid import tiny_hunyuan_vl_config, tiny_video_llama_3_config
-from .misc import tiny_blip_2_config, tiny_instructblip_config
 from .molmo2 import tiny_molmo2_config
 from .muse import tiny_muse_glimmer_config
-from .omni import tiny_gemma4_config, tiny_qwen2_5_omni_config
-from .omnib import tiny_apertus1p5_config, tiny_dots3_note_config, tiny_muse_spark_config
-from .omnic import tiny_cosmos3_omni_config, tiny_inkling_mm_model_config, tiny_nemotron_h_omni_config
 from .parts import tiny_sam_vision_config, tiny_text_config, tiny_vision_config
 from .patch_grid import (
     tiny_cohere_compass_config,
     tiny_cosmos3_edge_config,
+    tiny_cosmos3_omni_config,
     tiny_ernie4_5_vl_moe_config,
     tiny_exaone4_5_config,
     tiny_glm4v_config,
@@ -94,7 +97,7 @@ from .patch_grid import (
     tiny_qwen3_vl_config,
     tiny_qwen3_vl_moe_config,
 )
-from .qomni import tiny_qwen3_omni_moe_config
+from .qformer import tiny_blip_2_config, tiny_instructblip_config
 from .runs import tiny_minicpm_ocr_config, tiny_minicpmv4_6_config, tiny_minicpmv4_7_config, tiny_step3p7_config
 from .uocr import tiny_unlimited_ocr_config
 
