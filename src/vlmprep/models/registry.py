@@ -256,10 +256,16 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
     }
 )
 
-# The specs of the model types the installed transformers has (every one without `since`, and those at or after it):
-# what loads, lists and tests drop-ins reads these. Under an older transformers the others are `NEWER_FAMILY_SPECS`.
+# The specs of the model types the installed transformers has (every one without `since`, those at or after it, and
+# the `older` spec of a type adapted only from a later release): what loads, lists and tests drop-ins reads these.
+# Under an older transformers the specs starting later are `NEWER_FAMILY_SPECS` (a type may be in both: its `older`
+# spec here, its drop-in there).
 FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
-    {model_type: spec for model_type, spec in ALL_FAMILY_SPECS.items() if spec.installed}
+    {
+        model_type: spec if spec.installed else spec.older
+        for model_type, spec in ALL_FAMILY_SPECS.items()
+        if spec.installed or spec.older is not None
+    }
 )
 NEWER_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
     {model_type: spec for model_type, spec in ALL_FAMILY_SPECS.items() if not spec.installed}
