@@ -39,6 +39,7 @@ from .crops import (
     tiny_smolvlm_config,
 )
 from .deepstack import tiny_granite4_vision_config, tiny_granite_docling_config
+from .encoder_decoder import tiny_florence2_config, tiny_t5gemma2_config
 from .fixed_size import (
     tiny_aria_config,
     tiny_deepseek_vl_config,
@@ -155,6 +156,7 @@ __all__ = [
     "tiny_deepseek_vl_hybrid_config",
     "tiny_emu3_config",
     "tiny_exaone4_5_config",
+    "tiny_florence2_config",
     "tiny_fuyu_config",
     "tiny_gemma3_config",
     "tiny_glm46v_config",
@@ -209,6 +211,7 @@ __all__ = [
     "tiny_qwen3_vl_moe_config",
     "tiny_sam_vision_config",
     "tiny_smolvlm_config",
+    "tiny_t5gemma2_config",
     "tiny_text_config",
     "tiny_video_llama_3_config",
     "tiny_video_llava_config",
