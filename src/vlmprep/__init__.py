@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from .models.emu3 import Emu3ForConditionalGeneration
     from .models.ernie4_5_vl_moe import Ernie4_5_VLMoeForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
+    from .models.florence2 import Florence2ForConditionalGeneration
     from .models.fuyu import FuyuForCausalLM
     from .models.gemma3 import Gemma3ForConditionalGeneration
     from .models.gemma4 import Gemma4ForConditionalGeneration
@@ -133,6 +134,7 @@ if TYPE_CHECKING:
     from .models.qwen4_exp import Qwen4ExpForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
     from .models.step3p7 import Step3p7ForConditionalGeneration
+    from .models.t5gemma2 import T5Gemma2ForConditionalGeneration
     from .models.unlimited_ocr import UnlimitedOcrForConditionalGeneration
     from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration

@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 
 import torch
+import transformers
 
 import vlmprep
 from support.registry import FAMILY_CASES
@@ -53,6 +54,19 @@ class Prompt:
     @property
     def length(self) -> int:
         return self.input_ids.shape[1]
+
+    @property
+    def answer_start(self) -> int:
+        """Where the answer starts in `generate`'s sequences of this prompt alone: after the prompt, or, for an
+        encoder-decoder (whose sequences are the decoder's), after the decoder's start token."""
+        return 1 if self.config.is_encoder_decoder else self.length
+
+
+def decoder_start_id(config) -> int:
+    """The token an encoder-decoder's `generate` starts the decoder with (its BOS where none is stated)."""
+    generation_config = transformers.GenerationConfig.from_model_config(config)
+    start = generation_config.decoder_start_token_id
+    return int(start if start is not None else generation_config.bos_token_id)
 
 
 def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
@@ -110,6 +124,9 @@ def continued(prompt: Prompt, new_tokens: Sequence[int]) -> dict:
     """The prompt's inputs with `new_tokens` appended, as `generate` continues a prompt with its answer."""
     inputs = prompt.inputs()
     new_tokens = [int(token) for token in new_tokens]
+    if prompt.config.is_encoder_decoder:  # the answer is the decoder's, after its start token
+        inputs["decoder_input_ids"] = torch.tensor([[decoder_start_id(prompt.config), *new_tokens]])
+        return inputs
     if not new_tokens:
         return inputs
     inputs["input_ids"] = torch.cat([inputs["input_ids"], torch.tensor([new_tokens])], dim=-1)
@@ -136,7 +153,7 @@ def assert_steps_match_upstream(upstream, prompt: Prompt, fed_tokens: torch.Tens
     steps = len(logits)
     with torch.no_grad():
         forward = upstream(**continued(prompt, fed_tokens[: steps - 1].tolist()), use_cache=False)
-    expected = forward.logits[0, prompt.length - 1 :]
+    expected = forward.logits[0, prompt.answer_start - 1 :]
     for step, step_logits in enumerate(logits):
         diff = (step_logits[row] - expected[step]).abs().max().item()
         assert diff <= ATOL, f"row {row}, step {step}: max abs diff {diff:.3e} > {ATOL} against transformers"
@@ -211,6 +228,10 @@ def _attn_implementations(config) -> dict[str, str]:
 
 def uncached_logits(upstream, inputs: dict) -> torch.Tensor:
     """The last position's logits of one uncached forward of the whole prompt: what every cached path must equal."""
+    if upstream.config.is_encoder_decoder and "decoder_input_ids" not in inputs:
+        # The first answer token's logits: the decoder fed its start token alone
+        start = torch.full((inputs["input_ids"].shape[0], 1), decoder_start_id(upstream.config))
+        inputs = {**inputs, "decoder_input_ids": start}
     with torch.no_grad():
         return upstream(**inputs, use_cache=False).logits[:, -1]
 

@@ -132,6 +132,12 @@ def images_as_grids(family: str) -> bool:
     )
 
 
+def is_encoder_decoder(family: str) -> bool:
+    """Items are in an encoder's prompt and the decoder cross-attends (Florence-2, T5Gemma 2): the answer is the
+    decoder's, no continuation of the prompt."""
+    return bool(drop_in(family).config_class.is_encoder_decoder)  # the config class's: aliases have no case
+
+
 def attends_bidirectionally(family: str) -> bool:
     """Some tokens attend both ways: each image block (Gemma 3), or the whole prefix (PaliGemma), by token types."""
     return bool(facts(family).bidirectional)
@@ -291,6 +297,8 @@ def engine_refusal(family: str) -> str | None:
     cls = drop_in(family)
     if "continuous_batching_refusal" in dir(cls):
         return re.escape(cls.continuous_batching_refusal(None)[:40])
+    if is_encoder_decoder(family):
+        return "is an encoder-decoder"
     if facts(family).bidirectional == "prefix":
         return "attends bidirectionally over its whole prefix"
     other_layers = sorted(decoder_layer_types(family) - PAGED_LAYER_TYPES)

@@ -11,6 +11,8 @@
    checked, the cache rolled back out of any bidirectional block it ends in, features computed once (encoder-cache
    hits, then one batched call). They leave as upstream's `mm_encoder_outputs` (a `PlannedEncoderOutputs`: every
    placeholder's rows after the resume point, and the plan): upstream's one-forward paths stay exact unchanged.
+   An encoder-decoder's items are in the encoder's prompt: their features fill its embeddings, and upstream's encoder
+   step runs on them (`encoder_prompt.py`).
 5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
 6. `_supports_logits_to_keep`: also where the forward takes `logits_to_keep` through its keyword arguments.
 9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block); each runs through
@@ -31,6 +33,7 @@ from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..cache.recurrent_state import cache_length
 from .assisted import assistant_model_of, check_no_recurrent_state, first_assisted_forward_inputs
+from .encoder_prompt import items_in_encoder_prompt, prepare_encoder_with_items
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
@@ -138,6 +141,8 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         salt = check_cache_salt(model_kwargs.pop("cache_salt", None))
         request = model_kwargs.pop("vlmprep_prefix_request", None)
         hints = model_kwargs.pop("vlmprep_item_hints", None)  # a server's names for its items (media cache keys)
+        if items_in_encoder_prompt(self, model_input_name, model_kwargs):  # then upstream's encoder step on them
+            return prepare_encoder_with_items(self, inputs_tensor, model_kwargs, generation_config, salt, hints)
         if model_input_name != "input_ids" or self.config.is_encoder_decoder:
             return super()._maybe_prepare_encoder_kwargs_for_generation(
                 inputs_tensor, model_kwargs, model_input_name, generation_config

@@ -131,9 +131,7 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "exaone4_5": drop_in("exaone4_5.Exaone4_5_ForConditionalGeneration"),
         "fast_vlm": candidate(f"one placeholder run per image, but the vision tower is timm's FastViT: {_TIMM}"),
-        "florence2": not_placeholder_based(
-            "encoder-decoder (BART): image features join the prompt in the encoder; the decoder cross-attends"
-        ),
+        "florence2": drop_in("florence2.Florence2ForConditionalGeneration"),
         "fuyu": drop_in("fuyu.FuyuForCausalLM", LANGUAGE_MODEL),
         "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", LANGUAGE_MODEL),
         "gemma3n": blocked_upstream(f"its vision tower is timm's MobileNetV5: {_TIMM}; then {_AUDIO_IN_FORWARD}"),
@@ -240,9 +238,7 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": drop_in("step3p7.Step3p7ForConditionalGeneration"),
-        "t5gemma2": not_placeholder_based(
-            "encoder-decoder: image placeholders are in the encoder's input; the decoder cross-attends"
-        ),
+        "t5gemma2": drop_in("t5gemma2.T5Gemma2ForConditionalGeneration"),
         "udop": not_placeholder_based(
             "encoder-decoder (T5) over text, layout boxes and image patches; the decoder cross-attends"
         ),
