@@ -22,7 +22,12 @@ SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, 
 def encoding_module(model: torch.nn.Module) -> torch.nn.Module:
     """The module whose `get_<modality>_features` encode a model's items: its inner `model`, or the model itself where
     the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni), as `vlmprep.testing.VisionRunCounter` finds them."""
-    return getattr(model, "model", model)
+    inner = getattr(model, "model", None)
+    # A drop-in whose inner model has no encoder method of its own (Llama 3.2 Vision's runs tower and projector
+    # inside its forward) states it on the top-level class.
+    if inner is None or (hasattr(model, "get_image_features") and not hasattr(inner, "get_image_features")):
+        return model
+    return inner
 
 
 @functools.lru_cache(maxsize=256)
@@ -217,7 +222,8 @@ class ItemEncoder:
                 features[index] = features[first]
                 if first in deepstack:
                     deepstack[index] = deepstack[first]
-        self._check_feature_rows(needed, features)
+        if model.vision_facts.cross_attention_key is None:  # cross-attention states fill no placeholders
+            self._check_feature_rows(needed, features)
         return features, deepstack
 
     def _keys(self, pending: list[int], known: dict[int, str], use_cache: bool) -> dict[int, tuple]:

@@ -200,7 +200,15 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         # Assisted decoding's first forward: the tokens after the cache only, drafts typed as generated tokens.
         # `inputs_embeds` is named: upstream's `generate` takes it only where this signature does.
         kwargs = first_assisted_forward_inputs(self, input_ids, kwargs)
-        return super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
+        inputs = super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
+        cross_attention_key = self.vision_facts.cross_attention_key
+        if cross_attention_key is not None and "mm_encoder_outputs" in inputs:
+            # A cross-attention family's forward takes the states under its own name (upstream has dropped them
+            # already where it drops `mm_encoder_outputs`: decoding steps with a cache)
+            outputs = inputs.pop("mm_encoder_outputs")
+            if outputs:
+                inputs[cross_attention_key] = next(iter(outputs.values())).pooler_output
+        return inputs
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
 
@@ -229,13 +237,14 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 generation_config.prefill_chunk_size = chunk_size
 
         offset = planned.prepared.offset
-        whole = {key: model_kwargs[key] for key in CHUNKED_INPUT_KEYS if model_kwargs.get(key) is not None}
+        axes = dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(self.vision_facts.sequence_inputs)
+        whole = {key: model_kwargs[key] for key in axes if model_kwargs.get(key) is not None}
         generation_config.prefill_chunk_size = None
         try:
             for chunk_start, chunk_end in chunks:
                 for key, value in whole.items():
                     # Up to the chunk end: masks read them over cache + chunk (upstream slices the rest itself)
-                    model_kwargs[key] = value[..., :chunk_end]
+                    model_kwargs[key] = value.narrow(axes[key], 0, min(chunk_end, value.shape[axes[key]]))
                 rows = planned.prepared.encoder_outputs_between(chunk_start, chunk_end)
                 model_kwargs["mm_encoder_outputs"] = rows if rows is not None else {}
                 # Only the chunk's ids: upstream's prefill then feeds them all after the cache

@@ -10,6 +10,7 @@ from . import Layout
 
 __all__ = [
     "ANYRES_CROPS_PER_SAMPLE",
+    "CROSS_ATTENDED_TILES",
     "FIXED_IMAGE",
     "LINEAR_PATCHES",
     "NAFLEX_TILES",
@@ -21,6 +22,12 @@ __all__ = [
 
 # Gemma3, PaliGemma, Chameleon, Ovis2
 FIXED_IMAGE = Layout("fixed_image", "one fixed-resolution image, one run of a fixed count of placeholders")
+
+# Llama 3.2 Vision (mllama)
+CROSS_ATTENDED_TILES = Layout(
+    "cross_attended_tiles",
+    "an image's tiles are cross-attention states, not placeholder rows; one marker token per image starts its mask",
+)
 
 # Emu3
 SIZED_IMAGE = Layout(

@@ -38,6 +38,7 @@ from .crops import (
     tiny_qianfan_ocr_config,
     tiny_smolvlm_config,
 )
+from .cross_attention import tiny_mllama_config
 from .deepstack import tiny_granite4_vision_config, tiny_granite_docling_config
 from .fixed_size import (
     tiny_aria_config,
@@ -189,6 +190,7 @@ __all__ = [
     "tiny_llava_onevision_config",
     "tiny_llava_onevision1_5_config",
     "tiny_mistral3_config",
+    "tiny_mllama_config",
     "tiny_muse_glimmer_config",
     "tiny_nemotron_h_omni_config",
     "tiny_ovis2_5_config",
