@@ -186,10 +186,46 @@ def test_bad_input_is_refused_clearly(change, message):
         ours.generate(**inputs, max_new_tokens=1)
 
 
-def test_the_prefix_cache_and_continuous_batching_are_refused_with_the_reason():
+def test_continuous_batching_is_refused_with_the_reason():
     _, ours = model_pair("mllama")
-    inputs = _inputs(ours.config, [BOS, IMAGE, [7]], [3])
-    with pytest.raises(ValueError, match="cross-attention"):
-        ours.generate(**inputs, max_new_tokens=1, prefix_cache=PrefixCache())
     with pytest.raises(ValueError, match="paged cache"):
         check_batching_support(ours)
+
+
+ANSWER = 3  # tokens generated each turn
+
+
+@pytest.mark.parametrize("leading_text", [False, True], ids=["image_first", "text_before_image"])
+def test_a_five_turn_chat_with_two_images_and_a_prefix_cache(leading_text):
+    """Images in turns 1 and 3; every turn exact against one uncached forward of its whole prompt, each image encoded
+    once, and the tokens fed counted against the fewest an exact prefill can feed."""
+    upstream, ours = model_pair("mllama")
+    store = PrefixCache()
+    user_turns = [([IMAGE], [3]), ([], []), ([IMAGE], [4]), ([], []), ([], [])]
+    history = [BOS + HEADER] if leading_text else []
+    seeds: list[int] = []
+    fed, minimum, cached = 0, 0, 0
+    with TowerRuns(ours) as runs:
+        for turn, (images, turn_seeds) in enumerate(user_turns):
+            text = [10 + turn, 11 + turn, 12 + turn]
+            if not leading_text and turn == 0:
+                text = BOS + text  # the processor puts the leading image token before the BOS token
+            history = [*history, *images, text]
+            seeds = [*seeds, *turn_seeds]
+            inputs = _inputs(ours.config, history, seeds)
+            with PrefillCounter(ours) as prefill:
+                output = ours.generate(
+                    **inputs, max_new_tokens=ANSWER, min_new_tokens=ANSWER, prefix_cache=store, **GREEDY
+                )
+            _assert_close(output.logits[0], _reference(upstream, inputs))
+            expected = upstream.generate(**inputs, max_new_tokens=ANSWER, min_new_tokens=ANSWER, **GREEDY)
+            assert torch.equal(output.sequences, expected.sequences)
+            length = inputs["input_ids"].shape[1]
+            fed += prefill.prefilled(new_tokens=ANSWER)
+            # Text before the first image attends to every image: a turn adding one is recomputed from the start
+            recomputed = leading_text and bool(images)
+            minimum += length if recomputed else length - min(cached, length - 1)
+            cached = length + ANSWER - 1  # the store holds the prompt and the answer but its last token
+            history = [*history, output.sequences[0, length:].tolist()]
+    assert runs.images == 2
+    assert fed <= 1.02 * minimum, (fed, minimum)

@@ -57,12 +57,6 @@ class ModelCachesMixin:
                 "`prefix_cache=PrefixCache()`, and keep it across calls to reuse prefixes."
             )
         store = prefix_cache if prefix_cache is not None else self.prefix_cache
-        if store is not None and self.vision_facts.cross_attention_key is not None:
-            raise ValueError(
-                f"{type(self).__name__} reads images through cross-attention layers, whose cached image states the "
-                "prefix cache does not store yet. Call `generate` without `prefix_cache` (and with "
-                "`model.prefix_cache = None`); the encoder cache still encodes each image once."
-            )
         if store is not None and any_module_training(self):
             logger.warning_once(
                 "The prefix cache is not used with the model in train mode (dropout changes the KV); this call "

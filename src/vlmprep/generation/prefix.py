@@ -77,6 +77,7 @@ class PrefixRequest:
         self.padding_sensitive = False  # a padded row's KV is not the unpadded row's: padded rows are not stored
         self.snapshots: SnapshotPoints | None = None  # a hybrid decoder's states where a later request may part
         self.layer_count = 0  # the call's cache layers before any forward
+        self.item_layers: tuple[int, ...] = ()  # layers caching item states, stored empty (`item_state_layers`)
 
     def chunks_with_snapshot_points(self, chunks: list, prepared, cache: Cache) -> list[tuple[int, int]]:
         """A hybrid decoder's prefill chunks also cut where its states are snapshotted (`SnapshotPoints.chunks`);
@@ -154,7 +155,8 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        self._start(model, input_ids, model_kwargs, call_namespace(model, salt, plan.spans), generation_config)
+        namespace = (*call_namespace(model, salt, plan.spans), *_items_of_leading_blocks(model, plan))
+        self._start(model, input_ids, model_kwargs, namespace, generation_config)
         ends = self._match_rows(input_ids, model_kwargs.get("attention_mask"), plan)
         resume = self._resume_point(ends, plan.intervals)
         if resume > 0 and len(self.rows) == 1 and self.rows[0].pad == 0:
@@ -188,6 +190,7 @@ class PrefixRequest:
                 self.snapshots.watch(model)  # the prompt's end and the answer's states, after each forward
         self.padding_sensitive = self.recurrent or bool(extended_layer_classes(self.cache))
         self.layer_count = len(self.cache.layers)
+        self.item_layers = tuple(model.item_state_layers())
 
     def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
         """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
@@ -303,7 +306,7 @@ class PrefixRequest:
             return
         length = int(self.cache.get_seq_length())
         try:
-            states, extras = stored_layer_states(self.cache, length, len(self.rows))
+            states, extras = stored_layer_states(self.cache, length, len(self.rows), self.item_layers)
         except UnsupportedCacheLayer as error:
             logger.warning_once(f"The prefix cache is not used with this model: {error}. Nothing is stored.")
             return
@@ -358,11 +361,22 @@ class PrefixRequest:
         generated = max(0, length - self.prompt_length)
         kwargs = {key: value for key, value in self.per_token.items() if key != ABSOLUTE_POSITIONS}
         for _ in range(generated):
-            kwargs = self.update_model_kwargs({}, dict(kwargs), num_new_tokens=1)
+            # `is_encoder_decoder` named: some families' overrides take it without a default (Llama 3.2 Vision)
+            kwargs = self.update_model_kwargs({}, dict(kwargs), is_encoder_decoder=False, num_new_tokens=1)
         extended = {key: kwargs[key] for key in self.per_token if key in kwargs}
         if ABSOLUTE_POSITIONS in self.per_token:
             extended[ABSOLUTE_POSITIONS] = np.arange(self.prompt_length + generated)[None]
         return extended
+
+
+def _items_of_leading_blocks(model, plan: PromptPlan) -> tuple[str, ...]:
+    # The items of blocks fed whole from a row's start (Llama 3.2 Vision: text before the first image attends to every
+    # image): the KV of the row's first tokens depends on them, which the token keys, read causally, do not show.
+    # Keyed apart, a call with other items stores whole rows of its own rather than branching off a shared start
+    # whose KV saw other items (and is then never reused: `PrefixRow.usable_hit`).
+    starts = {block.row for block in model.whole_item_blocks(plan.spans) if block.start == 0}
+    hashes = [plan.item_hashes.get(span.item_index, "") for span in plan.spans if span.row in starts]
+    return ("leading-block-items", *hashes) if hashes else ()
 
 
 @functools.lru_cache(maxsize=256)

@@ -77,6 +77,14 @@ class MllamaForConditionalGeneration(VisionPrepMixin, transformers.MllamaForCond
         states = states.reshape(pixel_values.shape[1], -1, model.hidden_size)  # (images, tiles * patches, hidden)
         return BaseModelOutputWithPooling(last_hidden_state=states, pooler_output=states)
 
+    def item_state_layers(self) -> tuple[int, ...]:
+        """The cross-attention layers, whose cache holds the images' projected states (`FamilyHooks.item_state_layers`).
+
+        Returns:
+            `tuple[int, ...]`
+        """
+        return tuple(self.config.get_text_config(decoder=True).cross_attention_layers)
+
     def whole_item_blocks(self, spans: list) -> list[Block]:
         """In a row with text before its first image, the text up to the end of its last image: one forward holds
         it whole.

@@ -85,9 +85,9 @@ register(
                 "by the image count check"
             ),
             "differential": (
-                "its calls draw the prefix cache (refused for cross-attention caches), caches cropped by token count "
-                "and batches of rows with different image counts (both refused above); tests/units/test_mllama.py "
-                "checks calls, caches and chunks against transformers"
+                "its calls draw caller caches cropped to a token count (cutting the cross-attention layers' image "
+                "states) and batches of rows with different image counts (refused: padding slots); "
+                "tests/units/test_mllama.py checks calls, caller caches, the prefix cache and chunks against transformers"
             ),
         },
     )
