@@ -63,12 +63,6 @@ def check_batching_support(model, with_items: bool = True) -> None:
     refusal = getattr(model, "continuous_batching_refusal", None)
     if refusal is not None and refusal() is not None:  # a family (its layout) that states why it is not run
         raise ValueError(f"{name}: {refusal()} Use `generate` for this model.")
-    if facts.cross_attention_key is not None:
-        raise ValueError(
-            f"{name}'s decoder reads images through cross-attention layers, which cache the images' states (keys and "
-            "values per image position, not per token), and transformers' paged cache keeps one key and value per "
-            "token of every layer: it has no place for them. Use `generate` for this model."
-        )
     layer_types = set(getattr(model.config.get_text_config(), "layer_types", None) or ())
     other_layers = sorted(layer_types - {"full_attention", "sliding_attention"})
     if other_layers:

@@ -34,7 +34,7 @@ class MllamaForConditionalGeneration(VisionPrepMixin, transformers.MllamaForCond
 
     ```python
     >>> from vlmprep import MllamaForConditionalGeneration
-    >>> from vlmprep.testing import tiny_mllama_config
+    >>> from vlmprep.testing.configs import tiny_mllama_config
     >>> model = MllamaForConditionalGeneration(tiny_mllama_config()).eval()
 
     ```
@@ -106,6 +106,18 @@ class MllamaForConditionalGeneration(VisionPrepMixin, transformers.MllamaForCond
             first_start[span.row] = min(first_start.get(span.row, span.start), span.start)
             last_end[span.row] = max(last_end.get(span.row, span.end), span.end)
         return [Block(row, 0, last_end[row]) for row in first_start if first_start[row] > 0]
+
+    def continuous_batching_refusal(self) -> str:
+        """Why transformers' continuous-batching engine does not run Llama 3.2 Vision (`vlmprep.batching.support`).
+
+        Returns:
+            `str`
+        """
+        return (
+            "its decoder reads images through cross-attention layers, which cache the images' states (keys and values "
+            "per image position, not per token), and transformers' paged cache keeps one key and value per token of "
+            "every layer: it has no place for them."
+        )
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         """Raise a clear `ValueError` when the image inputs do not come together, or hold padding image slots.
