@@ -229,3 +229,18 @@ def test_a_five_turn_chat_with_two_images_and_a_prefix_cache(leading_text):
             history = [*history, output.sequences[0, length:].tolist()]
     assert runs.images == 2
     assert fed <= 1.02 * minimum, (fed, minimum)
+
+
+def test_a_static_cache_holds_every_image_with_and_without_the_prefix_cache():
+    # Upstream sizes the static cache's cross-attention layers from `pixel_values`, which input preparation takes out
+    upstream, ours = model_pair("mllama")
+    store = PrefixCache()
+    first = [IMAGE, BOS + [7, 8]]
+    for segments, seeds in ((first, [3]), ([*first, [9], IMAGE, [10, 11]], [3, 4])):
+        inputs = _inputs(ours.config, segments, seeds)
+        expected = upstream.generate(**inputs, max_new_tokens=3, cache_implementation="static", **GREEDY)
+        for options in ({}, {"prefix_cache": store}):
+            actual = ours.generate(**inputs, max_new_tokens=3, cache_implementation="static", **options, **GREEDY)
+            assert torch.equal(actual.sequences, expected.sequences)
+            for step, expected_step in zip(actual.logits, expected.logits, strict=True):
+                _assert_close(step, expected_step)

@@ -13,6 +13,7 @@
    placeholder's rows after the resume point, and the plan): upstream's one-forward paths stay exact unchanged.
 5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
 6. `_supports_logits_to_keep`: also where the forward takes `logits_to_keep` through its keyword arguments.
+7. `_prepare_static_cache`: a family sizing item-state layers from pixel inputs sees their item count.
 9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block); each runs through
    upstream's own unchunked prefill with exactly the feature rows of the placeholders in its slice.
 
@@ -22,6 +23,7 @@ Decoding is left to transformers. No request state is kept on the model: everyth
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
@@ -193,6 +195,24 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         # Upstream reads the forward's named parameters; a forward that hands `logits_to_keep` to its language model
         # through its keyword arguments takes it too, so prefill computes the logits `generate` reads only.
         return super()._supports_logits_to_keep() or "logits_to_keep" in self.language_model_kwargs
+
+    # -- Step 7: `GenerationMixin._prepare_static_cache` ----------------------------------------------------------
+
+    def _prepare_static_cache(
+        self, cache_implementation: str, batch_size: int, max_cache_len: int, prefill_chunk_size, model_kwargs
+    ):
+        # A family's upstream override may size the layers holding item states from the pixel inputs (Llama 3.2
+        # Vision's cross-attention layers: `pixel_values.shape[1]` images a row), which step 4 took out of the kwargs:
+        # it is shown a stand-in of that shape, the prompt's most items in a row.
+        planned = model_kwargs.get("mm_encoder_outputs")
+        key = self.vision_facts.modalities[0].pixel_keys[0] if self.vision_facts.modalities else None
+        if self.item_state_layers() and isinstance(planned, PlannedEncoderOutputs) and model_kwargs.get(key) is None:
+            per_row = Counter(span.row for span in planned.prepared.spans)
+            if per_row:
+                model_kwargs = {**model_kwargs, key: torch.empty(1, max(per_row.values()), 0)}
+        return super()._prepare_static_cache(
+            cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs=model_kwargs
+        )
 
     # -- Every forward: `GenerationMixin.prepare_inputs_for_generation` -------------------------------------------
 

@@ -39,6 +39,7 @@ from .prefix_rows import (
     PrefixRow,
     call_namespace,
     host,
+    items_of_leading_blocks,
     leading_padding,
     per_token_inputs,
     row_inputs,
@@ -77,7 +78,7 @@ class PrefixRequest:
         self.padding_sensitive = False  # a padded row's KV is not the unpadded row's: padded rows are not stored
         self.snapshots: SnapshotPoints | None = None  # a hybrid decoder's states where a later request may part
         self.layer_count = 0  # the call's cache layers before any forward
-        self.item_layers: tuple[int, ...] = ()  # layers caching item states, stored empty (`item_state_layers`)
+        self.item_layers: tuple[int, ...] = ()  # layers caching item states: stored empty (`item_state_layers`)
 
     def chunks_with_snapshot_points(self, chunks: list, prepared, cache: Cache) -> list[tuple[int, int]]:
         """A hybrid decoder's prefill chunks also cut where its states are snapshotted (`SnapshotPoints.chunks`);
@@ -155,7 +156,7 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        namespace = (*call_namespace(model, salt, plan.spans), *_items_of_leading_blocks(model, plan))
+        namespace = (*call_namespace(model, salt, plan.spans), *items_of_leading_blocks(model, plan))
         self._start(model, input_ids, model_kwargs, namespace, generation_config)
         ends = self._match_rows(input_ids, model_kwargs.get("attention_mask"), plan)
         resume = self._resume_point(ends, plan.intervals)
@@ -182,7 +183,7 @@ class PrefixRequest:
                 f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
                 "stores its prompt and answer for later calls (under the same attention implementation)."
             )
-        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
+        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1], model_kwargs)
         self.recurrent = bool(recurrent_layer_indices(self.cache))
         if self.recurrent:
             self.snapshots = SnapshotPoints(self.cache, self.prompt_length, *self.store.snapshot_policy)
@@ -369,23 +370,13 @@ class PrefixRequest:
         return extended
 
 
-def _items_of_leading_blocks(model, plan: PromptPlan) -> tuple[str, ...]:
-    # The items of blocks fed whole from a row's start (Llama 3.2 Vision: text before the first image attends to every
-    # image): the KV of the row's first tokens depends on them, which the token keys, read causally, do not show.
-    # Keyed apart, a call with other items stores whole rows of its own rather than branching off a shared start
-    # whose KV saw other items (and is then never reused: `PrefixRow.usable_hit`).
-    starts = {block.row for block in model.whole_item_blocks(plan.spans) if block.start == 0}
-    hashes = [plan.item_hashes.get(span.item_index, "") for span in plan.spans if span.row in starts]
-    return ("leading-block-items", *hashes) if hashes else ()
-
-
 @functools.lru_cache(maxsize=256)
 def _root_key(namespace: tuple[str, ...]) -> bytes:
     # The same few namespaces come back call after call: their digest is computed once
     return PrefixCache.root_key(namespace)
 
 
-def _new_cache(model, generation_config, batch_size: int, prompt_length: int) -> Cache:
+def _new_cache(model, generation_config, batch_size: int, prompt_length: int, model_kwargs: dict) -> Cache:
     kind = generation_config.cache_implementation
     if kind in ALL_STATIC_CACHE_IMPLEMENTATIONS:
         # Sized as `generate` sizes it in its step 7 (which then takes this cache as the caller's)
@@ -395,7 +386,7 @@ def _new_cache(model, generation_config, batch_size: int, prompt_length: int) ->
             max_length = generation_config.max_length
         max_cache_length = max(max_length - 1, generation_config.max_cache_len or 0)
         chunk_size = generation_config.prefill_chunk_size
-        cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, {})
+        cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, model_kwargs=model_kwargs)
     else:
         cache = DynamicCache(config=model.config, offloading=kind == "offloaded")
         # Sliding-window layers keep every state, so the whole row can be stored; layers holding only a running state
