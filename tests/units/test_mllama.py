@@ -244,3 +244,11 @@ def test_a_static_cache_holds_every_image_with_and_without_the_prefix_cache():
             assert torch.equal(actual.sequences, expected.sequences)
             for step, expected_step in zip(actual.logits, expected.logits, strict=True):
                 _assert_close(step, expected_step)
+
+
+def test_assisted_decoding_is_refused_with_the_reason():
+    # Rejected drafts are cut out by cropping every cache layer to a token count (transformers fails with a shape error)
+    _, ours = model_pair("mllama")
+    inputs = _inputs(ours.config, [BOS, IMAGE, [7, 8, 7, 8]], [3])
+    with pytest.raises(ValueError, match="cross-attention layers hold the images' states"):
+        ours.generate(**inputs, max_new_tokens=4, prompt_lookup_num_tokens=2)
