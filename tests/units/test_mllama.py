@@ -252,3 +252,14 @@ def test_assisted_decoding_is_refused_with_the_reason():
     inputs = _inputs(ours.config, [BOS, IMAGE, [7, 8, 7, 8]], [3])
     with pytest.raises(ValueError, match="cross-attention layers hold the images' states"):
         ours.generate(**inputs, max_new_tokens=4, prompt_lookup_num_tokens=2)
+
+
+def test_a_cache_cropped_to_a_token_count_is_refused():
+    # `DynamicCache.crop` cuts the cross-attention layers' image positions too: their count no longer fits the images
+    upstream, ours = model_pair("mllama")
+    inputs = _inputs(ours.config, [IMAGE, BOS + [7, 8, 9, 10, 11, 12, 13], IMAGE, [15, 16]], [3, 4])
+    cache = DynamicCache(config=upstream.config)
+    upstream.generate(**inputs, cache=cache, max_new_tokens=1, do_sample=False)
+    cache.crop(8 - cache.get_seq_length())  # to 8 tokens: after the first image, before the second
+    with pytest.raises(ValueError, match="cropped to a token count"):
+        ours.generate(**inputs, cache=cache, max_new_tokens=1)

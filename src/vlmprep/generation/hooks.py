@@ -221,11 +221,14 @@ class FamilyHooks:
         """
         return ()
 
-    def cache_holds_item_states(self, cache) -> bool:
+    def cache_holds_item_states(self, cache, cached_items: int = 0) -> bool:
         """Whether `cache` holds the item states of the layers of `item_state_layers` (always, without such layers).
+
+        A family may check them against the items before the resume point, and raise where they cannot be theirs.
 
         Args:
             cache (`Cache`, *optional*): the call's cache.
+            cached_items (`int`, *optional*, defaults to `0`): the most items a row has before the resume point.
 
         Returns:
             `bool`

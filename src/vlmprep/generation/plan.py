@@ -8,6 +8,7 @@ step (encoding, chunk planning, slicing the features per chunk) reads the plan i
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,10 @@ def plan_prompt(
             )
     else:
         plan.resume_point = _resume_in_callers_cache(cache, past_length, offset, plan.intervals)
-    plan.cache_holds_items = plan.resume_point == 0 or model.cache_holds_item_states(model_kwargs.get("cache"))
+    if plan.resume_point > 0:
+        cached_items = Counter(span.row for span in spans if span.end <= plan.resume_point)
+        most = max(cached_items.values(), default=0)
+        plan.cache_holds_items = model.cache_holds_item_states(model_kwargs.get("cache"), most)
     return plan
 
 

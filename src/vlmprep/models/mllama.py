@@ -85,6 +85,30 @@ class MllamaForConditionalGeneration(VisionPrepMixin, transformers.MllamaForCond
         """
         return tuple(self.config.get_text_config(decoder=True).cross_attention_layers)
 
+    def cache_holds_item_states(self, cache, cached_items: int = 0) -> bool:
+        """Whether the cross-attention layers of `cache` hold image states, checked against the images the cache
+        holds: each image fills `max_num_tiles * num_patches` positions (a cache cropped to a token count cuts them).
+
+        Args:
+            cache (`Cache`, *optional*): the call's cache.
+            cached_items (`int`, *optional*, defaults to `0`): the most images a row has before the resume point.
+
+        Returns:
+            `bool`: `False` when the layers are empty (a restored prefix: every image is fed again).
+        """
+        if cache is None or not super().cache_holds_item_states(cache, cached_items):
+            return False
+        per_image = self.config.vision_config.max_num_tiles * self.model.vision_model.num_patches
+        held = {cache.layers[index].keys.shape[-2] for index in self.item_state_layers() if index < len(cache.layers)}
+        if held != {cached_items * per_image}:
+            raise ValueError(
+                f"The cache's cross-attention layers hold {sorted(held)} image positions, but the {cached_items} "
+                f"image(s) before the cache's end fill {cached_items * per_image} ({per_image} each): the cache was "
+                "cropped to a token count or made for another prompt. Pass the cache `generate` returned for this "
+                "conversation, or none."
+            )
+        return True
+
     def whole_item_blocks(self, spans: list) -> list[Block]:
         """In a row with text before its first image, the text up to the end of its last image: one forward holds
         it whole.

@@ -22,7 +22,8 @@ _PADDING_SLOTS = (
 )
 _CROPPED_CACHE = (
     "a cross-attention layer caches image states, not per-token states: a cache cropped to a token count (the "
-    "scenario's caller cache, `DynamicCache.crop`) cuts them; caller caches of whole turns: tests/units/test_mllama.py"
+    "scenario's caller cache, `DynamicCache.crop`) cuts them, and the drop-in refuses it; caller caches of whole turns "
+    "and the refusal: tests/units/test_mllama.py"
 )
 
 
