@@ -114,6 +114,7 @@ if TYPE_CHECKING:
     from .models.minimax_m3_vl import MiniMaxM3SparseForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.mistral_large4 import MistralLarge4ForConditionalGeneration
+    from .models.mllama import MllamaForConditionalGeneration
     from .models.molmo2 import Molmo2ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.muse_spark import MuseSparkForConditionalGeneration

@@ -27,6 +27,9 @@ class FamilyCase:
         build_inputs: `(config, segments, image_seeds) -> dict` with `input_ids`, the per-token inputs and the
             pixel inputs the family's processor would return; segments are lists of text ids or `IMAGE`.
         per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
+        per_token_axes: per-token input -> its sequence axis, where it is not the last (Llama 3.2 Vision's
+            `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1); such an input continues into the answer
+            with its last row repeated, as the family's `generate` extends it.
         pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
         skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
         answer_token_types: per-token input -> its value at generated (text) tokens, where it is not 0: what the
@@ -69,6 +72,7 @@ class FamilyCase:
     name: str
     build_inputs: Callable[[PreTrainedConfig, list, list[int]], dict[str, torch.Tensor]]
     per_token_keys: tuple[str, ...] = ("token_type_ids",)
+    per_token_axes: dict[str, int] = field(default_factory=dict)
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     skip: dict[str, str] = field(default_factory=dict)
     answer_token_types: dict[str, int] = field(default_factory=dict)

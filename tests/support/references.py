@@ -45,6 +45,8 @@ class Prompt:
             if key in self.case.pixel_keys:
                 if with_pixels:
                     inputs[key] = value
+            elif key in self.case.per_token_axes:
+                inputs[key] = value.narrow(self.case.per_token_axes[key], 0, min(end, self.length))
             elif key == "input_ids" or key in self.case.per_token_keys:
                 inputs[key] = value[..., :end]
             else:
@@ -85,7 +87,11 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
     }
     keys = dict.fromkeys(key for prompt in prompts for key in prompt.full_inputs)  # rows without images lack pixels
     for key in keys:
-        if key in case.per_token_keys:
+        if key in case.per_token_axes:
+            batch[key] = _left_padded_along(
+                [prompt.full_inputs.get(key) for prompt in prompts], case.per_token_axes[key], width
+            )
+        elif key in case.per_token_keys:
             values = [left_pad(prompt.full_inputs[key], 0) for prompt in prompts]
             batch[key] = torch.cat(values, dim=1 if values[0].ndim == 3 else 0)  # 3D: (3, batch, seq) positions
     model = _schema_host(prompts[0].config)
@@ -101,6 +107,24 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
             tensors = all(isinstance(value, torch.Tensor) for value in values)
             batch[key] = torch.cat(values) if tensors else [entry for value in values for entry in value]
     return batch
+
+
+def _left_padded_along(values: list, axis: int, width: int) -> torch.Tensor:
+    # Rows of an input whose sequence runs along `axis` (not the last): left-padded there to `width`, zero-padded at
+    # the end of every other axis to the largest (more images in another row); a row without it is all zeros.
+    present = [value for value in values if value is not None]
+    shape = [max(value.shape[dim] for value in present) for dim in range(present[0].ndim)]
+    shape[axis] = width
+    rows = []
+    for value in values:
+        row = present[0].new_zeros([1, *shape[1:]])
+        if value is not None:
+            offset = width - value.shape[axis]
+            index = [slice(0, size) for size in value.shape]
+            index[axis] = slice(offset, width)
+            row[tuple(index)] = value
+        rows.append(row)
+    return torch.cat(rows)
 
 
 def _schema_host(config):
@@ -131,7 +155,11 @@ def continued(prompt: Prompt, new_tokens: Sequence[int]) -> dict:
         return inputs
     inputs["input_ids"] = torch.cat([inputs["input_ids"], torch.tensor([new_tokens])], dim=-1)
     for key in prompt.case.per_token_keys:
-        if key in inputs:
+        if key in inputs and key in prompt.case.per_token_axes:  # the last row repeated, as `generate` extends it
+            axis = prompt.case.per_token_axes[key]
+            last = inputs[key].narrow(axis, inputs[key].shape[axis] - 1, 1)
+            inputs[key] = torch.cat([inputs[key], *[last] * len(new_tokens)], dim=axis)
+        elif key in inputs:
             value = prompt.case.answer_token_types.get(key, 0)
             inputs[key] = torch.nn.functional.pad(inputs[key], (0, len(new_tokens)), value=value)
     return inputs

@@ -15,6 +15,7 @@
    step runs on them (`encoder_prompt.py`).
 5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
 6. `_supports_logits_to_keep`: also where the forward takes `logits_to_keep` through its keyword arguments.
+7. `_prepare_static_cache`: a family sizing item-state layers from pixel inputs sees their item count.
 9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block); each runs through
    upstream's own unchunked prefill with exactly the feature rows of the placeholders in its slice.
 
@@ -24,6 +25,7 @@ Decoding is left to transformers. No request state is kept on the model: everyth
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
@@ -199,13 +201,39 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         # through its keyword arguments takes it too, so prefill computes the logits `generate` reads only.
         return super()._supports_logits_to_keep() or "logits_to_keep" in self.language_model_kwargs
 
+    # -- Step 7: `GenerationMixin._prepare_static_cache` ----------------------------------------------------------
+
+    def _prepare_static_cache(
+        self, cache_implementation: str, batch_size: int, max_cache_len: int, prefill_chunk_size, model_kwargs
+    ):
+        # A family's upstream override may size the layers holding item states from the pixel inputs (Llama 3.2
+        # Vision's cross-attention layers: `pixel_values.shape[1]` images a row), which step 4 took out of the kwargs:
+        # it is shown a stand-in of that shape, the prompt's most items in a row.
+        planned = model_kwargs.get("mm_encoder_outputs")
+        key = self.vision_facts.modalities[0].pixel_keys[0] if self.vision_facts.modalities else None
+        if self.item_state_layers() and isinstance(planned, PlannedEncoderOutputs) and model_kwargs.get(key) is None:
+            per_row = Counter(span.row for span in planned.prepared.spans)
+            if per_row:
+                model_kwargs = {**model_kwargs, key: torch.empty(1, max(per_row.values()), 0)}
+        return super()._prepare_static_cache(
+            cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs=model_kwargs
+        )
+
     # -- Every forward: `GenerationMixin.prepare_inputs_for_generation` -------------------------------------------
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, inputs_embeds=None, **kwargs):
         # Assisted decoding's first forward: the tokens after the cache only, drafts typed as generated tokens.
         # `inputs_embeds` is named: upstream's `generate` takes it only where this signature does.
         kwargs = first_assisted_forward_inputs(self, input_ids, kwargs)
-        return super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
+        inputs = super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
+        cross_attention_key = self.vision_facts.cross_attention_key
+        if cross_attention_key is not None and "mm_encoder_outputs" in inputs:
+            # A cross-attention family's forward takes the states under its own name (upstream has dropped them
+            # already where it drops `mm_encoder_outputs`: decoding steps with a cache)
+            outputs = inputs.pop("mm_encoder_outputs")
+            if outputs:
+                inputs[cross_attention_key] = next(iter(outputs.values())).pooler_output
+        return inputs
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
 
@@ -234,13 +262,14 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 generation_config.prefill_chunk_size = chunk_size
 
         offset = planned.prepared.offset
-        whole = {key: model_kwargs[key] for key in CHUNKED_INPUT_KEYS if model_kwargs.get(key) is not None}
+        axes = dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(self.vision_facts.sequence_inputs)
+        whole = {key: model_kwargs[key] for key in axes if model_kwargs.get(key) is not None}
         generation_config.prefill_chunk_size = None
         try:
             for chunk_start, chunk_end in chunks:
                 for key, value in whole.items():
                     # Up to the chunk end: masks read them over cache + chunk (upstream slices the rest itself)
-                    model_kwargs[key] = value[..., :chunk_end]
+                    model_kwargs[key] = value.narrow(axes[key], 0, min(chunk_end, value.shape[axes[key]]))
                 rows = planned.prepared.encoder_outputs_between(chunk_start, chunk_end)
                 model_kwargs["mm_encoder_outputs"] = rows if rows is not None else {}
                 # Only the chunk's ids: upstream's prefill then feeds them all after the cache

@@ -8,6 +8,7 @@ step (encoding, chunk planning, slicing the features per chunk) reads the plan i
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,9 @@ class PromptPlan:
     encoder: ItemEncoder
     supplied: SuppliedFeatures = ({}, {})
     item_hashes: dict[int, str] = field(default_factory=dict)
+    # False when the cache holds the tokens before the resume point but not the item states a family caches apart
+    # (a restored prefix: the store keeps per-token K/V only): every item is then fed again
+    cache_holds_items: bool = True
 
     @property
     def end(self) -> int:
@@ -65,8 +69,10 @@ class PromptPlan:
         return self.offset + self.prompt_length
 
     def needed_items(self) -> list[int]:
-        """The items prefill needs: those with a placeholder after the resume point (the others are in the cache)."""
-        return sorted({span.item_index for span in self.spans if span.end > self.resume_point})
+        """The items prefill needs: those with a placeholder after the resume point (the others are in the cache),
+        or every item when the cache lacks the item states the family caches apart (`cache_holds_items`)."""
+        first = self.resume_point if self.cache_holds_items else 0
+        return sorted({span.item_index for span in self.spans if span.end > first})
 
 
 def plan_prompt(
@@ -144,6 +150,10 @@ def plan_prompt(
             )
     else:
         plan.resume_point = _resume_in_callers_cache(cache, past_length, offset, plan.intervals)
+    if plan.resume_point > 0:
+        cached_items = Counter(span.row for span in spans if span.end <= plan.resume_point)
+        most = max(cached_items.values(), default=0)
+        plan.cache_holds_items = model.cache_holds_item_states(model_kwargs.get("cache"), most)
     return plan
 
 

@@ -63,6 +63,9 @@ class PreparedItems:
         per_item_list (`bool`, *optional*, defaults to `False`):
             whether `pooler_output` is a list of one tensor per run in a forward's slice (`VisionFacts.features_per_item`)
             rather than in the `as_list` container.
+        cross_attention (`bool`, *optional*, defaults to `False`):
+            whether the model reads the features as cross-attention states (`VisionFacts.cross_attention_key`) rather
+            than at the placeholders: only the first forward from `resume_point` gets them, all at once.
     """
 
     spans: list[ItemSpan]
@@ -75,6 +78,7 @@ class PreparedItems:
     deepstack_targets: tuple[int, ...] | None = None
     item_independent: dict[str, dict] = field(default_factory=dict)
     per_item_list: bool = False
+    cross_attention: bool = False
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -121,6 +125,10 @@ class PreparedItems:
 
     def encoder_outputs_between(self, start: int, end: int) -> dict[str, EncoderRows] | None:
         """`mm_encoder_outputs` for a forward over positions `[start, end)`, in the container the model reads."""
+        if self.cross_attention:
+            # Cross-attention layers append the states to their cache: the first forward gets every needed item's
+            states = self.cross_attention_states() if start == self.resume_point else None
+            return None if states is None else {"image": EncoderRows(pooler_output=states)}
         outputs = {}
         for modality in dict.fromkeys(span.modality for span in self.spans):
             rows = self.rows_between(start, end, modality)
@@ -146,6 +154,27 @@ class PreparedItems:
                 output.deepstack_features = deepstack_container(per_layer, self.deepstack_targets)
             outputs[modality] = output
         return outputs or None
+
+    def cross_attention_states(self) -> torch.Tensor | None:
+        """The needed items' features as cross-attention states: each row's items concatenated in prompt order.
+
+        Returns:
+            `torch.Tensor` of shape `(rows, positions, dim)`, or `None` when no item is needed.
+        """
+        per_row: dict[int, list[torch.Tensor]] = {}
+        for span in self.spans:  # sorted by (row, start)
+            if span.item_index in self.features:
+                per_row.setdefault(span.row, []).append(self.features[span.item_index])
+        if not per_row:
+            return None
+        rows = [torch.cat(per_row.get(row, []), dim=0) for row in range(max(per_row) + 1)]
+        if len({row.shape[0] for row in rows}) != 1:
+            raise ValueError(
+                "The rows of this batch have different numbers of images after the cache. A cross-attention model "
+                "attends to every image of its row, including the padding image slots the processor adds, whose "
+                "states vlmprep does not compute: pass one row per call, or the same number of images in every row."
+            )
+        return torch.stack(rows)  # (rows, items * positions, dim)
 
     def _container(self, rows: torch.Tensor, modality: str) -> torch.Tensor | list[torch.Tensor]:
         as_list = self.as_list.get(modality, False) if isinstance(self.as_list, dict) else self.as_list
@@ -209,7 +238,7 @@ class PlannedEncoderOutputs(dict):
 
 def containers_of(model, spans: list[ItemSpan]) -> dict:
     """The `PreparedItems` arguments that say how a family's model reads its encoder outputs: `as_list`,
-    `deepstack_targets`, `per_item_list` and `item_independent` (for the modalities of `spans`).
+    `deepstack_targets`, `per_item_list`, `cross_attention` and `item_independent` (for the modalities of `spans`).
 
     Args:
         model: the drop-in model (its `vision_facts`, config and `item_independent_encoder_fields`).
@@ -224,6 +253,7 @@ def containers_of(model, spans: list[ItemSpan]) -> dict:
         "as_list": facts.features_as_list_by_modality(),
         "deepstack_targets": facts.deepstack_targets_of(model.config),
         "per_item_list": facts.features_per_item,
+        "cross_attention": facts.cross_attention_key is not None,
         "item_independent": {
             modality: fields for modality in modalities if (fields := model.item_independent_encoder_fields(modality))
         },

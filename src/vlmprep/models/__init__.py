@@ -74,6 +74,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
     "Mistral3ForConditionalGeneration": "mistral3",
     "MistralLarge4ForConditionalGeneration": "mistral_large4",
+    "MllamaForConditionalGeneration": "mllama",
     "Molmo2ForConditionalGeneration": "molmo2",
     "MuseGlimmerForConditionalGeneration": "muse_glimmer",
     "MuseSparkForConditionalGeneration": "muse_spark",

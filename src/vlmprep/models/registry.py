@@ -194,9 +194,7 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
         "mistral_large4": drop_in("mistral_large4.MistralLarge4ForConditionalGeneration"),
-        "mllama": not_placeholder_based(
-            "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
-        ),
+        "mllama": drop_in("mllama.MllamaForConditionalGeneration", LANGUAGE_MODEL),
         "molmo2": drop_in("molmo2.Molmo2ForConditionalGeneration"),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),

@@ -11,6 +11,7 @@ from . import Layout
 __all__ = [
     "ANYRES_CROPS_PER_SAMPLE",
     "ENCODER_PROMPT_IMAGE",
+    "CROSS_ATTENDED_TILES",
     "FIXED_IMAGE",
     "LINEAR_PATCHES",
     "NAFLEX_TILES",
@@ -28,6 +29,12 @@ ENCODER_PROMPT_IMAGE = Layout(
     "encoder_prompt_image",
     "an encoder-decoder: each image is one run of placeholders in the encoder's prompt, its count fixed for an image "
     "size; the decoder cross-attends to the encoder's output",
+)
+
+# Llama 3.2 Vision (mllama)
+CROSS_ATTENDED_TILES = Layout(
+    "cross_attended_tiles",
+    "an image's tiles are cross-attention states, not placeholder rows; one marker token per image starts its mask",
 )
 
 # Emu3

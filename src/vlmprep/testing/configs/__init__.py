@@ -15,6 +15,7 @@ modules are read, not listed: a new family's builder goes into the module of its
 - `audio_frames`, `audio_samples`, `hybrid_audio`: images and audio clips in one prompt, the clips as log-mel frames
   (Gemma 4, the Qwen-Omni thinkers), counted by their waveform samples (Muse Spark, Apertus 1.5, Dots 3 Note), or on a
   hybrid decoder (Inkling, Nemotron-H Omni);
+- `cross_attention`: images read by cross-attention layers of the decoder (Llama 3.2 Vision);
 - `encoder_decoder`: image features in an encoder's prompt, a decoder that cross-attends (Florence-2, T5Gemma 2);
 - `patch_grid`: flattened patches with a `(t, h, w)` grid per image (Qwen-VL, GLM-4V, EXAONE 4.5, ...), and `muse`
   Muse Glimmer's (whose parts Muse Spark reuses).
