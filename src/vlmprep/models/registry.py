@@ -108,7 +108,8 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "aria": drop_in("aria.AriaForConditionalGeneration"),
         "aya_vision": drop_in("aya_vision.AyaVisionForConditionalGeneration", COHERE2_VISION),
         "blip": not_placeholder_based(
-            "own `generate`: the BERT text decoder cross-attends to the image embeddings; no image placeholders"
+            "own `generate`: the vision tower runs there and the BERT text decoder's own `generate` "
+            "cross-attends to its output, so none of the generation hooks vlmprep prepares items in is reached"
         ),
         "blip-2": drop_in("blip_2.Blip2ForConditionalGeneration", LANGUAGE_MODEL),
         "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration"),
@@ -140,7 +141,8 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "encoder-free: images and audio are embedded inside the forward, there is no vision tower to run once"
         ),
         "git": not_placeholder_based(
-            "image embeddings are concatenated in front of the text inside the forward; no placeholder tokens"
+            "the forward takes only `pixel_values` and joins the image embeddings in front of the text inside "
+            "itself: no placeholders to fill, no encoded input or cross-attention state to hand it"
         ),
         "glm46v": drop_in("glm46v.Glm46VForConditionalGeneration"),
         "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration"),
@@ -171,8 +173,9 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "own `generate`: image features are placed by `image_embeds_position_mask`, not `mm_encoder_outputs`"
         ),
         "kosmos-2.5": not_placeholder_based(
-            "image features from `flattened_patches` are placed by `image_embeds_position_mask` inside the forward, "
-            "not through `mm_encoder_outputs`"
+            "image features are placed where `image_embeds_position_mask` is set, inside the forward, not at "
+            "placeholder ids through `mm_encoder_outputs`; its forward does take them encoded (`image_embeds`), "
+            "so the tower could run once, but a layout that places rows by that mask is not written yet"
         ),
         "lfm2_vl": drop_in("lfm2_vl.Lfm2VlForConditionalGeneration", LANGUAGE_MODEL),
         "lfm3_vl": drop_in("lfm3_vl.Lfm3VlForConditionalGeneration"),
@@ -214,12 +217,15 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             since="5.25",
         ),
         "pix2struct": not_placeholder_based(
-            "encoder-decoder over `flattened_patches` (the prompt is rendered into the image); the decoder cross-"
-            "attends"
+            "encoder-decoder whose prompt is rendered into the image (`flattened_patches`): a new prompt is a "
+            "new encoder input, with no part to reuse, and the encoder is the model's own (no vision tower to "
+            "run once)"
         ),
         "pp_chart2table": alias("got_ocr2"),
         "pp_formulanet": not_placeholder_based(
-            "encoder-decoder: the image is the encoder input and the decoder cross-attends; no placeholders"
+            "encoder-decoder with no prompt: the image is the whole encoder input and one call decodes it, so "
+            "there is no other prompt on a cached image to save the tower for (a caller reuses an image's "
+            "encoding with `generate(encoder_outputs=...)`)"
         ),
         "qianfan_ocr": drop_in("qianfan_ocr.QianfanOCRForConditionalGeneration"),
         "qwen2_5_omni_thinker": drop_in("qwen2_5_omni.Qwen2_5OmniThinkerForConditionalGeneration"),
@@ -238,14 +244,18 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "step3p7": drop_in("step3p7.Step3p7ForConditionalGeneration"),
         "t5gemma2": drop_in("t5gemma2.T5Gemma2ForConditionalGeneration"),
         "udop": not_placeholder_based(
-            "encoder-decoder (T5) over text, layout boxes and image patches; the decoder cross-attends"
+            "encoder-decoder (T5) whose encoder embeds image patches with one linear layer, together with the "
+            "words and their layout boxes: no vision tower to run once, and the whole encoder depends on the "
+            "prompt"
         ),
         "unlimited_ocr": drop_in("unlimited_ocr.UnlimitedOcrForConditionalGeneration"),
         "video_llama_3": drop_in("video_llama_3.VideoLlama3ForConditionalGeneration", LANGUAGE_MODEL),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vision-encoder-decoder": not_placeholder_based(
-            "encoder-decoder: the image is the encoder input (no prompt placeholders); the decoder cross-attends"
+            "encoder-decoder whose encoder is the vision model alone: there are no placeholders or image "
+            "features in a prompt to prepare, the encoder's whole output is the image's (a caller reuses it "
+            "across decoder prompts with `generate(encoder_outputs=...)`)"
         ),
     }
 )
