@@ -221,7 +221,7 @@ class ItemEncoder:
                 features[index] = features[first]
                 if first in deepstack:
                     deepstack[index] = deepstack[first]
-        if model.vision_facts.cross_attention_key is None:  # cross-attention states fill no placeholders
+        if model.vision_facts.cross_attention is None:  # cross-attention states fill no placeholders
             self._check_feature_rows(needed, features)
         return features, deepstack
 

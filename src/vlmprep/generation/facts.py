@@ -117,6 +117,27 @@ class ModalityFacts:
 
 
 @dataclass(frozen=True)
+class CrossAttention:
+    """How a model reads its items through cross-attention layers, where a placeholder only marks where an item's
+    cross-attention mask starts rather than receiving rows.
+
+    Args:
+        states_key (`str`):
+            the forward input that takes the items' features as the states its cross-attention layers read (Llama 3.2
+            Vision's `cross_attention_states`). The features of a row's items are concatenated in prompt order into
+            one `(rows, positions, dim)` tensor, fed to the first forward of the rest of the prompt only (the
+            cross-attention layers cache their keys and values).
+        mask (`tuple[str, int]`, *optional*):
+            `(input, axis)` of the mask saying which items each token sees, which runs along the sequence on `axis`
+            and is cut at each prefill chunk's end as the attention mask is (Llama 3.2 Vision's
+            `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1).
+    """
+
+    states_key: str
+    mask: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
 class VisionFacts:
     """What the shared mixin needs to know about one VLM family. Behaviour lives in the mixin; families state facts.
 
@@ -188,15 +209,10 @@ class VisionFacts:
             whether a forward's `pooler_output` is a list of one tensor per item run in its slice, every modality
             (Ovis2.5, which counts the items fed against their start and end tokens), rather than one tensor (or a
             one-tensor list, `features_as_list`) of all the slice's rows.
-        cross_attention_key (`str`, *optional*):
-            the forward input that takes the items' features as the states its cross-attention layers read (Llama 3.2
-            Vision's `cross_attention_states`), where a placeholder only marks where an item's cross-attention mask
-            starts rather than receiving rows; `None` for families whose features fill placeholder runs. The features
-            of a row's items are concatenated in prompt order into one `(rows, positions, dim)` tensor, fed to the
-            first forward of the rest of the prompt only (the cross-attention layers cache their keys and values).
-        sequence_inputs (`tuple[tuple[str, int], ...]`, *optional*, defaults to `()`):
-            `(input, axis)` of further inputs running along the sequence, cut at each prefill chunk's end as the
-            attention mask is (Llama 3.2 Vision's `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1).
+        cross_attention (`CrossAttention`, *optional*):
+            for a model that reads its items through cross-attention layers rather than at placeholders (Llama 3.2
+            Vision), which input takes them and which mask says what each token sees; `None` for families whose
+            features fill placeholder runs.
     """
 
     placeholder_attr: str | None = "image_token_id"
@@ -218,8 +234,7 @@ class VisionFacts:
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)
     features_per_item: bool = False
-    cross_attention_key: str | None = None
-    sequence_inputs: tuple[tuple[str, int], ...] = ()
+    cross_attention: CrossAttention | None = None
 
     @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:

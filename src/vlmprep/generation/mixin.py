@@ -226,13 +226,13 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         # `inputs_embeds` is named: upstream's `generate` takes it only where this signature does.
         kwargs = first_assisted_forward_inputs(self, input_ids, kwargs)
         inputs = super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
-        cross_attention_key = self.vision_facts.cross_attention_key
-        if cross_attention_key is not None and "mm_encoder_outputs" in inputs:
+        cross_attention = self.vision_facts.cross_attention
+        if cross_attention is not None and "mm_encoder_outputs" in inputs:
             # A cross-attention family's forward takes the states under its own name (upstream has dropped them
             # already where it drops `mm_encoder_outputs`: decoding steps with a cache)
             outputs = inputs.pop("mm_encoder_outputs")
             if outputs:
-                inputs[cross_attention_key] = next(iter(outputs.values())).pooler_output
+                inputs[cross_attention.states_key] = next(iter(outputs.values())).pooler_output
         return inputs
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
@@ -262,7 +262,9 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 generation_config.prefill_chunk_size = chunk_size
 
         offset = planned.prepared.offset
-        axes = dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(self.vision_facts.sequence_inputs)
+        cross_attention = self.vision_facts.cross_attention
+        mask = [cross_attention.mask] if cross_attention is not None and cross_attention.mask is not None else []
+        axes = dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(mask)
         whole = {key: model_kwargs[key] for key in axes if model_kwargs.get(key) is not None}
         generation_config.prefill_chunk_size = None
         try:

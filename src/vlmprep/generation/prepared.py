@@ -64,7 +64,7 @@ class PreparedItems:
             whether `pooler_output` is a list of one tensor per run in a forward's slice (`VisionFacts.features_per_item`)
             rather than in the `as_list` container.
         cross_attention (`bool`, *optional*, defaults to `False`):
-            whether the model reads the features as cross-attention states (`VisionFacts.cross_attention_key`) rather
+            whether the model reads the features as cross-attention states (`VisionFacts.cross_attention`) rather
             than at the placeholders: only the first forward from `resume_point` gets them, all at once.
     """
 
@@ -253,7 +253,7 @@ def containers_of(model, spans: list[ItemSpan]) -> dict:
         "as_list": facts.features_as_list_by_modality(),
         "deepstack_targets": facts.deepstack_targets_of(model.config),
         "per_item_list": facts.features_per_item,
-        "cross_attention": facts.cross_attention_key is not None,
+        "cross_attention": facts.cross_attention is not None,
         "item_independent": {
             modality: fields for modality in modalities if (fields := model.item_independent_encoder_fields(modality))
         },

@@ -4,7 +4,7 @@ The processor writes one `<|image|>` token per image, which marks only where tha
 `cross_attention_mask` `(batch, seq, images, tiles)` start. `pixel_values` are `(batch, images, tiles, C, H, W)` with
 one `aspect_ratio_ids` `(batch, images)` and `aspect_ratio_mask` `(batch, images, tiles)` entry per image; an image's
 features are its tiles' patches after the tower and projector, `(tiles * patches, hidden)`, and the decoder reads the
-images of a row as one sequence of cross-attention states (`VisionFacts.cross_attention_key`).
+images of a row as one sequence of cross-attention states (`VisionFacts.cross_attention`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import transformers
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ..generation import VisionFacts
+from ..generation.facts import CrossAttention
 from ..generation.items import ItemSchema, batched
 from ..generation.spans import Block
 from ..generation.validation import check_pixel_dims
@@ -48,8 +49,7 @@ class MllamaForConditionalGeneration(VisionPrepMixin, transformers.MllamaForCond
         per_image_keys=("aspect_ratio_ids", "aspect_ratio_mask"),
         image_items=ItemSchema(tuple(batched(key, item_axes=2) for key in _PER_IMAGE_KEYS)),
         pixel_layout=None,  # checked by `check_pixel_inputs`
-        cross_attention_key="cross_attention_states",
-        sequence_inputs=(("cross_attention_mask", 1),),
+        cross_attention=CrossAttention("cross_attention_states", mask=("cross_attention_mask", 1)),
     )
 
     def get_image_features(
