@@ -6,9 +6,11 @@ TORCH_VERSION ?= 2.13.0
 TRANSFORMERS ?=
 VERSION_VENV = .venvs/transformers-$(TRANSFORMERS)
 # Test workers (pytest-xdist): every test runs on one thread, so two workers use both cores of a 2-core machine.
-# The server tests share one worker (tests/conftest.py), so two servers never compete for the cores.
+# The server tests (tests/cli) run after them, alone: a server's processes time their answers against deadlines and
+# must not share the cores with a worker; the tensor-parallel ranks share one worker (tests/conftest.py).
 PYTEST_WORKERS ?= 2
 PYTEST_WORKERS_ARGS = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup)
+PYTEST_RUN = -m pytest -q -p no:cacheprovider
 
 .PHONY: install test test-range test-slow style quality repo-consistency bench docs-check clean
 
@@ -21,13 +23,15 @@ install:
 # With TRANSFORMERS set, the suite runs in a venv of its own (.venvs/transformers-VERSION) holding that release.
 test:
 ifeq ($(TRANSFORMERS),)
-	$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS_ARGS) tests
+	$(PYTHON) $(PYTEST_RUN) $(PYTEST_WORKERS_ARGS) --ignore=tests/cli tests
+	$(PYTHON) $(PYTEST_RUN) tests/cli
 else
 	test -x $(VERSION_VENV)/bin/python || python3 -m venv $(VERSION_VENV)
 	$(MAKE) install PYTHON=$(VERSION_VENV)/bin/python TRANSFORMERS=$(TRANSFORMERS)
 	$(VERSION_VENV)/bin/python -c "import sys, transformers; v = transformers.__version__; \
 		print('transformers', v); sys.exit(v != '$(TRANSFORMERS)')"
-	$(VERSION_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS_ARGS) tests
+	$(VERSION_VENV)/bin/python $(PYTEST_RUN) $(PYTEST_WORKERS_ARGS) --ignore=tests/cli tests
+	$(VERSION_VENV)/bin/python $(PYTEST_RUN) tests/cli
 endif
 
 # The whole suite on the first and the last tested transformers release (the ends of the declared range), each in

@@ -48,7 +48,8 @@ def _fresh_encoder_caches():
 
 
 # Tests that start processes of their own (servers, tensor-parallel ranks) and time them against deadlines: under
-# `make test`'s two workers they all run on one worker, one at a time, so two of them never share the cores.
+# two workers they all run on one worker, one at a time, so two of them never share the cores (`make test` runs the
+# server tests, tests/cli, after the workers, alone).
 _PROCESS_TEST_DIRECTORIES = ("cli", "scaling")
 
 
