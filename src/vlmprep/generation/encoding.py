@@ -19,10 +19,18 @@ from .spans import ItemSpan
 SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]
 
 
+# The modalities whose `get_<modality>_features` an encoding module may have.
+ENCODED_MODALITIES = ("image", "video", "audio")
+
+
 def encoding_module(model: torch.nn.Module) -> torch.nn.Module:
     """The module whose `get_<modality>_features` encode a model's items: its inner `model`, or the model itself where
-    the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni), as `vlmprep.testing.VisionRunCounter` finds them."""
-    return getattr(model, "model", model)
+    the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni) or the inner model has no encoder
+    method (IDEFICS: the drop-in states it), as `vlmprep.testing.VisionRunCounter` finds them."""
+    inner = getattr(model, "model", None)
+    if inner is None or not any(hasattr(inner, f"get_{name}_features") for name in ENCODED_MODALITIES):
+        return model
+    return inner
 
 
 @functools.lru_cache(maxsize=256)

@@ -188,6 +188,11 @@ class VisionFacts:
             whether a forward's `pooler_output` is a list of one tensor per item run in its slice, every modality
             (Ovis2.5, which counts the items fed against their start and end tokens), rather than one tensor (or a
             one-tensor list, `features_as_list`) of all the slice's rows.
+        cross_attention (`bool`, *optional*, defaults to `False`):
+            whether the model reads the items' features through cross-attention from the tokens after them rather than
+            placing them at their placeholders (IDEFICS: one `<image>` token per image, whose features are one row):
+            every item of the prompt is then prepared whatever the cache holds (an encoder-cache hit for those encoded
+            before), and every forward (each prefill chunk, each decoding step) gets all of them (`PlannedEncoderOutputs`).
     """
 
     placeholder_attr: str | None = "image_token_id"
@@ -209,6 +214,7 @@ class VisionFacts:
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)
     features_per_item: bool = False
+    cross_attention: bool = False
 
     @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:

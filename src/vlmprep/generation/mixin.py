@@ -236,7 +236,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 for key, value in whole.items():
                     # Up to the chunk end: masks read them over cache + chunk (upstream slices the rest itself)
                     model_kwargs[key] = value[..., :chunk_end]
-                rows = planned.prepared.encoder_outputs_between(chunk_start, chunk_end)
+                rows = planned.outputs_between(chunk_start, chunk_end)
                 model_kwargs["mm_encoder_outputs"] = rows if rows is not None else {}
                 # Only the chunk's ids: upstream's prefill then feeds them all after the cache
                 chunk_ids = input_ids[:, chunk_start - offset : chunk_end - offset]

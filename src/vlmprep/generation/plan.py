@@ -47,6 +47,7 @@ class PromptPlan:
         encoder (`ItemEncoder`): hashes and features of the call's items.
         supplied (`SuppliedFeatures`): features the caller passed instead of pixels, by item index.
         item_hashes (`dict[int, str]`): content hashes already computed (by the prefix-cache lookup).
+        every_item_needed (`bool`): whether tokens after the resume point read items before it (cross-attention).
     """
 
     offset: int
@@ -58,6 +59,7 @@ class PromptPlan:
     encoder: ItemEncoder
     supplied: SuppliedFeatures = ({}, {})
     item_hashes: dict[int, str] = field(default_factory=dict)
+    every_item_needed: bool = False
 
     @property
     def end(self) -> int:
@@ -65,8 +67,11 @@ class PromptPlan:
         return self.offset + self.prompt_length
 
     def needed_items(self) -> list[int]:
-        """The items prefill needs: those with a placeholder after the resume point (the others are in the cache)."""
-        return sorted({span.item_index for span in self.spans if span.end > self.resume_point})
+        """The items prefill needs: those with a placeholder after the resume point (the others are in the cache),
+        or every item where later tokens read them through cross-attention (the cache holds no image states then)."""
+        return sorted(
+            {span.item_index for span in self.spans if span.end > self.resume_point or self.every_item_needed}
+        )
 
 
 def plan_prompt(
@@ -124,6 +129,7 @@ def plan_prompt(
     whole_item_blocks = model.whole_item_blocks(spans)  # fed whole, as bidirectional blocks are (Ovis2.5's)
     blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask")) + whole_item_blocks
     plan = PromptPlan(offset, prompt_length, spans, blocks, merge_blocks(blocks), past_length, encoder, given)
+    plan.every_item_needed = model.vision_facts.cross_attention
 
     # 4.4 A prefix-cache hit becomes the cache (when the caller passed none), with its exact resume point;
     # 4.5 otherwise the caller's cache: resume never strictly inside a bidirectional block.

@@ -63,6 +63,8 @@ class PreparedItems:
         per_item_list (`bool`, *optional*, defaults to `False`):
             whether `pooler_output` is a list of one tensor per run in a forward's slice (`VisionFacts.features_per_item`)
             rather than in the `as_list` container.
+        cross_attention (`bool`, *optional*, defaults to `False`):
+            whether every forward reads every item (`VisionFacts.cross_attention`): each then gets the whole plan.
     """
 
     spans: list[ItemSpan]
@@ -75,6 +77,7 @@ class PreparedItems:
     deepstack_targets: tuple[int, ...] | None = None
     item_independent: dict[str, dict] = field(default_factory=dict)
     per_item_list: bool = False
+    cross_attention: bool = False
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -187,6 +190,13 @@ class PlannedEncoderOutputs(dict):
             chunks = self.prefix_request.chunks_with_snapshot_points(chunks, self.prepared, cache)
         return join_single_padding_chunks(chunks, padded_positions(attention_mask, self.end))
 
+    def outputs_between(self, start: int, end: int) -> dict | None:
+        """`mm_encoder_outputs` of a prefill forward over positions `[start, end)`: the rows of its placeholders, or
+        the whole plan where every forward reads every item (cross-attention, `VisionFacts.cross_attention`)."""
+        if self.prepared.cross_attention:
+            return self
+        return self.prepared.encoder_outputs_between(start, end)
+
     def after_prefill_forward(self, cache, position: int) -> None:
         """Hands the prefix request the cache after a prefill forward ending at `position` (a snapshot point)."""
         if self.prefix_request is not None:
@@ -209,7 +219,7 @@ class PlannedEncoderOutputs(dict):
 
 def containers_of(model, spans: list[ItemSpan]) -> dict:
     """The `PreparedItems` arguments that say how a family's model reads its encoder outputs: `as_list`,
-    `deepstack_targets`, `per_item_list` and `item_independent` (for the modalities of `spans`).
+    `deepstack_targets`, `per_item_list`, `cross_attention` and `item_independent` (for the modalities of `spans`).
 
     Args:
         model: the drop-in model (its `vision_facts`, config and `item_independent_encoder_fields`).
@@ -224,6 +234,7 @@ def containers_of(model, spans: list[ItemSpan]) -> dict:
         "as_list": facts.features_as_list_by_modality(),
         "deepstack_targets": facts.deepstack_targets_of(model.config),
         "per_item_list": facts.features_per_item,
+        "cross_attention": facts.cross_attention,
         "item_independent": {
             modality: fields for modality in modalities if (fields := model.item_independent_encoder_fields(modality))
         },

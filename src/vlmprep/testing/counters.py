@@ -12,6 +12,8 @@ import time
 
 import torch
 
+from ..generation.encoding import encoding_module
+
 
 class VisionRunCounter:
     """Counts a model's encoder calls and the items (images, videos, audio clips) each call encoded.
@@ -38,7 +40,7 @@ class VisionRunCounter:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        self.encoder_owner = getattr(model, "model", model)
+        self.encoder_owner = encoding_module(model)
         self.batch_sizes: list[int] = []
         self._wrapped: list[str] = []
         self._active = False
