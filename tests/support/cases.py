@@ -64,6 +64,10 @@ class FamilyCase:
             name): what a request need not carry (tests/units/test_request_inputs.py).
         rope_input_names: `get_rope_index` parameter -> the forward's input it is filled from, where named otherwise
             (`None`: an option the engine refuses).
+        token_axis: per-token input -> its sequence axis, where not the last (IDEFICS's `image_attention_mask`,
+            `(batch, seq, images)`: 1); its other axes after the batch are padded with zeros to join rows.
+        answer_repeats_last: per-token inputs whose value at generated tokens is the prompt's last one (IDEFICS: an
+            answer's tokens see the image the prompt's last token sees), rather than `answer_token_types`'.
     """
 
     name: str
@@ -83,6 +87,8 @@ class FamilyCase:
     samples: tuple[str, ...] = ()
     unread_inputs: frozenset[str] = frozenset()
     rope_input_names: dict[str, str | None] = field(default_factory=dict)
+    token_axis: dict[str, int] = field(default_factory=dict)
+    answer_repeats_last: tuple[str, ...] = ()
 
     @property
     def builds_audio(self) -> bool:

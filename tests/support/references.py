@@ -45,7 +45,7 @@ class Prompt:
                 if with_pixels:
                     inputs[key] = value
             elif key == "input_ids" or key in self.case.per_token_keys:
-                inputs[key] = value[..., :end]
+                inputs[key] = value.narrow(self.case.token_axis.get(key, -1), 0, end)
             else:
                 inputs[key] = value
         return inputs
@@ -71,7 +71,9 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
     }
     keys = dict.fromkeys(key for prompt in prompts for key in prompt.full_inputs)  # rows without images lack pixels
     for key in keys:
-        if key in case.per_token_keys:
+        if key in case.token_axis:
+            batch[key] = _join_along_token_axis(prompts, key, width, case.token_axis[key])
+        elif key in case.per_token_keys:
             values = [left_pad(prompt.full_inputs[key], 0) for prompt in prompts]
             batch[key] = torch.cat(values, dim=1 if values[0].ndim == 3 else 0)  # 3D: (3, batch, seq) positions
     model = _schema_host(prompts[0].config)
@@ -87,6 +89,28 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
             tensors = all(isinstance(value, torch.Tensor) for value in values)
             batch[key] = torch.cat(values) if tensors else [entry for value in values for entry in value]
     return batch
+
+
+def _join_along_token_axis(prompts: list[Prompt], key: str, width: int, axis: int) -> torch.Tensor:
+    # Rows left-padded along their sequence axis, their other axes after the batch padded with zeros to the largest
+    # (IDEFICS's image columns: a row with fewer images has all-zero columns, as its processor pads them)
+    like = next(prompt.full_inputs[key] for prompt in prompts if key in prompt.full_inputs)
+    values = []
+    for prompt in prompts:
+        value = prompt.full_inputs.get(key)
+        if value is None:  # a row without items: no columns
+            shape = [1, *[0] * (like.ndim - 1)]
+            shape[axis] = prompt.length
+            value = like.new_zeros(shape)
+        values.append(value)
+    sizes = [max(value.shape[dim] for value in values) for dim in range(like.ndim)]
+    joined = []
+    for value in values:
+        pad = []
+        for dim in reversed(range(1, value.ndim)):  # `pad` lists the last axis first
+            pad += [width - value.shape[dim], 0] if dim == axis else [0, sizes[dim] - value.shape[dim]]
+        joined.append(torch.nn.functional.pad(value, pad))
+    return torch.cat(joined)
 
 
 def _schema_host(config):
@@ -114,7 +138,11 @@ def continued(prompt: Prompt, new_tokens: Sequence[int]) -> dict:
         return inputs
     inputs["input_ids"] = torch.cat([inputs["input_ids"], torch.tensor([new_tokens])], dim=-1)
     for key in prompt.case.per_token_keys:
-        if key in inputs:
+        if key in prompt.case.answer_repeats_last and key in inputs:
+            axis = prompt.case.token_axis.get(key, -1)
+            last = inputs[key].narrow(axis, inputs[key].shape[axis] - 1, 1)
+            inputs[key] = torch.cat([inputs[key], *[last] * len(new_tokens)], dim=axis)
+        elif key in inputs:
             value = prompt.case.answer_token_types.get(key, 0)
             inputs[key] = torch.nn.functional.pad(inputs[key], (0, len(new_tokens)), value=value)
     return inputs
@@ -204,7 +232,8 @@ def _attn_implementations(config) -> dict[str, str]:
     implementations = {"": config._attn_implementation}
     for name in getattr(config, "sub_configs", {}):
         sub_config = getattr(config, name, None)
-        if sub_config is not None:
+        # A sub-config no module reads an implementation of (IDEFICS's perceiver) has none to put back
+        if sub_config is not None and sub_config._attn_implementation is not None:
             implementations[name] = sub_config._attn_implementation
     return implementations
 
