@@ -93,6 +93,23 @@ def test_text_turn_before_the_first_image_is_resumed_from_the_prefix_cache():
     assert_same_steps(logits, expected)
 
 
+def test_text_only_call_with_the_processors_blank_image_is_exact():
+    # The processor gives a text-only prompt one all-zero image that no token sees: no item, zero states for it
+    upstream, ours = model_pair(FAMILY)
+    ids = torch.tensor([[3, 10, 11, 12, 13], [0, 0, 3, 14, 15]])
+    inputs = {
+        "input_ids": ids,
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]),
+        "pixel_values": torch.zeros(2, 1, 3, 16, 16),
+        "image_attention_mask": torch.zeros(2, 5, 1, dtype=torch.bool),
+    }
+    with ModuleCalls(ours.model.vision_model) as runs:
+        _, logits = generate_logits(ours, inputs, max_new_tokens=3, prefill_chunk_size=2)
+    assert runs.calls == [0]
+    _, expected = generate_logits(upstream, inputs, max_new_tokens=3)
+    assert_same_steps(logits, expected)
+
+
 def _bad_inputs(inputs: dict) -> list[tuple[dict, str]]:
     mask, pixels = inputs["image_attention_mask"], inputs["pixel_values"]
     sees_before = mask.clone()

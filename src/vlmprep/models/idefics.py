@@ -143,7 +143,10 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         Returns:
             What upstream's forward returns.
         """
-        if isinstance(mm_encoder_outputs, PlannedEncoderOutputs) and mm_encoder_outputs.prepared.features:
+        planned = isinstance(mm_encoder_outputs, PlannedEncoderOutputs)
+        # A text-only call still reads image states (the processor's all-zero image, which every token's mask
+        # leaves out): with prepared items, or with none but a mask, the prepared (or zero) states stand for them
+        if planned and (mm_encoder_outputs.prepared.features or image_attention_mask is not None):
             if image_encoder_embeddings is not None or perceiver_embeddings is not None:
                 raise ValueError(
                     "Pass the images either as `pixel_values` or as `image_encoder_embeddings`/`perceiver_embeddings` "
@@ -179,10 +182,13 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         # Row b's j-th `<image>` token is its image slot j, as the processor numbers them; slots of padding images
         # stay zero: upstream masks them out of every token's cross-attention, whatever their states.
         batch_size, fed, slots = image_attention_mask.shape
-        dim = self.config.vision_config.embed_dim
-        first = next(iter(prepared.features.values()))
-        latents = first.numel() // dim
-        states = first.new_zeros(batch_size, slots, latents, dim)
+        vision = self.config.vision_config
+        latents = (
+            self.config.perceiver_config.resampler_n_latents
+            if self.config.use_resampler
+            else (vision.image_size // vision.patch_size) ** 2 + 1  # the tower's patches and its class token
+        )
+        states = torch.zeros(batch_size, slots, latents, vision.embed_dim, dtype=self.dtype, device=self.device)
         slot_start = torch.full((batch_size, slots), torch.iinfo(torch.long).max, dtype=torch.long)
         taken = [0] * batch_size
         for span in sorted(prepared.spans, key=lambda span: (span.row, span.start)):
@@ -192,7 +198,7 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                     f"Row {span.row} of the prompt has more `<image>` tokens than `image_attention_mask` has image "
                     f"columns ({slots}); pass the processor's mask."
                 )
-            states[span.row, slot] = prepared.features[span.item_index].view(latents, dim)
+            states[span.row, slot] = prepared.features[span.item_index].view(latents, vision.embed_dim)
             slot_start[span.row, slot] = span.start
             taken[span.row] += 1
         # A token may only see images whose `<image>` token comes before it: its KV then depends on its prefix alone,

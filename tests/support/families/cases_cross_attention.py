@@ -72,8 +72,9 @@ register(
         upstream_needs_items=True,
         skip={
             "cached_text_prefix_then_image_turn": (
-                "transformers' IDEFICS forward refuses a call without images, so the text-only cached prefix the "
-                "scenario builds with it cannot be made (a text turn before an image turn: tests/units/test_idefics.py)"
+                "transformers' IDEFICS forward needs image inputs even for text (the processor's all-zero image and "
+                "its `image_attention_mask`); the scenario builds its cache from ids alone (a text-only call: "
+                "tests/units/test_idefics.py)"
             ),
             "cache_from_prompt_truncated_inside_image": (
                 "an image is one `<image>` token, with nothing inside it to cut (and the scenario's cache is built "
