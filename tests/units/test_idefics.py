@@ -136,6 +136,20 @@ def test_bad_inputs_raise_clear_errors_then_the_model_is_still_exact(index):
     assert_same_steps(logits, expected)
 
 
+def test_prefix_cache_refuses_a_mask_that_is_not_the_processors():
+    # Stored prefixes are keyed by ids and images: a token seeing every earlier image (not only the latest) is refused
+    upstream, ours = model_pair(FAMILY)
+    inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[3, 4]).inputs()
+    # (batch, seq, images): slot j seen where the latest image seen is j or a later one
+    every_earlier = inputs["image_attention_mask"].flip(-1).cummax(dim=-1).values.flip(-1)
+    bad = {**inputs, "image_attention_mask": every_earlier}
+    with pytest.raises(ValueError, match="must be the processor's"):
+        ours.generate(**bad, max_new_tokens=1, prefix_cache=PrefixCache())
+    _, logits = generate_logits(ours, bad, max_new_tokens=2)  # without a prefix cache: as upstream
+    _, expected = generate_logits(upstream, bad, max_new_tokens=2)
+    assert_same_steps(logits, expected)
+
+
 def test_config_without_image_token_id_is_refused_with_the_fix():
     config = tiny_idefics_config()
     del config.image_token_id

@@ -159,7 +159,8 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                     "pass the processor's mask for the whole prompt."
                 )
             past = cache.get_seq_length() if cache is not None else 0
-            states = self._image_states(mm_encoder_outputs.prepared, image_attention_mask, past)
+            keyed_by_ids = mm_encoder_outputs.prefix_request is not None  # a prefix store reads or stores KV
+            states = self._image_states(mm_encoder_outputs.prepared, image_attention_mask, past, keyed_by_ids)
             name = "perceiver_embeddings" if self.config.use_resampler else "image_encoder_embeddings"
             kwargs[name] = states
         else:
@@ -178,7 +179,9 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             **kwargs,
         )
 
-    def _image_states(self, prepared: PreparedItems, image_attention_mask: torch.Tensor, past: int) -> torch.Tensor:
+    def _image_states(
+        self, prepared: PreparedItems, image_attention_mask: torch.Tensor, past: int, keyed_by_ids: bool
+    ) -> torch.Tensor:
         # Row b's j-th `<image>` token is its image slot j, as the processor numbers them; slots of padding images
         # stay zero: upstream masks them out of every token's cross-attention, whatever their states.
         batch_size, fed, slots = image_attention_mask.shape
@@ -210,6 +213,16 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                 "`image_attention_mask` lets a token see an image whose `<image>` token comes later (or no image "
                 "token at all). Each token may see only images before it, as the processor's mask does."
             )
+        if keyed_by_ids:
+            # A stored prefix is keyed by its ids and images, not by this mask: only the processor's masks, where a
+            # token sees the latest image before it (or none after an end of sequence), are a function of those
+            latest = (positions >= slot_start[:, None, :]).sum(dim=-1, keepdim=True) - 1  # (batch, fed, 1)
+            slot = torch.arange(slots).view(1, 1, slots)
+            if bool((image_attention_mask.bool().cpu() & (slot != latest)).any()):
+                raise ValueError(
+                    "With a prefix cache, `image_attention_mask` must be the processor's: each token sees only the "
+                    "latest image before it (or none). Pass the processor's mask, or no `prefix_cache`."
+                )
         return states.flatten(0, 1)  # (batch_size * slots, latents, dim)
 
     def prepare_inputs_for_generation(
