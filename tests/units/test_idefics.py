@@ -153,7 +153,7 @@ def test_prefix_cache_refuses_a_mask_that_is_not_the_processors():
 def test_config_without_image_token_id_is_refused_with_the_fix():
     config = tiny_idefics_config()
     del config.image_token_id
-    with pytest.raises(ValueError, match="image_token_id=processor.tokenizer"):
+    with pytest.raises(ValueError, match="config.image_token_id = processor.tokenizer"):
         IdeficsForVisionText2Text(config)
 
 

@@ -9,8 +9,9 @@ placeholder. Upstream runs the tower in the first forward and the resampler agai
 run once per distinct image, in input preparation, and every forward (each prefill chunk, each decoding step) gets the
 states as upstream's own `perceiver_embeddings` (`image_encoder_embeddings` without a resampler).
 
-The `<image>` id is a tokenizer fact that IDEFICS configs do not hold: the drop-in reads `config.image_token_id`, which
-`from_pretrained(..., image_token_id=processor.tokenizer.convert_tokens_to_ids("<image>"))` sets.
+The `<image>` id is a tokenizer fact that IDEFICS configs do not hold: the drop-in reads `config.image_token_id`, set on
+the config before loading (`config_refusal` says how); without it `vlmprep.AutoModelForImageTextToText` loads
+transformers' class, with a warning.
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
     def config_refusal(cls, config) -> str | None:
         if getattr(config, "image_token_id", None) is None:
             return (
-                "the config has no `image_token_id` (IDEFICS configs do not store the `<image>` token's id). Pass it "
-                "when loading: `from_pretrained(..., image_token_id=processor.tokenizer.convert_tokens_to_ids("
-                "'<image>'))`."
+                "the config has no `image_token_id` (IDEFICS configs do not store the `<image>` token's id). Set it: "
+                "`config = transformers.AutoConfig.from_pretrained(path)`, `config.image_token_id = "
+                "processor.tokenizer.convert_tokens_to_ids('<image>')`, then `from_pretrained(path, config=config)`."
             )
         return None
 
