@@ -45,7 +45,8 @@ class Prompt:
                 if with_pixels:
                     inputs[key] = value
             elif key == "input_ids" or key in self.case.per_token_keys:
-                inputs[key] = value.narrow(self.case.token_axis.get(key, -1), 0, end)
+                axis = self.case.token_axis.get(key, -1)
+                inputs[key] = value[..., :end] if axis == -1 else value.narrow(axis, 0, min(end, value.shape[axis]))
             else:
                 inputs[key] = value
         return inputs
