@@ -25,7 +25,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from ..generation.prepared import PlannedEncoderOutputs, PreparedItems
 from ..generation.validation import check_companion_input
-from .base import VisionPrepMixin
+from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.sub_images import SubImagesLayout
 
 
@@ -119,6 +119,7 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                 "prompt order (all images of the conversation, also those already in the cache)."
             )
 
+    @keeps_upstream_interface(transformers.IdeficsForVisionText2Text.forward)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -130,6 +131,11 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         image_encoder_embeddings: torch.Tensor | None = None,
         perceiver_embeddings: torch.Tensor | None = None,
         image_attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        interpolate_pos_encoding: bool | None = False,
+        logits_to_keep: int | torch.Tensor = 0,
+        *,
         mm_encoder_outputs: dict | None = None,
         **kwargs,
     ):
@@ -177,6 +183,10 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             cache=cache,
             inputs_embeds=inputs_embeds,
             image_attention_mask=image_attention_mask,
+            labels=labels,
+            use_cache=use_cache,
+            interpolate_pos_encoding=interpolate_pos_encoding,
+            logits_to_keep=logits_to_keep,
             **kwargs,
         )
 

@@ -70,6 +70,12 @@ register(
         token_axis={"image_attention_mask": 1},
         answer_repeats_last=("image_attention_mask",),
         upstream_needs_items=True,
+        # The cross-attention inputs: the engine runs no IDEFICS request (`continuous_batching_refusal`), so no
+        # request carries them (the precomputed states are what the drop-in itself hands upstream's forward);
+        # `interpolate_pos_encoding` is never read: images other than the tower's size are refused before encoding
+        unread_inputs=frozenset(
+            {"image_attention_mask", "image_encoder_embeddings", "perceiver_embeddings", "interpolate_pos_encoding"}
+        ),
         skip={
             "cached_text_prefix_then_image_turn": (
                 "transformers' IDEFICS forward needs image inputs even for text (the processor's all-zero image and "
