@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
 from conftest import model_pair
 from support.chat import run_chat
@@ -16,7 +17,7 @@ from support.generation_checks import TEXT_ANSWERS
 from support.references import SYSTEM, Prompt, assert_same_steps, generate_logits
 from vlmprep import PrefixCache
 from vlmprep.models.idefics import IdeficsForVisionText2Text
-from vlmprep.testing import IMAGE
+from vlmprep.testing import IMAGE, tiny_model
 from vlmprep.testing.configs import tiny_idefics_config
 
 FAMILY = "idefics"
@@ -147,6 +148,18 @@ def test_prefix_cache_refuses_a_mask_that_is_not_the_processors():
         ours.generate(**bad, max_new_tokens=1, prefix_cache=PrefixCache())
     _, logits = generate_logits(ours, bad, max_new_tokens=2)  # without a prefix cache: as upstream
     _, expected = generate_logits(upstream, bad, max_new_tokens=2)
+    assert_same_steps(logits, expected)
+
+
+def test_without_a_resampler_the_towers_states_are_handed_over_exactly(tmp_path):
+    config = tiny_idefics_config()
+    config.use_resampler = False  # upstream then reads `image_encoder_embeddings`, the tower's patches
+    tiny_model(transformers.IdeficsForVisionText2Text, config).save_pretrained(tmp_path)
+    upstream = transformers.IdeficsForVisionText2Text.from_pretrained(tmp_path).eval()
+    ours = IdeficsForVisionText2Text.from_pretrained(tmp_path).eval()
+    inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[3, 4]).inputs()
+    _, logits = generate_logits(ours, inputs, max_new_tokens=3, prefill_chunk_size=4)
+    _, expected = generate_logits(upstream, inputs, max_new_tokens=3)
     assert_same_steps(logits, expected)
 
 

@@ -7,7 +7,10 @@ of the sub-image layout; its features are the perceiver resampler's latents (the
 resampler), kept as one row `(1, latents * dim)` at its `<image>` token so that the spans count one row per
 placeholder. Upstream runs the tower in the first forward and the resampler again at every decoding step; here both
 run once per distinct image, in input preparation, and every forward (each prefill chunk, each decoding step) gets the
-states as upstream's own `perceiver_embeddings` (`image_encoder_embeddings` without a resampler).
+states as upstream's own `perceiver_embeddings` (`image_encoder_embeddings` without a resampler). The gated
+cross-attention layers still project those states to keys and values in every forward, as upstream does: the
+projections run inside upstream's attention forward, which its gated layer calls without a cache (and refuses one), so
+keeping them per call would mean copying that forward.
 
 The `<image>` id is a tokenizer fact that IDEFICS configs do not hold: the drop-in reads `config.image_token_id`, set on
 the config before loading (`config_refusal` says how); without it `vlmprep.AutoModelForImageTextToText` loads
