@@ -309,7 +309,7 @@ def older_release_problems(current: str, document: str, newer: dict[str, str]) -
     missing = sorted(model_type for model_type in newer if model_type not in rows)
     if missing:
         found.append(f"docs/families.md has no row for {', '.join(missing)}, which newer releases added")
-    seen, expected = view_without(current, set(newer)), view_without(document, set())
+    seen, expected = view_without(current, set(newer)), view_without(document, set(newer))
     if seen != expected:
         diff = difflib.unified_diff(seen, expected, "docs/families.md", "generated", lineterm="", n=0)
         found.append("\n".join(list(diff)[:40]))

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from .models.emu3 import Emu3ForConditionalGeneration
     from .models.ernie4_5_vl_moe import Ernie4_5_VLMoeForConditionalGeneration
     from .models.exaone4_5 import Exaone4_5_ForConditionalGeneration
+    from .models.florence2 import Florence2ForConditionalGeneration
     from .models.fuyu import FuyuForCausalLM
     from .models.gemma3 import Gemma3ForConditionalGeneration
     from .models.gemma4 import Gemma4ForConditionalGeneration
@@ -114,6 +115,7 @@ if TYPE_CHECKING:
     from .models.minimax_m3_vl import MiniMaxM3SparseForConditionalGeneration
     from .models.mistral3 import Mistral3ForConditionalGeneration
     from .models.mistral_large4 import MistralLarge4ForConditionalGeneration
+    from .models.mllama import MllamaForConditionalGeneration
     from .models.molmo2 import Molmo2ForConditionalGeneration
     from .models.muse_glimmer import MuseGlimmerForConditionalGeneration
     from .models.muse_spark import MuseSparkForConditionalGeneration
@@ -134,6 +136,7 @@ if TYPE_CHECKING:
     from .models.qwen4_exp import Qwen4ExpForConditionalGeneration
     from .models.smolvlm import SmolVLMForConditionalGeneration
     from .models.step3p7 import Step3p7ForConditionalGeneration
+    from .models.t5gemma2 import T5Gemma2ForConditionalGeneration
     from .models.unlimited_ocr import UnlimitedOcrForConditionalGeneration
     from .models.video_llama_3 import VideoLlama3ForConditionalGeneration
     from .models.video_llava import VideoLlavaForConditionalGeneration

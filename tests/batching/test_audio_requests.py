@@ -15,11 +15,11 @@ from cb_models import (
 )
 
 import vlmprep
-from support.families.cases_qomni import qwen3_omni_clip
+from support.families.cases_audio_frames import qwen3_omni_clip
 from support.registry import FAMILY_CASES
 from support.traits import families_with, refused_by_engine, takes
 from vlmprep.testing import AUDIO, IMAGE, TINY_AUDIO_TOKEN_ID, VIDEO, tiny_model
-from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START, tiny_gemma4_config
+from vlmprep.testing.configs.audio_frames import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START, tiny_gemma4_config
 
 # The families taking audio and videos that the engine runs, and Gemma 4 with one head dimension for every layer
 # (`_engine_pair`)

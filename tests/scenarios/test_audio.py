@@ -2,8 +2,8 @@
 
 Every logit is compared with the plain transformers class holding the same weights (one uncached forward of the whole
 prompt); encoder runs are counted on the model's own `get_<modality>_features` (`VisionRunCounter`) and prefilled
-tokens on its language model (`PrefillCounter`). The clips of `support.families.cases_omni` are padded to 40 frames,
-of which the first 40, 34, 28 or 22 are real (by seed), so the audio tower's padding rows are exercised.
+tokens on its language model (`PrefillCounter`). The clips of `support.families.cases_audio_frames` are padded to 40
+frames, of which the first 40, 34, 28 or 22 are real (by seed), so the audio tower's padding rows are exercised.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`use_audio_in_video=True` on the Qwen-Omni thinkers: a video and its audio track interleaved in one block.
 
 The processor writes a video whose audio it loads as `<vision_start><audio_start>`, the video's and the track's
-placeholders interleaved in time, `<audio_end><vision_end>` (`support.families.cases_qomni.build_audio_in_video_inputs`
-follows each family's processor). The video and its track are two items, each several runs; every logit is compared
+placeholders interleaved in time, `<audio_end><vision_end>`
+(`support.families.cases_audio_frames.build_audio_in_video_inputs` follows each family's processor). The video and its track are two items, each several runs; every logit is compared
 with the plain transformers class (one uncached forward of the whole prompt, with `use_audio_in_video=True`), and
 encoder runs are counted on the model's own `get_<modality>_features`.
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import model_pair
-from support.families.cases_qomni import VIDEO_WITH_AUDIO, build_audio_in_video_inputs
+from support.families.cases_audio_frames import VIDEO_WITH_AUDIO, build_audio_in_video_inputs
 from support.references import assert_close, generate_logits, uncached_logits
 from support.registry import FAMILY_CASES
 from support.traits import families_with, forward_takes

@@ -4,7 +4,7 @@ Upstream's tower pads the windows of every clip of a call to the longest of them
 that padding: a short clip's features differ alone and next to a longer clip (by about 1e-3 on the tiny model). The
 drop-in pads each clip as upstream's forward of the whole prompt does, so it is exact in both cases, and a clip's
 features (and the KV after it) are reused only under the same padding. The conformance suite's clips are a second
-or longer (`support.families.cases_qomni`), where every call pads alike.
+or longer (`support.families.cases_audio_frames`), where every call pads alike.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 
 from conftest import model_pair
-from support.families.cases_qomni import qwen3_omni_clip
+from support.families.cases_audio_frames import qwen3_omni_clip
 from support.references import Prompt, assert_close, generate_logits, uncached_logits
 from vlmprep import PrefixCache
 from vlmprep.testing import AUDIO, TINY_AUDIO_TOKEN_ID, VIDEO, VisionRunCounter
-from vlmprep.testing.configs.omni import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START
+from vlmprep.testing.configs.audio_frames import QWEN_OMNI_AUDIO_END, QWEN_OMNI_AUDIO_START
 
 SYSTEM = [2, *range(10, 16)]
 SHORT_FRAMES = 40  # of which 40, 34, 28 or 22 are real (seed % 7 % 4)

@@ -19,6 +19,7 @@ from support.references import (
     generate_logits,
     reference_next_logits,
 )
+from support.traits import families_with, sampled
 from vlmprep import EncoderCache
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter
 
@@ -175,7 +176,7 @@ def test_deepstack_features_are_cached_with_the_image_features():
         assert_same_steps(logits, expected_logits)
 
 
-@pytest.mark.parametrize("family", ["glm5_next", "qwen2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("attention_implementations")))
 def test_features_of_another_attention_implementation_are_not_served(family):
     """Features encoded under SDPA are not served to a call under eager attention, nor the reverse: the kernels round
     differently, which GLM-5-Next's sparse indexer can turn into another selection of keys (0.1 in logits, a greedy

@@ -23,6 +23,7 @@ from support.references import (
     Prompt,
     assert_close,
     assert_same_steps,
+    continued,
     generate_batch_matching_upstream,
     generate_logits,
     reference_next_logits,
@@ -87,8 +88,8 @@ def test_save_pretrained_loads_in_transformers(family, tmp_path):
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     prompt = Prompt(ours.config, [SYSTEM, IMAGE, USER])
     with torch.no_grad():
-        expected = upstream(**prompt.inputs()).logits
-        actual = reloaded.eval()(**prompt.inputs()).logits
+        expected = upstream(**continued(prompt, [])).logits
+        actual = reloaded.eval()(**continued(prompt, [])).logits
     assert_close(actual, expected)
 
 

@@ -32,6 +32,7 @@ from support.references import (
     generate_logits,
     no_placeholder_answers,
 )
+from support.traits import families_with, has_sparse_indexer
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE
 
@@ -54,7 +55,7 @@ def test_minimax_m3_left_padded_batches_equal_upstreams_generate():
             assert_close(step, expected_step)
 
 
-@pytest.mark.parametrize("family", ["minimax_m3_vl", "mistral_large4", "hy_v4_vl"])
+@pytest.mark.parametrize("family", families_with(has_sparse_indexer))
 def test_chat_restores_the_indexers_keys_per_token(family):
     # MiniMax M3's sparse layer keeps `idx_keys` in a cache layer of its own (not transformers' indexed layer);
     # Mistral Large 4's second layer reads the first's K/V (a cache layer holding nothing) with an indexer of its own.

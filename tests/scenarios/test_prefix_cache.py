@@ -31,7 +31,15 @@ from support.references import (
     strong_image_gemma3_pair,
     uncached_logits,
 )
-from support.traits import families_with, has_multimodal_rope, not_, sampled
+from support.traits import (
+    families_with,
+    has_multimodal_rope,
+    has_state_layers,
+    not_,
+    positions_from_cache_length,
+    qwen_like_prompts,
+    sampled,
+)
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, VIDEO, PrefillCounter, VisionRunCounter
 
@@ -351,7 +359,8 @@ def test_model_attribute_turns_it_on_for_every_call():
 # -- Videos, padding offsets, and when the store is skipped -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"])
+# Hybrid decoders' turns: tests/scenarios/test_prefix_cache_hybrid.py
+@pytest.mark.parametrize("family", families_with(qwen_like_prompts, not_(has_state_layers)))
 def test_prefix_cache_across_turns_and_interleaved_requests(family):
     """Each turn adds an image or a video; another request runs between turns; every turn resumes from the prefix
     cache and is exact, with each image and video encoded once."""
@@ -381,7 +390,10 @@ def test_prefix_cache_across_turns_and_interleaved_requests(family):
     assert encoded == [1, 1, 1]  # each turn encodes only its new image or video
 
 
-@pytest.mark.parametrize("family", ["exaone4_5", "hyperclovax_vision_v2", "llava"])
+@pytest.mark.parametrize(
+    "family",
+    families_with(positions_from_cache_length) + families_with(sampled("mainstream"), not_(has_multimodal_rope)),
+)
 def test_prefix_store_serves_no_kv_computed_at_another_padding_offset(family):
     # EXAONE 4.5 and HyperCLOVAX number decoder positions by cache place, left padding included: a row stored at one
     # padding offset must not serve a row at another (found by the differential test).

@@ -28,7 +28,17 @@ from support.references import (
     reference_next_logits,
     uncached_logits,
 )
-from support.traits import families_with, has_state_layers, loops_decoder_layers, not_
+from support.traits import (
+    families_with,
+    has_convolution_state_only,
+    has_recurrent_state,
+    has_sliding_window_layers,
+    has_state_layers,
+    loops_decoder_layers,
+    not_,
+    pins_its_prompt,
+    sampled,
+)
 from vlmprep import PrefixCache
 from vlmprep.testing import IMAGE, PrefillCounter, VisionRunCounter, tiny_config, tiny_model
 
@@ -141,7 +151,7 @@ def test_a_resume_short_of_the_shared_prefix_shows_in_the_stats():
     assert sum(counter.lengths) == second.length - first.length
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "lfm2_vl"])
+@pytest.mark.parametrize("family", families_with(sampled("state_snapshots")))
 def test_an_answer_edited_in_its_middle_resumes_at_the_last_periodic_snapshot_before_the_edit(family):
     # Snapshots every 4 decoded tokens and at the last 2 positions: an edit at decoded token 6 of 12 resumes at 4
     upstream, ours = model_pair(family)
@@ -246,7 +256,7 @@ def test_qwen4_exps_ngram_embeddings_reach_the_logits_and_resume_exactly():
 
 
 @pytest.mark.parametrize("shared", ["text", "image"])
-@pytest.mark.parametrize("family", ["lfm2_vl", "lfm3_vl"])
+@pytest.mark.parametrize("family", families_with(has_convolution_state_only, not_(loops_decoder_layers)))
 def test_a_hit_at_a_chunk_end_resumes_from_the_restored_length(family, shared):
     # transformers >= 5.25's `get_seq_length` reads layer 0's own count, here a convolution's: after a restore it must
     # be the restored prefix's length, not the window's (it said 3: prefill went on from token 3, 0.64 off in logits,
@@ -267,7 +277,7 @@ def test_a_hit_at_a_chunk_end_resumes_from_the_restored_length(family, shared):
     assert resumed % chunk == 0 and (0 < resumed <= 10 if shared == "text" else resumed > image_end), resumed
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h_omni"])
+@pytest.mark.parametrize("family", families_with(has_recurrent_state))
 def test_a_call_keeps_no_past_recurrent_states_while_it_decodes(family):
     # A recording Gated DeltaNet or Mamba-2 layer keeps a copy of its recurrent state per forward (transformers
     # >= 5.25) and every input of its convolution, growing with each decoded token: the store needs neither
@@ -299,7 +309,10 @@ def test_a_call_keeps_no_past_recurrent_states_while_it_decodes(family):
     assert store.stats.hits == 1 and held and set(held) == {(0, 0)}, held
 
 
-@pytest.mark.parametrize("family", ["gemma3", "inkling2"])
+# (The store is off where looped layers add cache layers or reference layers pin the prompt)
+@pytest.mark.parametrize(
+    "family", families_with(has_sliding_window_layers, not_(loops_decoder_layers), not_(pins_its_prompt))
+)
 def test_the_returned_cache_holds_what_upstreams_holds_and_continues_exactly(family):
     # The call's cache records its sliding-window layers (and Inkling2's convolutions sharing their layer) to store
     # whole rows; the cache handed back must not keep growing with every turn the caller continues with it

@@ -83,7 +83,7 @@ def check_repeated_item(family: str, medium, modality: str, cache: EncoderCache 
     prompt = Prompt(ours.config, repeated(medium), image_seeds=[1, 1, 2])
     with encoder_cache(ours, cache), VisionRunCounter(ours) as runs:
         sequences, logits = generate_logits(ours, prompt.inputs(), max_new_tokens=2, **NO_SPECIAL_TOKENS, **kwargs)
-    assert_steps_match_upstream(upstream, prompt, sequences[0, prompt.length :], logits)
+    assert_steps_match_upstream(upstream, prompt, sequences[0, prompt.answer_start :], logits)
     return runs.batch_sizes, distinct_items(ours, prompt, modality)
 
 

@@ -27,6 +27,9 @@ class FamilyCase:
         build_inputs: `(config, segments, image_seeds) -> dict` with `input_ids`, the per-token inputs and the
             pixel inputs the family's processor would return; segments are lists of text ids or `IMAGE`.
         per_token_keys: inputs that run along the sequence (truncated with `input_ids`).
+        per_token_axes: per-token input -> its sequence axis, where it is not the last (Llama 3.2 Vision's
+            `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1); such an input continues into the answer
+            with its last row repeated, as the family's `generate` extends it.
         pixel_keys: inputs that describe the images (dropped by `Prompt.inputs(with_pixels=False)`).
         skip: scenario name -> reason, for scenarios this family cannot run (stated in the families table).
         answer_token_types: per-token input -> its value at generated (text) tokens, where it is not 0: what the
@@ -64,15 +67,12 @@ class FamilyCase:
             name): what a request need not carry (tests/units/test_request_inputs.py).
         rope_input_names: `get_rope_index` parameter -> the forward's input it is filled from, where named otherwise
             (`None`: an option the engine refuses).
-        token_axis: per-token input -> its sequence axis, where not the last (IDEFICS's `image_attention_mask`,
-            `(batch, seq, images)`: 1); its other axes after the batch are padded with zeros to join rows.
-        answer_repeats_last: per-token inputs whose value at generated tokens is the prompt's last one (IDEFICS: an
-            answer's tokens see the image the prompt's last token sees), rather than `answer_token_types`'.
     """
 
     name: str
     build_inputs: Callable[[PreTrainedConfig, list, list[int]], dict[str, torch.Tensor]]
     per_token_keys: tuple[str, ...] = ("token_type_ids",)
+    per_token_axes: dict[str, int] = field(default_factory=dict)
     pixel_keys: tuple[str, ...] = ("pixel_values",)
     skip: dict[str, str] = field(default_factory=dict)
     answer_token_types: dict[str, int] = field(default_factory=dict)
@@ -87,8 +87,6 @@ class FamilyCase:
     samples: tuple[str, ...] = ()
     unread_inputs: frozenset[str] = frozenset()
     rope_input_names: dict[str, str | None] = field(default_factory=dict)
-    token_axis: dict[str, int] = field(default_factory=dict)
-    answer_repeats_last: tuple[str, ...] = ()
 
     @property
     def builds_audio(self) -> bool:

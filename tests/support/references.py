@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 
 import torch
+import transformers
 
 import vlmprep
 from support.registry import FAMILY_CASES
@@ -44,9 +45,10 @@ class Prompt:
             if key in self.case.pixel_keys:
                 if with_pixels:
                     inputs[key] = value
+            elif key in self.case.per_token_axes:
+                inputs[key] = value.narrow(self.case.per_token_axes[key], 0, min(end, self.length))
             elif key == "input_ids" or key in self.case.per_token_keys:
-                axis = self.case.token_axis.get(key, -1)
-                inputs[key] = value[..., :end] if axis == -1 else value.narrow(axis, 0, min(end, value.shape[axis]))
+                inputs[key] = value[..., :end]
             else:
                 inputs[key] = value
         return inputs
@@ -54,6 +56,19 @@ class Prompt:
     @property
     def length(self) -> int:
         return self.input_ids.shape[1]
+
+    @property
+    def answer_start(self) -> int:
+        """Where the answer starts in `generate`'s sequences of this prompt alone: after the prompt, or, for an
+        encoder-decoder (whose sequences are the decoder's), after the decoder's start token."""
+        return 1 if self.config.is_encoder_decoder else self.length
+
+
+def decoder_start_id(config) -> int:
+    """The token an encoder-decoder's `generate` starts the decoder with (its BOS where none is stated)."""
+    generation_config = transformers.GenerationConfig.from_model_config(config)
+    start = generation_config.decoder_start_token_id
+    return int(start if start is not None else generation_config.bos_token_id)
 
 
 def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
@@ -72,8 +87,10 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
     }
     keys = dict.fromkeys(key for prompt in prompts for key in prompt.full_inputs)  # rows without images lack pixels
     for key in keys:
-        if key in case.token_axis:
-            batch[key] = _join_along_token_axis(prompts, key, width, case.token_axis[key])
+        if key in case.per_token_axes:
+            batch[key] = _left_padded_along(
+                [prompt.full_inputs.get(key) for prompt in prompts], case.per_token_axes[key], width
+            )
         elif key in case.per_token_keys:
             values = [left_pad(prompt.full_inputs[key], 0) for prompt in prompts]
             batch[key] = torch.cat(values, dim=1 if values[0].ndim == 3 else 0)  # 3D: (3, batch, seq) positions
@@ -92,26 +109,22 @@ def collate(prompts: list[Prompt], pad_token_id: int) -> dict:
     return batch
 
 
-def _join_along_token_axis(prompts: list[Prompt], key: str, width: int, axis: int) -> torch.Tensor:
-    # Rows left-padded along their sequence axis, their other axes after the batch padded with zeros to the largest
-    # (IDEFICS's image columns: a row with fewer images has all-zero columns, as its processor pads them)
-    like = next(prompt.full_inputs[key] for prompt in prompts if key in prompt.full_inputs)
-    values = []
-    for prompt in prompts:
-        value = prompt.full_inputs.get(key)
-        if value is None:  # a row without items: no columns
-            shape = [1, *[0] * (like.ndim - 1)]
-            shape[axis] = prompt.length
-            value = like.new_zeros(shape)
-        values.append(value)
-    sizes = [max(value.shape[dim] for value in values) for dim in range(like.ndim)]
-    joined = []
+def _left_padded_along(values: list, axis: int, width: int) -> torch.Tensor:
+    # Rows of an input whose sequence runs along `axis` (not the last): left-padded there to `width`, zero-padded at
+    # the end of every other axis to the largest (more images in another row); a row without it is all zeros.
+    present = [value for value in values if value is not None]
+    shape = [max(value.shape[dim] for value in present) for dim in range(present[0].ndim)]
+    shape[axis] = width
+    rows = []
     for value in values:
-        pad = []
-        for dim in reversed(range(1, value.ndim)):  # `pad` lists the last axis first
-            pad += [width - value.shape[dim], 0] if dim == axis else [0, sizes[dim] - value.shape[dim]]
-        joined.append(torch.nn.functional.pad(value, pad))
-    return torch.cat(joined)
+        row = present[0].new_zeros([1, *shape[1:]])
+        if value is not None:
+            offset = width - value.shape[axis]
+            index = [slice(0, size) for size in value.shape]
+            index[axis] = slice(offset, width)
+            row[tuple(index)] = value
+        rows.append(row)
+    return torch.cat(rows)
 
 
 def _schema_host(config):
@@ -135,12 +148,15 @@ def continued(prompt: Prompt, new_tokens: Sequence[int]) -> dict:
     """The prompt's inputs with `new_tokens` appended, as `generate` continues a prompt with its answer."""
     inputs = prompt.inputs()
     new_tokens = [int(token) for token in new_tokens]
+    if prompt.config.is_encoder_decoder:  # the answer is the decoder's, after its start token
+        inputs["decoder_input_ids"] = torch.tensor([[decoder_start_id(prompt.config), *new_tokens]])
+        return inputs
     if not new_tokens:
         return inputs
     inputs["input_ids"] = torch.cat([inputs["input_ids"], torch.tensor([new_tokens])], dim=-1)
     for key in prompt.case.per_token_keys:
-        if key in prompt.case.answer_repeats_last and key in inputs:
-            axis = prompt.case.token_axis.get(key, -1)
+        if key in inputs and key in prompt.case.per_token_axes:  # the last row repeated, as `generate` extends it
+            axis = prompt.case.per_token_axes[key]
             last = inputs[key].narrow(axis, inputs[key].shape[axis] - 1, 1)
             inputs[key] = torch.cat([inputs[key], *[last] * len(new_tokens)], dim=axis)
         elif key in inputs:
@@ -165,7 +181,7 @@ def assert_steps_match_upstream(upstream, prompt: Prompt, fed_tokens: torch.Tens
     steps = len(logits)
     with torch.no_grad():
         forward = upstream(**continued(prompt, fed_tokens[: steps - 1].tolist()), use_cache=False)
-    expected = forward.logits[0, prompt.length - 1 :]
+    expected = forward.logits[0, prompt.answer_start - 1 :]
     for step, step_logits in enumerate(logits):
         diff = (step_logits[row] - expected[step]).abs().max().item()
         assert diff <= ATOL, f"row {row}, step {step}: max abs diff {diff:.3e} > {ATOL} against transformers"
@@ -241,6 +257,10 @@ def _attn_implementations(config) -> dict[str, str]:
 
 def uncached_logits(upstream, inputs: dict) -> torch.Tensor:
     """The last position's logits of one uncached forward of the whole prompt: what every cached path must equal."""
+    if upstream.config.is_encoder_decoder and "decoder_input_ids" not in inputs:
+        # The first answer token's logits: the decoder fed its start token alone
+        start = torch.full((inputs["input_ids"].shape[0], 1), decoder_start_id(upstream.config))
+        inputs = {**inputs, "decoder_input_ids": start}
     with torch.no_grad():
         return upstream(**inputs, use_cache=False).logits[:, -1]
 

@@ -132,6 +132,12 @@ def images_as_grids(family: str) -> bool:
     )
 
 
+def is_encoder_decoder(family: str) -> bool:
+    """Items are in an encoder's prompt and the decoder cross-attends (Florence-2, T5Gemma 2): the answer is the
+    decoder's, no continuation of the prompt."""
+    return bool(drop_in(family).config_class.is_encoder_decoder)  # the config class's: aliases have no case
+
+
 def attends_bidirectionally(family: str) -> bool:
     """Some tokens attend both ways: each image block (Gemma 3), or the whole prefix (PaliGemma), by token types."""
     return bool(facts(family).bidirectional)
@@ -215,6 +221,12 @@ def has_convolution_state_only(family: str) -> bool:
     return has_state_layers(family) and not has_recurrent_state(family)
 
 
+def has_sliding_window_layers(family: str) -> bool:
+    """Some decoder layers attend over a sliding window, their cache layers keeping only the window (Gemma 3, Inkling's
+    `hybrid_sliding` layers, ...)."""
+    return any("sliding" in layer_type for layer_type in decoder_layer_types(family))
+
+
 def loops_decoder_layers(family: str) -> bool:
     """Some decoder layers run several passes per forward, each with a cache layer of its own (Inkling2-Loop): the
     prefix store, which restores the layers the config builds, is not used (with a warning)."""
@@ -225,6 +237,25 @@ def pins_its_prompt(family: str) -> bool:
     """The decoder's reference sliding-window layers pin the prompt they were prefilled with (Unlimited-OCR): a stored
     prefix cannot be resumed exactly, so the prefix store is not used (tests/scenarios/test_pinned_prompt_cache.py)."""
     return "reference_sliding_attention" in decoder_layer_types(family)
+
+
+def has_sparse_indexer(family: str) -> bool:
+    """Some decoder layer picks the keys it attends to with an indexer of its own, whose heads the config sizes
+    (indexed attention: GLM-5-Next, Mistral Large 4, HY V4 VL, ...; MiniMax M3's sparse blocks)."""
+    text_config = tiny_config(family).get_text_config(decoder=True)
+    return any(getattr(text_config, name, None) for name in ("index_n_heads", "indexer_n_heads"))
+
+
+def positions_from_cache_length(family: str) -> bool:
+    """Decoder positions are numbered by place in the cache, left padding included (the facts'
+    `positions_from_cache_length`: EXAONE 4.5, HyperCLOVAX)."""
+    return facts(family).positions_from_cache_length
+
+
+def pads_images_to_batch(family: str) -> bool:
+    """The processor pads images to batch them, to the largest size (Pixtral's `up_to_size`) or to the most crops
+    (any-res `crops`): the drop-in unpads a selected image's inputs (`ItemSchema.unpad`)."""
+    return takes("image")(family) and facts(family).pixel_layout in ("up_to_size", "crops")
 
 
 def forward_takes(parameter: str) -> Trait:
@@ -266,6 +297,8 @@ def engine_refusal(family: str) -> str | None:
     cls = drop_in(family)
     if "continuous_batching_refusal" in dir(cls):
         return re.escape(cls.continuous_batching_refusal(None)[:40])
+    if is_encoder_decoder(family):
+        return "is an encoder-decoder"
     if facts(family).bidirectional == "prefix":
         return "attends bidirectionally over its whole prefix"
     other_layers = sorted(decoder_layer_types(family) - PAGED_LAYER_TYPES)

@@ -13,7 +13,7 @@ from conftest import model_pair
 from support.caller_caches import cropped_cache
 from support.references import SYSTEM, USER, Prompt, assert_same_steps, generate_logits
 from support.registry import FAMILY_CASES
-from support.traits import families_with, has_convolution_state_only, has_recurrent_state
+from support.traits import families_with, has_convolution_state_only, has_recurrent_state, sampled
 from vlmprep.generation import VisionFacts
 from vlmprep.generation.assisted import (
     assistant_model_of,
@@ -129,7 +129,7 @@ def test_assisted_hidden_states_after_a_callers_cache_are_refused_clearly(assist
     assert_same_steps(logits, expected)
 
 
-@pytest.mark.parametrize("family", ["ernie4_5_vl_moe", "gemma3"])
+@pytest.mark.parametrize("family", families_with(sampled("drafted_placeholder")))
 def test_a_drafted_placeholder_is_refused_with_a_way_out(family):
     """Prompt lookup copies the image's first tokens after the text that comes back at the prompt's end: upstream
     fails with a bare count mismatch; the drop-in names the token and the way out, which then matches upstream."""

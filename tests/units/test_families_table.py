@@ -14,6 +14,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_
 from support.registry import FAMILY_CASES, Scenario
 from vlmprep.models import DROP_IN_CLASSES, registry
 from vlmprep.models.base import VisionPrepMixin
+from vlmprep.models.family_spec import blocked_upstream, drop_in
 from vlmprep.models.registry import ALIAS, ALL_FAMILY_SPECS, FAMILY_SPECS, NEWER_FAMILY_SPECS, NOT_ADAPTED_REASONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -144,21 +145,36 @@ def test_document_covers_every_type_of_the_newest_supported_release():
     assert set(rows) <= set(ALL_FAMILY_SPECS)
     assert len(rows) >= 103
     for model_type, spec in NEWER_FAMILY_SPECS.items():
-        assert spec.since and model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, model_type
+        # a type the installed release lacks, or has with the spec its release sees (`older`: fixed upstream later)
+        assert spec.since and (model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or spec.older), model_type
         assert f"| {spec.status} |" in rows[model_type]
 
 
 def test_newer_types_have_a_release_and_the_installed_one_has_the_others():
-    for model_type in ("llava_onevision1_5", "ovis2_5", "pi05"):
-        assert ALL_FAMILY_SPECS[model_type].since == "5.25"
+    # A type starting at a release states it (the types transformers 5.25 added, and those it made adaptable)
+    newer = {model_type: spec.since for model_type, spec in ALL_FAMILY_SPECS.items() if spec.since}
+    assert len(newer) >= 3 and set(newer.values()) == {"5.25"}, newer
     for model_type, spec in FAMILY_SPECS.items():
-        assert spec.installed and model_type not in NEWER_FAMILY_SPECS
+        assert spec.installed
+        if model_type in NEWER_FAMILY_SPECS:  # the installed release sees the spec a later one replaces
+            assert spec is ALL_FAMILY_SPECS[model_type].older, model_type
+    for model_type, spec in ALL_FAMILY_SPECS.items():
+        if spec.older is not None:
+            assert spec.since and spec.older.status != spec.status, model_type
     # an installed type's drop-in has a case; a newer type's case is left out, with the release it needs
     from support.cases import CASES_FOR_NEWER_TRANSFORMERS
 
     assert set(CASES_FOR_NEWER_TRANSFORMERS) == {t for t, s in NEWER_FAMILY_SPECS.items() if s.drop_in is not None}
     assert all(">=5.25" in reason for reason in CASES_FOR_NEWER_TRANSFORMERS.values())
     assert not set(NEWER_FAMILY_SPECS) & set(FAMILY_CASES)
+
+
+def test_a_spec_starting_later_gives_older_releases_its_older_spec():
+    older = blocked_upstream("the forward fails on every call before 9.9")
+    spec = drop_in("fam.FamForConditionalGeneration", since="9.9", older=older)
+    assert not spec.installed and spec.older is older and older.installed
+    with pytest.raises(ValueError, match="starts at a release"):
+        drop_in("fam.FamForConditionalGeneration", older=older)
 
 
 def _two_release_documents(families_table) -> tuple[str, str]:
@@ -196,6 +212,14 @@ def test_an_older_release_checks_the_types_it_has(families_table):
         "no row for new" in problem
         for problem in families_table.older_release_problems(without_new, older, {"new": "9.9"})
     )
+
+
+def test_an_older_release_sees_a_type_it_has_with_its_older_spec(families_table):
+    # `old` is a drop-in from 9.9 (fixed upstream there); the older release renders its blocked row, not checked
+    newest, older = _two_release_documents(families_table)
+    fixed_later = older.replace("a true reason", "blocked before 9.9")
+    assert families_table.older_release_problems(newest, fixed_later, {"new": "9.9", "old": "9.9"}) == []
+    assert families_table.older_release_problems(newest, fixed_later, {"new": "9.9"})
 
 
 def test_an_older_release_does_not_rewrite_the_newest_view(families_table, monkeypatch, tmp_path, capsys):

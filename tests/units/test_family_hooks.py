@@ -17,6 +17,7 @@ from transformers.models.llava_next.modeling_llava_next import image_size_to_num
 
 from conftest import model_pair
 from support.registry import FAMILY_CASES
+from support.traits import facts, families_with, pads_images_to_batch
 from vlmprep import LlavaForConditionalGeneration
 from vlmprep.testing import IMAGE, VIDEO, VisionRunCounter, build_prompt, random_pixels, tiny_llava_config, tiny_model
 
@@ -163,7 +164,7 @@ def test_video_llava_continuing_from_a_returned_cache_is_exact_and_encodes_only_
     assert runs.rows == [both["pixel_values_videos"].shape[1]], "only the new video's frames are encoded"
 
 
-@pytest.mark.parametrize("family", ["mistral3", "llava_next"])
+@pytest.mark.parametrize("family", families_with(pads_images_to_batch))
 def test_an_image_selected_from_a_padded_batch_is_unpadded(family):
     # `ItemSchema.unpad`: a processor pads images (Pixtral: to the largest size; any-res: to the most
     # crops) to batch them; the selected image's inputs, and so its hash, are those of the image alone.
@@ -171,7 +172,7 @@ def test_an_image_selected_from_a_padded_batch_is_unpadded(family):
     batch = FAMILY_CASES[family].build_inputs(ours.config, [IMAGE, [5], IMAGE], [2, 0])
     small = ours.select_item_inputs(batch, [0])
     height, width = (int(side) for side in batch["image_sizes"][0])
-    if family == "mistral3":
+    if facts(family).pixel_layout == "up_to_size":
         alone = batch["pixel_values"][:1, :, :height, :width]
     else:
         crops = image_size_to_num_patches((height, width), ours.config.image_grid_pinpoints, 8)

@@ -11,22 +11,14 @@ import torch
 import transformers
 
 import vlmprep.models
+from support.traits import families_with, takes
 from vlmprep.generation.facts import AudioPlacement
 from vlmprep.models.layouts.audio import EncodedAudioForward
 from vlmprep.models.registry import drop_in_class_of
 from vlmprep.testing import tiny_model
 from vlmprep.testing.configs import tiny_dots3_note_config, tiny_gemma4_config, tiny_muse_spark_config
 
-AUDIO_FAMILIES = [
-    "apertus1p5",
-    "dots3_note",
-    "gemma4",
-    "inkling_mm_model",
-    "muse_spark",
-    "nemotron_h_omni",
-    "qwen2_5_omni_thinker",
-    "qwen3_omni_moe_thinker",
-]
+AUDIO_FAMILIES = families_with(takes("audio"))
 MODELS = pathlib.Path(vlmprep.models.__file__).parent
 ITEM_OVERRIDES = {"forward", "count_items", "select_item_inputs", "select_audio_inputs", "count_audio_clips"}
 

@@ -48,43 +48,9 @@ def _family_lists(tree: ast.AST) -> list[str]:
     return found
 
 
-# Files that still hold family lists, to be derived from traits or stated in the cases (issue 37); each fails the
-# guard until then (strict: a file cleared must leave this set). test_items_audio.py is another change's to clear.
-NOT_YET_CLEARED = frozenset(
-    {
-        "batching/test_families_omnic.py",
-        "loading/test_alias_types.py",
-        "scenarios/test_encoder_cache.py",
-        "scenarios/test_indexed_families.py",
-        "scenarios/test_prefix_cache.py",
-        "scenarios/test_prefix_cache_hybrid.py",
-        "units/test_assisted.py",
-        "units/test_families_table.py",
-        "units/test_family_hooks.py",
-        "units/test_items_audio.py",
-        "units/test_patch_grid_names.py",
-    }
-)
-NOT_YET = pytest.mark.xfail(strict=True, reason="still holds a hand-typed list of families (issue 37)")
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            path,
-            id=str(path.relative_to(TESTS)),
-            marks=[NOT_YET] if str(path.relative_to(TESTS)) in NOT_YET_CLEARED else [],
-        )
-        for path in _test_files()
-    ],
-)
+@pytest.mark.parametrize("path", _test_files(), ids=lambda path: str(path.relative_to(TESTS)))
 def test_no_hand_typed_family_list(path):
     assert _family_lists(ast.parse(path.read_text(), str(path))) == []
-
-
-def test_the_files_not_yet_cleared_exist():
-    assert {str(path.relative_to(TESTS)) for path in _test_files()} >= NOT_YET_CLEARED
 
 
 def test_the_guard_sees_a_family_list():

@@ -3,7 +3,7 @@ temporal patches), the error for pixels of another shape, and Kimi K2.5's counts
 
 The expected shapes are the processors' (`Qwen2VLImageProcessor`: `channels * temporal * patch**2` values per row;
 PaddleOCR-VL's: a `(channels, patch, patch)` image per row; Cosmos3 Edge's video processor refuses any temporal patch
-but 1), never the drop-ins'.
+but 1), as each family's case builds its pixel rows, never the drop-ins'.
 """
 
 from __future__ import annotations
@@ -12,26 +12,20 @@ import pytest
 import torch
 import transformers
 
+from support.registry import FAMILY_CASES
+from support.traits import drop_in, families_with, has_layout, images_as_grids, not_
 from vlmprep.generation.validation import cached_key_shape
-from vlmprep.models.cosmos3_edge import Cosmos3EdgeForConditionalGeneration
 from vlmprep.models.kimi_k25 import Kimi_K25ForConditionalGeneration
 from vlmprep.models.paddleocr_vl import PaddleOCRVLForConditionalGeneration
-from vlmprep.models.qwen2_vl import Qwen2VLForConditionalGeneration
-from vlmprep.testing import tiny_config
-
-PATCH_SHAPES = {
-    "qwen2_vl": (Qwen2VLForConditionalGeneration, (3 * 2 * 4 * 4,)),
-    "paddleocr_vl": (PaddleOCRVLForConditionalGeneration, (3, 4, 4)),
-    "cosmos3_edge": (Cosmos3EdgeForConditionalGeneration, (3 * 4 * 4,)),
-    "kimi_k25": (Kimi_K25ForConditionalGeneration, (3, 4, 4)),
-}
+from vlmprep.testing import IMAGE, tiny_config
 
 
-@pytest.mark.parametrize("model_type", sorted(PATCH_SHAPES))
+# The token-grid layout's rows are squares of merged patches, not patches (tests/units/test_family_hooks.py)
+@pytest.mark.parametrize("model_type", families_with(images_as_grids, not_(has_layout("token_grid_text_positions"))))
 def test_patch_shape_is_the_processors(model_type):
-    drop_in, shape = PATCH_SHAPES[model_type]
-    vision_config = tiny_config(model_type).vision_config
-    assert drop_in.vision_config_names.patch_shape_of(vision_config) == shape
+    config = tiny_config(model_type)
+    rows = FAMILY_CASES[model_type].build_inputs(config, [[5], IMAGE], [0])["pixel_values"]
+    assert drop_in(model_type).vision_config_names.patch_shape_of(config.vision_config) == rows.shape[1:]
 
 
 def test_flattened_patches_are_refused_where_the_tower_takes_patch_images():

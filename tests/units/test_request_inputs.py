@@ -13,7 +13,7 @@ import inspect
 import pytest
 
 from support.registry import FAMILY_CASES
-from support.traits import engine_refusal, families_with, sampled
+from support.traits import engine_refusal, families_with, is_encoder_decoder, sampled
 from vlmprep.batching.prompt import request_input_keys
 from vlmprep.models.registry import load_drop_in_classes
 
@@ -47,6 +47,10 @@ CALL_OPTIONS = {
 }
 # Inputs the engine does not carry, for which it refuses the family outright (`vlmprep.batching.support`).
 REFUSED_INPUTS = ("moe_mm_token_type_ids",)
+# An encoder-decoder's decoder inputs and encoder output: the engine refuses such a model outright.
+ENCODER_DECODER_INPUTS = frozenset(
+    {"decoder_input_ids", "decoder_attention_mask", "decoder_inputs_embeds", "decoder_position_ids", "encoder_outputs"}
+)
 
 
 def unread_inputs(model_type: str) -> frozenset[str]:
@@ -58,9 +62,13 @@ def unread_inputs(model_type: str) -> frozenset[str]:
 @pytest.mark.parametrize("model_type", sorted(DROP_INS))
 def test_every_input_the_forward_reads_travels_with_a_request(model_type):
     drop_in = DROP_INS[model_type]
+    if "continuous_batching_refusal" in dir(drop_in):
+        pytest.skip(drop_in.continuous_batching_refusal(None))  # the engine runs no request of it: nothing travels
     parameters = set(inspect.signature(drop_in.forward).parameters)
     left = parameters - request_input_keys(drop_in.vision_facts) - ENGINE_SUPPLIED - CALL_OPTIONS
     refused = {name for name in REFUSED_INPUTS if name in parameters and engine_refusal(model_type) == name}
+    if is_encoder_decoder(model_type):
+        refused |= ENCODER_DECODER_INPUTS & parameters
     assert left == set(unread_inputs(model_type)) | refused
 
 

@@ -63,6 +63,13 @@ def check_batching_support(model, with_items: bool = True) -> None:
     refusal = getattr(model, "continuous_batching_refusal", None)
     if refusal is not None and refusal() is not None:  # a family (its layout) that states why it is not run
         raise ValueError(f"{name}: {refusal()} Use `generate` for this model.")
+    if model.config.is_encoder_decoder:
+        raise ValueError(
+            f"{name} is an encoder-decoder: transformers' continuous-batching engine schedules decoder-only requests "
+            "(one paged self-attention cache, no encoder pass and no cross-attention cache per request), so it cannot "
+            "run this model. Use `generate` (it takes a batch of prompts; the encoder cache keeps each image's "
+            "features across calls)."
+        )
     layer_types = set(getattr(model.config.get_text_config(), "layer_types", None) or ())
     other_layers = sorted(layer_types - {"full_attention", "sliding_attention"})
     if other_layers:

@@ -51,7 +51,8 @@ def run_chat(args: argparse.Namespace, stdin: IO[str] | None = None, stdout: IO[
     stdout = stdout or sys.stdout
     device = loading.resolve_device(args.device)
     model, processor = loading.load_model_and_processor(args.model, device, progress=loading.loading_progress())
-    model.prefix_cache = PrefixCache()
+    # An encoder-decoder's decoder KV is no prefix of the next turn's (the drop-in refuses a prefix cache)
+    model.prefix_cache = None if model.config.is_encoder_decoder else PrefixCache()
     interactive = stdin.isatty()
     print(f"vlmprep chat with {args.model} ({model.config.model_type}); {CHAT_HELP}", file=stdout)
     chat = _Conversation()

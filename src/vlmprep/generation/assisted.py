@@ -98,10 +98,19 @@ def check_no_recurrent_state(model, generation_mode: GenerationMode) -> None:
             assistant model, MTP, early exit) is checked.
 
     Raises:
-        `ValueError`: the call is assisted and the decoder has layers with a recurrent state.
+        `ValueError`: the call is assisted and the decoder has layers with a recurrent state, or layers holding item
+            states (`FamilyHooks.item_state_layers`).
     """
     if generation_mode != GenerationMode.ASSISTED_GENERATION:
         return
+    if model.item_state_layers():
+        # transformers fails here too, with a raw shape error from the cropped layers
+        raise ValueError(
+            f"Assisted decoding (`prompt_lookup_num_tokens`, `assistant_model`, MTP, early exit) is not supported on "
+            f"{model.config.model_type}: cutting a rejected draft out of the cache crops every layer to a token count, "
+            "and its cross-attention layers hold the images' states, not per-token states. Generate without drafts: "
+            "drop `prompt_lookup_num_tokens` and `assistant_model`."
+        )
     layer_types = recurrent_layer_types(model.config)
     if layer_types:
         raise ValueError(
@@ -188,7 +197,7 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
         or model_kwargs.get("next_sequence_length") is not None
         or not isinstance(planned, PlannedEncoderOutputs)
         or planned.prepared.offset != 0
-        or input_ids.shape[-1] < planned.end  # a prefill chunk (cross-attention families get the whole plan there)
+        or input_ids.shape[-1] < planned.end  # a prefill chunk (`CrossAttention.every_forward`: the whole plan)
         or cache is None
         or all(getattr(cache, "is_linear", [False]))
     ):

@@ -19,16 +19,12 @@ from .spans import ItemSpan
 SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, ...]]]
 
 
-# The modalities whose `get_<modality>_features` an encoding module may have.
-ENCODED_MODALITIES = ("image", "video", "audio")
-
-
 def encoding_module(model: torch.nn.Module) -> torch.nn.Module:
     """The module whose `get_<modality>_features` encode a model's items: its inner `model`, or the model itself where
-    the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni) or the inner model has no encoder
-    method (IDEFICS: the drop-in states it), as `vlmprep.testing.VisionRunCounter` finds them."""
+    the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni) or the inner model has no such
+    method (T5Gemma 2, whose tower is its encoder's; Llama 3.2 Vision, whose forward runs tower and projector), as `vlmprep.testing.VisionRunCounter` finds them."""
     inner = getattr(model, "model", None)
-    if inner is None or not any(hasattr(inner, f"get_{name}_features") for name in ENCODED_MODALITIES):
+    if inner is None or not any(hasattr(inner, f"get_{name}_features") for name in ("image", "video", "audio")):
         return model
     return inner
 
@@ -225,7 +221,8 @@ class ItemEncoder:
                 features[index] = features[first]
                 if first in deepstack:
                     deepstack[index] = deepstack[first]
-        self._check_feature_rows(needed, features)
+        if model.vision_facts.cross_attention is None:  # cross-attention states fill no placeholders
+            self._check_feature_rows(needed, features)
         return features, deepstack
 
     def _keys(self, pending: list[int], known: dict[int, str], use_cache: bool) -> dict[int, tuple]:

@@ -117,6 +117,33 @@ class ModalityFacts:
 
 
 @dataclass(frozen=True)
+class CrossAttention:
+    """How a model reads its items through cross-attention layers, where a placeholder only marks where an item's
+    cross-attention mask starts rather than receiving rows.
+
+    Args:
+        states_key (`str`):
+            the forward input that takes the items' features as the states its cross-attention layers read (Llama 3.2
+            Vision's `cross_attention_states`). The features of a row's items are concatenated in prompt order into
+            one `(rows, positions, dim)` tensor, fed to the first forward of the rest of the prompt only (the
+            cross-attention layers cache their keys and values).
+        mask (`tuple[str, int]`, *optional*):
+            `(input, axis)` of the mask saying which items each token sees, which runs along the sequence on `axis`
+            and is cut at each prefill chunk's end as the attention mask is (Llama 3.2 Vision's
+            `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1).
+        every_forward (`bool`, *optional*, defaults to `False`):
+            whether every forward (each prefill chunk, each decoding step) reads the states again rather than the
+            layers caching them (IDEFICS's gated cross-attention): every item of the prompt is then prepared whatever
+            the cache holds (an encoder-cache hit for those encoded before), and every forward gets the whole plan as
+            `mm_encoder_outputs`, from which the family's forward fills `states_key` itself.
+    """
+
+    states_key: str
+    mask: tuple[str, int] | None = None
+    every_forward: bool = False
+
+
+@dataclass(frozen=True)
 class VisionFacts:
     """What the shared mixin needs to know about one VLM family. Behaviour lives in the mixin; families state facts.
 
@@ -188,11 +215,10 @@ class VisionFacts:
             whether a forward's `pooler_output` is a list of one tensor per item run in its slice, every modality
             (Ovis2.5, which counts the items fed against their start and end tokens), rather than one tensor (or a
             one-tensor list, `features_as_list`) of all the slice's rows.
-        cross_attention (`bool`, *optional*, defaults to `False`):
-            whether the model reads the items' features through cross-attention from the tokens after them rather than
-            placing them at their placeholders (IDEFICS: one `<image>` token per image, whose features are one row):
-            every item of the prompt is then prepared whatever the cache holds (an encoder-cache hit for those encoded
-            before), and every forward (each prefill chunk, each decoding step) gets all of them (`PlannedEncoderOutputs`).
+        cross_attention (`CrossAttention`, *optional*):
+            for a model that reads its items through cross-attention layers rather than at placeholders (Llama 3.2
+            Vision, IDEFICS), which input takes them, which mask says what each token sees and whether every forward
+            reads them; `None` for families whose features fill placeholder runs.
     """
 
     placeholder_attr: str | None = "image_token_id"
@@ -214,7 +240,7 @@ class VisionFacts:
     modality_token_types: tuple[tuple[str, int], ...] = (("image", 1),)
     block_token_types: tuple[int, ...] = (1,)
     features_per_item: bool = False
-    cross_attention: bool = False
+    cross_attention: CrossAttention | None = None
 
     @functools.cached_property
     def modalities(self) -> tuple[ModalityFacts, ...]:

@@ -211,6 +211,34 @@ class FamilyHooks:
         """
         return []
 
+    def item_state_layers(self) -> tuple[int, ...]:
+        """The decoder layers whose cache holds item states rather than per-token keys and values (Llama 3.2 Vision's
+        cross-attention layers, which cache the images' projected states): the prefix store keeps none of theirs, and
+        a cache restored from it gets the items fed again. The default `()`: every layer caches per token.
+
+        Returns:
+            `tuple[int, ...]`
+        """
+        return ()
+
+    def cache_holds_item_states(self, cache, cached_items: int = 0) -> bool:
+        """Whether `cache` holds the item states of the layers of `item_state_layers` (always, without such layers).
+
+        A family may check them against the items before the resume point, and raise where they cannot be theirs.
+
+        Args:
+            cache (`Cache`, *optional*): the call's cache.
+            cached_items (`int`, *optional*, defaults to `0`): the most items a row has before the resume point.
+
+        Returns:
+            `bool`
+        """
+        layers = self.item_state_layers()
+        if not layers or cache is None:
+            return True
+        held = [cache.layers[index] for index in layers if index < len(cache.layers)]
+        return any(getattr(layer, "keys", None) is not None and layer.keys.numel() > 0 for layer in held)
+
     def block_layer_types(self) -> tuple[str, ...] | None:
         """The decoder layer types on which a bidirectional block's tokens attend to each other; `None`: every layer.
 

@@ -115,6 +115,9 @@ class ItemInput:
             carries `key`, the name the tower takes and the one hashed.
         flatten (`bool`, *optional*, defaults to `False`): `"batched"`: every axis but the last counts items (Fuyu:
             `(batch, patches, dim)` patches, one item each).
+        item_axes (`int`, *optional*, defaults to `1`): `"batched"`: how many leading axes count items (Llama 3.2
+            Vision: `(batch, images, ...)`, one row's images after another); a selection keeps them, the items in one
+            row (`(1, items, ...)`).
         rebased_on (`str`, *optional*): `"flat"`: the flat input (split along its first axis) whose rows, flattened
             over every axis but the last, this input's entries index across the whole call (Molmo2's
             `image_token_pooling` on transformers 5.24 lists patches of every crop of `pixel_values`): a selection
@@ -130,6 +133,7 @@ class ItemInput:
     renamed_from: str | None = None
     flatten: bool = False
     rebased_on: str | None = None
+    item_axes: int = 1
 
     def value(self, model_kwargs: dict[str, Any]) -> Any:
         """The input as the call passed it (under its old name when only that was passed), or `None`."""
@@ -138,12 +142,14 @@ class ItemInput:
             value = model_kwargs.get(self.renamed_from)
         if value is not None and self.flatten:
             value = value.reshape(-1, value.shape[-1])
+        if value is not None and self.item_axes > 1:
+            value = value.flatten(0, self.item_axes - 1)
         return value
 
 
-def batched(key: str, renamed_from: str | None = None, flatten: bool = False) -> ItemInput:
-    """An input with one entry per item along its first axis (see `ItemInput`)."""
-    return ItemInput(key, renamed_from=renamed_from, flatten=flatten)
+def batched(key: str, renamed_from: str | None = None, flatten: bool = False, item_axes: int = 1) -> ItemInput:
+    """An input with one entry per item along its first axis, or its first `item_axes` axes (see `ItemInput`)."""
+    return ItemInput(key, renamed_from=renamed_from, flatten=flatten, item_axes=item_axes)
 
 
 def flat(key: str, shares: Sizes, axis: int = 0, rebased_on: str | None = None) -> ItemInput:
@@ -289,7 +295,11 @@ class ItemSchema:
             elif item_input.kind == "clip":
                 selected.update(_select_clips(model_kwargs, item_input, indices))
             else:
-                selected[item_input.key] = select_items(value, indices)
+                chosen = select_items(value, indices)
+                if item_input.item_axes > 1 and isinstance(chosen, torch.Tensor):
+                    # The items keep the input's leading axes, one row of them: `(1, items, ...)` for two
+                    chosen = chosen[(None,) * (item_input.item_axes - 1)]
+                selected[item_input.key] = chosen
         return selected if self.unpad is None else self.unpad(model, model_kwargs, selected)
 
     def _shares(self, model, model_kwargs: dict[str, Any], item_input: ItemInput) -> list[int]:

@@ -11,8 +11,11 @@
    checked, the cache rolled back out of any bidirectional block it ends in, features computed once (encoder-cache
    hits, then one batched call). They leave as upstream's `mm_encoder_outputs` (a `PlannedEncoderOutputs`: every
    placeholder's rows after the resume point, and the plan): upstream's one-forward paths stay exact unchanged.
+   An encoder-decoder's items are in the encoder's prompt: their features fill its embeddings, and upstream's encoder
+   step runs on them (`encoder_prompt.py`).
 5. `_expand_inputs_for_generation`: beams and `num_return_sequences` share those features, nothing is re-encoded.
 6. `_supports_logits_to_keep`: also where the forward takes `logits_to_keep` through its keyword arguments.
+7. `_prepare_static_cache`: a family sizing item-state layers from pixel inputs sees their item count.
 9. `_prefill`: chunks are planned from the spans (never ending inside a bidirectional block); each runs through
    upstream's own unchunked prefill with exactly the feature rows of the placeholders in its slice.
 
@@ -22,6 +25,7 @@ Decoding is left to transformers. No request state is kept on the model: everyth
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
@@ -31,6 +35,7 @@ from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..cache.recurrent_state import cache_length
 from .assisted import assistant_model_of, check_no_recurrent_state, first_assisted_forward_inputs
+from .encoder_prompt import items_in_encoder_prompt, prepare_encoder_with_items
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
@@ -43,6 +48,21 @@ from .validation import check_no_block_after_cache_in_static_cache, check_prefil
 VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item_hints")
 # Inputs that run along the sequence, cut at each prefill chunk's end.
 CHUNKED_INPUT_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
+
+
+def _chunked_input_axes(facts: VisionFacts) -> dict[str, int]:
+    """The inputs cut at each prefill chunk's end, with the axis their sequence runs along: the last, or the one of a
+    cross-attention mask (`CrossAttention.mask`).
+
+    Args:
+        facts (`VisionFacts`): the family's facts.
+
+    Returns:
+        `dict[str, int]`: input name -> sequence axis.
+    """
+    cross_attention = facts.cross_attention
+    mask = [cross_attention.mask] if cross_attention is not None and cross_attention.mask is not None else []
+    return dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(mask)
 
 
 class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
@@ -138,6 +158,8 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         salt = check_cache_salt(model_kwargs.pop("cache_salt", None))
         request = model_kwargs.pop("vlmprep_prefix_request", None)
         hints = model_kwargs.pop("vlmprep_item_hints", None)  # a server's names for its items (media cache keys)
+        if items_in_encoder_prompt(self, model_input_name, model_kwargs):  # then upstream's encoder step on them
+            return prepare_encoder_with_items(self, inputs_tensor, model_kwargs, generation_config, salt, hints)
         if model_input_name != "input_ids" or self.config.is_encoder_decoder:
             return super()._maybe_prepare_encoder_kwargs_for_generation(
                 inputs_tensor, model_kwargs, model_input_name, generation_config
@@ -194,13 +216,40 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         # through its keyword arguments takes it too, so prefill computes the logits `generate` reads only.
         return super()._supports_logits_to_keep() or "logits_to_keep" in self.language_model_kwargs
 
+    # -- Step 7: `GenerationMixin._prepare_static_cache` ----------------------------------------------------------
+
+    def _prepare_static_cache(
+        self, cache_implementation: str, batch_size: int, max_cache_len: int, prefill_chunk_size, model_kwargs
+    ):
+        # A family's upstream override may size the layers holding item states from the pixel inputs (Llama 3.2
+        # Vision's cross-attention layers: `pixel_values.shape[1]` images a row), which step 4 took out of the kwargs:
+        # it is shown a stand-in of that shape, the prompt's most items in a row.
+        planned = model_kwargs.get("mm_encoder_outputs")
+        key = self.vision_facts.modalities[0].pixel_keys[0] if self.vision_facts.modalities else None
+        if self.item_state_layers() and isinstance(planned, PlannedEncoderOutputs) and model_kwargs.get(key) is None:
+            per_row = Counter(span.row for span in planned.prepared.spans)
+            if per_row:
+                model_kwargs = {**model_kwargs, key: torch.empty(1, max(per_row.values()), 0)}
+        return super()._prepare_static_cache(
+            cache_implementation, batch_size, max_cache_len, prefill_chunk_size, model_kwargs=model_kwargs
+        )
+
     # -- Every forward: `GenerationMixin.prepare_inputs_for_generation` -------------------------------------------
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args, inputs_embeds=None, **kwargs):
         # Assisted decoding's first forward: the tokens after the cache only, drafts typed as generated tokens.
         # `inputs_embeds` is named: upstream's `generate` takes it only where this signature does.
         kwargs = first_assisted_forward_inputs(self, input_ids, kwargs)
-        return super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
+        inputs = super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
+        cross_attention = self.vision_facts.cross_attention
+        if cross_attention is not None and not cross_attention.every_forward and "mm_encoder_outputs" in inputs:
+            # A cross-attention family's forward takes the states under its own name (upstream has dropped them
+            # already where it drops `mm_encoder_outputs`: decoding steps with a cache); one whose every forward reads
+            # them fills that name itself from the plan
+            outputs = inputs.pop("mm_encoder_outputs")
+            if outputs:
+                inputs[cross_attention.states_key] = next(iter(outputs.values())).pooler_output
+        return inputs
 
     # -- Step 9: `GenerationMixin._prefill` -----------------------------------------------------------------------
 
@@ -229,13 +278,14 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 generation_config.prefill_chunk_size = chunk_size
 
         offset = planned.prepared.offset
-        whole = {key: model_kwargs[key] for key in CHUNKED_INPUT_KEYS if model_kwargs.get(key) is not None}
+        axes = _chunked_input_axes(self.vision_facts)
+        whole = {key: model_kwargs[key] for key in axes if model_kwargs.get(key) is not None}
         generation_config.prefill_chunk_size = None
         try:
             for chunk_start, chunk_end in chunks:
                 for key, value in whole.items():
                     # Up to the chunk end: masks read them over cache + chunk (upstream slices the rest itself)
-                    model_kwargs[key] = value[..., :chunk_end]
+                    model_kwargs[key] = value.narrow(axes[key], 0, min(chunk_end, value.shape[axes[key]]))
                 rows = planned.outputs_between(chunk_start, chunk_end)
                 model_kwargs["mm_encoder_outputs"] = rows if rows is not None else {}
                 # Only the chunk's ids: upstream's prefill then feeds them all after the cache

@@ -57,6 +57,13 @@ class ModelCachesMixin:
                 "`prefix_cache=PrefixCache()`, and keep it across calls to reuse prefixes."
             )
         store = prefix_cache if prefix_cache is not None else self.prefix_cache
+        if store is not None and self.config.is_encoder_decoder:
+            raise ValueError(
+                f"{type(self).__name__} is an encoder-decoder: its decoder cross-attends to the whole encoder output of "
+                "each prompt, so a decoder KV cache is never a prefix another prompt can resume from. Call `generate` "
+                "without `prefix_cache` (and set `model.prefix_cache = None`): the encoder cache already keeps each "
+                "image's features across prompts, so a new prompt on a cached image runs only the text encoder."
+            )
         if store is not None and any_module_training(self):
             logger.warning_once(
                 "The prefix cache is not used with the model in train mode (dropout changes the KV); this call "

@@ -8,6 +8,7 @@ step (encoding, chunk planning, slicing the features per chunk) reads the plan i
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,6 @@ class PromptPlan:
         encoder (`ItemEncoder`): hashes and features of the call's items.
         supplied (`SuppliedFeatures`): features the caller passed instead of pixels, by item index.
         item_hashes (`dict[int, str]`): content hashes already computed (by the prefix-cache lookup).
-        every_item_needed (`bool`): whether tokens after the resume point read items before it (cross-attention).
     """
 
     offset: int
@@ -59,7 +59,9 @@ class PromptPlan:
     encoder: ItemEncoder
     supplied: SuppliedFeatures = ({}, {})
     item_hashes: dict[int, str] = field(default_factory=dict)
-    every_item_needed: bool = False
+    # False when the cache holds the tokens before the resume point but not the item states a family caches apart
+    # (a restored prefix: the store keeps per-token K/V only): every item is then fed again
+    cache_holds_items: bool = True
 
     @property
     def end(self) -> int:
@@ -68,10 +70,9 @@ class PromptPlan:
 
     def needed_items(self) -> list[int]:
         """The items prefill needs: those with a placeholder after the resume point (the others are in the cache),
-        or every item where later tokens read them through cross-attention (the cache holds no image states then)."""
-        return sorted(
-            {span.item_index for span in self.spans if span.end > self.resume_point or self.every_item_needed}
-        )
+        or every item when the cache lacks the item states the family caches apart (`cache_holds_items`)."""
+        first = self.resume_point if self.cache_holds_items else 0
+        return sorted({span.item_index for span in self.spans if span.end > first})
 
 
 def plan_prompt(
@@ -129,7 +130,6 @@ def plan_prompt(
     whole_item_blocks = model.whole_item_blocks(spans)  # fed whole, as bidirectional blocks are (Ovis2.5's)
     blocks = bidirectional_blocks(model, token_types, model_kwargs.get("attention_mask")) + whole_item_blocks
     plan = PromptPlan(offset, prompt_length, spans, blocks, merge_blocks(blocks), past_length, encoder, given)
-    plan.every_item_needed = model.vision_facts.cross_attention
 
     # 4.4 A prefix-cache hit becomes the cache (when the caller passed none), with its exact resume point;
     # 4.5 otherwise the caller's cache: resume never strictly inside a bidirectional block.
@@ -150,6 +150,13 @@ def plan_prompt(
             )
     else:
         plan.resume_point = _resume_in_callers_cache(cache, past_length, offset, plan.intervals)
+    if plan.resume_point > 0:
+        cached_items = Counter(span.row for span in spans if span.end <= plan.resume_point)
+        most = max(cached_items.values(), default=0)
+        cross_attention = model.vision_facts.cross_attention
+        # States every forward reads are in no cache layer (IDEFICS): the tokens after the resume point read them all
+        every_forward = cross_attention is not None and cross_attention.every_forward
+        plan.cache_holds_items = not every_forward and model.cache_holds_item_states(model_kwargs.get("cache"), most)
     return plan
 
 

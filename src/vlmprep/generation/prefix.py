@@ -39,6 +39,7 @@ from .prefix_rows import (
     PrefixRow,
     call_namespace,
     host,
+    items_of_leading_blocks,
     leading_padding,
     per_token_inputs,
     row_inputs,
@@ -77,6 +78,7 @@ class PrefixRequest:
         self.padding_sensitive = False  # a padded row's KV is not the unpadded row's: padded rows are not stored
         self.snapshots: SnapshotPoints | None = None  # a hybrid decoder's states where a later request may part
         self.layer_count = 0  # the call's cache layers before any forward
+        self.item_layers: tuple[int, ...] = ()  # layers caching item states: stored empty (`item_state_layers`)
 
     def chunks_with_snapshot_points(self, chunks: list, prepared, cache: Cache) -> list[tuple[int, int]]:
         """A hybrid decoder's prefill chunks also cut where its states are snapshotted (`SnapshotPoints.chunks`);
@@ -154,7 +156,8 @@ class PrefixRequest:
             `tuple[Cache, int]`: the cache, and the point prefill resumes from: the tokens it holds, never strictly
             inside a bidirectional block unless the stored KV saw the very same blocks (batch of one).
         """
-        self._start(model, input_ids, model_kwargs, call_namespace(model, salt, plan.spans), generation_config)
+        namespace = (*call_namespace(model, salt, plan.spans), *items_of_leading_blocks(model, plan))
+        self._start(model, input_ids, model_kwargs, namespace, generation_config)
         ends = self._match_rows(input_ids, model_kwargs.get("attention_mask"), plan)
         resume = self._resume_point(ends, plan.intervals)
         if resume > 0 and len(self.rows) == 1 and self.rows[0].pad == 0:
@@ -180,7 +183,7 @@ class PrefixRequest:
                 f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
                 "stores its prompt and answer for later calls (under the same attention implementation)."
             )
-        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1])
+        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1], model_kwargs)
         self.recurrent = bool(recurrent_layer_indices(self.cache))
         if self.recurrent:
             self.snapshots = SnapshotPoints(self.cache, self.prompt_length, *self.store.snapshot_policy)
@@ -188,6 +191,7 @@ class PrefixRequest:
                 self.snapshots.watch(model)  # the prompt's end and the answer's states, after each forward
         self.padding_sensitive = self.recurrent or bool(extended_layer_classes(self.cache))
         self.layer_count = len(self.cache.layers)
+        self.item_layers = tuple(model.item_state_layers())
 
     def _match_rows(self, input_ids: torch.Tensor, attention_mask, plan: PromptPlan) -> list[int]:
         """Every row's token keys and its usable match in the store; returns each row's reusable end (padded)."""
@@ -303,7 +307,7 @@ class PrefixRequest:
             return
         length = int(self.cache.get_seq_length())
         try:
-            states, extras = stored_layer_states(self.cache, length, len(self.rows))
+            states, extras = stored_layer_states(self.cache, length, len(self.rows), self.item_layers)
         except UnsupportedCacheLayer as error:
             logger.warning_once(f"The prefix cache is not used with this model: {error}. Nothing is stored.")
             return
@@ -358,7 +362,8 @@ class PrefixRequest:
         generated = max(0, length - self.prompt_length)
         kwargs = {key: value for key, value in self.per_token.items() if key != ABSOLUTE_POSITIONS}
         for _ in range(generated):
-            kwargs = self.update_model_kwargs({}, dict(kwargs), num_new_tokens=1)
+            # `is_encoder_decoder` named: some families' overrides take it without a default (Llama 3.2 Vision)
+            kwargs = self.update_model_kwargs({}, dict(kwargs), is_encoder_decoder=False, num_new_tokens=1)
         extended = {key: kwargs[key] for key in self.per_token if key in kwargs}
         if ABSOLUTE_POSITIONS in self.per_token:
             extended[ABSOLUTE_POSITIONS] = np.arange(self.prompt_length + generated)[None]
@@ -371,7 +376,7 @@ def _root_key(namespace: tuple[str, ...]) -> bytes:
     return PrefixCache.root_key(namespace)
 
 
-def _new_cache(model, generation_config, batch_size: int, prompt_length: int) -> Cache:
+def _new_cache(model, generation_config, batch_size: int, prompt_length: int, model_kwargs: dict) -> Cache:
     kind = generation_config.cache_implementation
     if kind in ALL_STATIC_CACHE_IMPLEMENTATIONS:
         # Sized as `generate` sizes it in its step 7 (which then takes this cache as the caller's)
@@ -381,7 +386,7 @@ def _new_cache(model, generation_config, batch_size: int, prompt_length: int) ->
             max_length = generation_config.max_length
         max_cache_length = max(max_length - 1, generation_config.max_cache_len or 0)
         chunk_size = generation_config.prefill_chunk_size
-        cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, {})
+        cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, model_kwargs=model_kwargs)
     else:
         cache = DynamicCache(config=model.config, offloading=kind == "offloaded")
         # Sliding-window layers keep every state, so the whole row can be stored; layers holding only a running state

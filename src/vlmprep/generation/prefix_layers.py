@@ -73,7 +73,7 @@ def kv_less_layer_indices(cache: Cache) -> list[int]:
 
 
 def stored_layer_states(
-    cache: Cache, length: int, batch_size: int
+    cache: Cache, length: int, batch_size: int, item_layers: tuple[int, ...] = ()
 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]] | None, LayerExtras]:
     """What the store keeps per token of every row: each layer's K/V, then each per-token extra tensor.
 
@@ -81,6 +81,8 @@ def stored_layer_states(
         cache (`Cache`): the call's cache after generation, holding `length` tokens.
         length (`int`): the tokens it holds.
         batch_size (`int`): its rows.
+        item_layers (`tuple[int, ...]`, *optional*, defaults to `()`): layers holding item states, not per-token
+            K/V (`FamilyHooks.item_state_layers`): stored empty, as the layers without K/V.
 
     Returns:
         `tuple`: per stored run, `(keys, values)` of shape `(batch, heads, length, head_dim)` (`None` instead of the
@@ -89,8 +91,11 @@ def stored_layer_states(
     Raises:
         `UnsupportedCacheLayer`: a layer holds something that is not per token (see `describe_layer_extras`).
     """
-    states = [_all_states(layer, length) for layer in cache.layers]
-    for index in kv_less_layer_indices(cache):  # no per-token K/V: an empty run keeps the layers aligned
+    states = [None if index in item_layers else _all_states(layer, length) for index, layer in enumerate(cache.layers)]
+    for index in (
+        *kv_less_layer_indices(cache),
+        *item_layers,
+    ):  # no per-token K/V: an empty run keeps the layers aligned
         states[index] = (torch.empty((batch_size, 0, length, 0)),) * 2  # (batch, no heads, tokens, no dim)
     if any(state is None for state in states):
         return None, LayerExtras()

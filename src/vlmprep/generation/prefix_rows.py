@@ -74,6 +74,24 @@ def call_namespace(model, salt: str | None, spans: list) -> tuple[str, ...]:
     return (*cache_identity(model, part="model"), salt_namespace(salt), *fed)
 
 
+def items_of_leading_blocks(model, plan) -> tuple[str, ...]:
+    """The content hashes of the items inside blocks fed whole from a row's start, for the keys' namespace.
+
+    Args:
+        model: the drop-in (its `whole_item_blocks`).
+        plan (`PromptPlan`): the call's spans and item hashes.
+
+    Returns:
+        `tuple[str, ...]`: empty when no such block holds an item.
+    """
+    # Items of blocks fed whole from a row's start (Llama 3.2 Vision's text before its first image attends to every
+    # image): the row's first tokens' KV depends on them. Keyed apart, a call with other items stores rows of its own
+    # rather than branching off a shared start whose KV saw other items (never reused: `PrefixRow.usable_hit`).
+    starts = {block.row for block in model.whole_item_blocks(plan.spans) if block.start == 0}
+    hashes = [plan.item_hashes.get(span.item_index, "") for span in plan.spans if span.row in starts]
+    return ("leading-block-items", *hashes) if hashes else ()
+
+
 def per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:
     inputs: dict[str, torch.Tensor | np.ndarray] = {
         key: model_kwargs[key]

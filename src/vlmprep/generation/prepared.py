@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from .facts import CrossAttention
 from .spans import ItemSpan, join_single_padding_chunks, padded_positions, plan_prefill_chunks
 
 
@@ -63,8 +64,10 @@ class PreparedItems:
         per_item_list (`bool`, *optional*, defaults to `False`):
             whether `pooler_output` is a list of one tensor per run in a forward's slice (`VisionFacts.features_per_item`)
             rather than in the `as_list` container.
-        cross_attention (`bool`, *optional*, defaults to `False`):
-            whether every forward reads every item (`VisionFacts.cross_attention`): each then gets the whole plan.
+        cross_attention (`CrossAttention`, *optional*):
+            how the model reads the features as cross-attention states (`VisionFacts.cross_attention`) rather than at
+            the placeholders: the first forward from `resume_point` gets them all at once, or every forward gets the
+            whole plan (`CrossAttention.every_forward`, whose forwards also carry its placeholders' rows).
     """
 
     spans: list[ItemSpan]
@@ -77,7 +80,7 @@ class PreparedItems:
     deepstack_targets: tuple[int, ...] | None = None
     item_independent: dict[str, dict] = field(default_factory=dict)
     per_item_list: bool = False
-    cross_attention: bool = False
+    cross_attention: CrossAttention | None = None
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -124,6 +127,10 @@ class PreparedItems:
 
     def encoder_outputs_between(self, start: int, end: int) -> dict[str, EncoderRows] | None:
         """`mm_encoder_outputs` for a forward over positions `[start, end)`, in the container the model reads."""
+        if self.cross_attention is not None and not self.cross_attention.every_forward:
+            # Cross-attention layers append the states to their cache: the first forward gets every needed item's
+            states = self.cross_attention_states() if start == self.resume_point else None
+            return None if states is None else {"image": EncoderRows(pooler_output=states)}
         outputs = {}
         for modality in dict.fromkeys(span.modality for span in self.spans):
             rows = self.rows_between(start, end, modality)
@@ -149,6 +156,27 @@ class PreparedItems:
                 output.deepstack_features = deepstack_container(per_layer, self.deepstack_targets)
             outputs[modality] = output
         return outputs or None
+
+    def cross_attention_states(self) -> torch.Tensor | None:
+        """The needed items' features as cross-attention states: each row's items concatenated in prompt order.
+
+        Returns:
+            `torch.Tensor` of shape `(rows, positions, dim)`, or `None` when no item is needed.
+        """
+        per_row: dict[int, list[torch.Tensor]] = {}
+        for span in self.spans:  # sorted by (row, start)
+            if span.item_index in self.features:
+                per_row.setdefault(span.row, []).append(self.features[span.item_index])
+        if not per_row:
+            return None
+        rows = [torch.cat(per_row.get(row, []), dim=0) for row in range(max(per_row) + 1)]
+        if len({row.shape[0] for row in rows}) != 1:
+            raise ValueError(
+                "The rows of this batch have different numbers of images after the cache. A cross-attention model "
+                "attends to every image of its row, including the padding image slots the processor adds, whose "
+                "states vlmprep does not compute: pass one row per call, or the same number of images in every row."
+            )
+        return torch.stack(rows)  # (rows, items * positions, dim)
 
     def _container(self, rows: torch.Tensor, modality: str) -> torch.Tensor | list[torch.Tensor]:
         as_list = self.as_list.get(modality, False) if isinstance(self.as_list, dict) else self.as_list
@@ -192,8 +220,9 @@ class PlannedEncoderOutputs(dict):
 
     def outputs_between(self, start: int, end: int) -> dict | None:
         """`mm_encoder_outputs` of a prefill forward over positions `[start, end)`: the rows of its placeholders, or
-        the whole plan where every forward reads every item (cross-attention, `VisionFacts.cross_attention`)."""
-        if self.prepared.cross_attention:
+        the whole plan where every forward reads every item (`CrossAttention.every_forward`)."""
+        cross_attention = self.prepared.cross_attention
+        if cross_attention is not None and cross_attention.every_forward:
             return self
         return self.prepared.encoder_outputs_between(start, end)
 

@@ -70,6 +70,10 @@ class FamilySpec:
             the transformers release that added the model type (`"5.25"`), where it is newer than the lowest supported
             one; `None` when every supported release has it. Under an older transformers the spec is not installed:
             it is absent from `FAMILY_SPECS` (no drop-in, no test case), listed in `NEWER_FAMILY_SPECS` instead.
+        older (`FamilySpec`, *optional*):
+            with `since`, for a model type that older releases have too but that vlmprep can adapt only from `since`
+            on (transformers fixed it there): the spec those older releases see in `FAMILY_SPECS` (a type blocked
+            upstream, with its reason).
     """
 
     status: str
@@ -79,6 +83,7 @@ class FamilySpec:
     reason: str | None = None
     tiny_config: str | None = None
     since: str | None = None
+    older: FamilySpec | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -93,6 +98,10 @@ class FamilySpec:
             raise ValueError("An alias (and only an alias) names the model type whose drop-in it loads.")
         if (self.status in (DROP_IN, ALIAS)) == (self.reason is not None):
             raise ValueError("A type without a drop-in of its own or of another type says what stands in the way.")
+        if self.older is not None and (self.since is None or self.older.since is not None):
+            raise ValueError(
+                "Only a spec that starts at a release (`since`) states what older releases see (`older`)."
+            )
 
     @property
     def installed(self) -> bool:
@@ -118,9 +127,12 @@ class FamilySpec:
         return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.class_name)
 
 
-def drop_in(drop_in: str, text_only: TextOnlyFamily | None = None, since: str | None = None) -> FamilySpec:
-    """A drop-in's spec: `"<module>.<class>"`, its text-only rule and the transformers release that added it (`since`);
-    its tiny config is named after the module.
+def drop_in(
+    drop_in: str, text_only: TextOnlyFamily | None = None, since: str | None = None, older: FamilySpec | None = None
+) -> FamilySpec:
+    """A drop-in's spec: `"<module>.<class>"`, its text-only rule and the transformers release that added it (`since`),
+    or from which vlmprep adapts it while older releases see the spec `older`; its tiny config is named after the
+    module.
 
     The drop-in's layout is stated once, by its class (the layout class among its bases: `layouts.layout_of`).
     """
@@ -131,7 +143,7 @@ def drop_in(drop_in: str, text_only: TextOnlyFamily | None = None, since: str | 
         )
     # A drop-in's tiny test config is built by `tiny_<module>_config` of `vlmprep.testing.configs`.
     tiny_config = f"tiny_{drop_in.rsplit('.', 1)[0]}_config"
-    return FamilySpec(DROP_IN, drop_in=drop_in, text_only=text_only, tiny_config=tiny_config, since=since)
+    return FamilySpec(DROP_IN, drop_in=drop_in, text_only=text_only, tiny_config=tiny_config, since=since, older=older)
 
 
 def alias(model_type: str) -> FamilySpec:

@@ -26,6 +26,7 @@ import torch
 import transformers
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from ..generation.facts import CrossAttention
 from ..generation.prepared import PlannedEncoderOutputs, PreparedItems
 from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin, keeps_upstream_interface
@@ -51,9 +52,13 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
     ```
     """
 
-    # One `<image>` token per image; the features are read by cross-attention from every later forward.
+    # One `<image>` token per image; the features are read by gated cross-attention in every later forward, which
+    # `forward` hands upstream as `perceiver_embeddings` (`image_encoder_embeddings` without a resampler).
     vision_facts = replace(
-        SubImagesLayout.vision_facts, per_image_keys=(), tokens_per_image=lambda config: 1, cross_attention=True
+        SubImagesLayout.vision_facts,
+        per_image_keys=(),
+        tokens_per_image=lambda config: 1,
+        cross_attention=CrossAttention("perceiver_embeddings", mask=("image_attention_mask", 1), every_forward=True),
     )
 
     @classmethod

@@ -108,7 +108,8 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "aria": drop_in("aria.AriaForConditionalGeneration"),
         "aya_vision": drop_in("aya_vision.AyaVisionForConditionalGeneration", COHERE2_VISION),
         "blip": not_placeholder_based(
-            "own `generate`: the BERT text decoder cross-attends to the image embeddings; no image placeholders"
+            "own `generate`: the vision tower runs there and the BERT text decoder's own `generate` "
+            "cross-attends to its output, so none of the generation hooks vlmprep prepares items in is reached"
         ),
         "blip-2": drop_in("blip_2.Blip2ForConditionalGeneration", LANGUAGE_MODEL),
         "chameleon": drop_in("chameleon.ChameleonForConditionalGeneration"),
@@ -131,9 +132,7 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         ),
         "exaone4_5": drop_in("exaone4_5.Exaone4_5_ForConditionalGeneration"),
         "fast_vlm": candidate(f"one placeholder run per image, but the vision tower is timm's FastViT: {_TIMM}"),
-        "florence2": not_placeholder_based(
-            "encoder-decoder (BART): image features join the prompt in the encoder; the decoder cross-attends"
-        ),
+        "florence2": drop_in("florence2.Florence2ForConditionalGeneration"),
         "fuyu": drop_in("fuyu.FuyuForCausalLM", LANGUAGE_MODEL),
         "gemma3": drop_in("gemma3.Gemma3ForConditionalGeneration", LANGUAGE_MODEL),
         "gemma3n": blocked_upstream(f"its vision tower is timm's MobileNetV5: {_TIMM}; then {_AUDIO_IN_FORWARD}"),
@@ -142,7 +141,8 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "encoder-free: images and audio are embedded inside the forward, there is no vision tower to run once"
         ),
         "git": not_placeholder_based(
-            "image embeddings are concatenated in front of the text inside the forward; no placeholder tokens"
+            "the forward takes only `pixel_values` and joins the image embeddings in front of the text inside "
+            "itself: no placeholders to fill, no encoded input or cross-attention state to hand it"
         ),
         "glm46v": drop_in("glm46v.Glm46VForConditionalGeneration"),
         "glm4v": drop_in("glm4v.Glm4vForConditionalGeneration"),
@@ -171,8 +171,9 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             "own `generate`: image features are placed by `image_embeds_position_mask`, not `mm_encoder_outputs`"
         ),
         "kosmos-2.5": not_placeholder_based(
-            "image features from `flattened_patches` are placed by `image_embeds_position_mask` inside the forward, "
-            "not through `mm_encoder_outputs`"
+            "image features are placed where `image_embeds_position_mask` is set, inside the forward, not at "
+            "placeholder ids through `mm_encoder_outputs`; its forward does take them encoded (`image_embeds`), "
+            "so the tower could run once, but a layout that places rows by that mask is not written yet"
         ),
         "lfm2_vl": drop_in("lfm2_vl.Lfm2VlForConditionalGeneration", LANGUAGE_MODEL),
         "lfm3_vl": drop_in("lfm3_vl.Lfm3VlForConditionalGeneration"),
@@ -194,9 +195,7 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "mistral3": drop_in("mistral3.Mistral3ForConditionalGeneration", LANGUAGE_MODEL),
         "mistral4": not_placeholder_based("text-only decoder (`Mistral4ForCausalLM`): no image inputs to prepare"),
         "mistral_large4": drop_in("mistral_large4.MistralLarge4ForConditionalGeneration"),
-        "mllama": not_placeholder_based(
-            "cross-attention layers read the image states (`cross_attention_states`); no placeholder tokens"
-        ),
+        "mllama": drop_in("mllama.MllamaForConditionalGeneration", LANGUAGE_MODEL),
         "molmo2": drop_in("molmo2.Molmo2ForConditionalGeneration"),
         "muse_glimmer": drop_in("muse_glimmer.MuseGlimmerForConditionalGeneration"),
         "muse_spark": drop_in("muse_spark.MuseSparkForConditionalGeneration"),
@@ -216,12 +215,15 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
             since="5.25",
         ),
         "pix2struct": not_placeholder_based(
-            "encoder-decoder over `flattened_patches` (the prompt is rendered into the image); the decoder cross-"
-            "attends"
+            "encoder-decoder whose prompt is rendered into the image (`flattened_patches`): a new prompt is a "
+            "new encoder input, with no part to reuse, and the encoder is the model's own (no vision tower to "
+            "run once)"
         ),
         "pp_chart2table": alias("got_ocr2"),
         "pp_formulanet": not_placeholder_based(
-            "encoder-decoder: the image is the encoder input and the decoder cross-attends; no placeholders"
+            "encoder-decoder with no prompt: the image is the whole encoder input and one call decodes it, so "
+            "there is no other prompt on a cached image to save the tower for (a caller reuses an image's "
+            "encoding with `generate(encoder_outputs=...)`)"
         ),
         "qianfan_ocr": drop_in("qianfan_ocr.QianfanOCRForConditionalGeneration"),
         "qwen2_5_omni_thinker": drop_in("qwen2_5_omni.Qwen2_5OmniThinkerForConditionalGeneration"),
@@ -238,26 +240,34 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "shieldgemma2": alias("gemma3"),
         "smolvlm": drop_in("smolvlm.SmolVLMForConditionalGeneration", TEXT_MODEL),
         "step3p7": drop_in("step3p7.Step3p7ForConditionalGeneration"),
-        "t5gemma2": not_placeholder_based(
-            "encoder-decoder: image placeholders are in the encoder's input; the decoder cross-attends"
-        ),
+        "t5gemma2": drop_in("t5gemma2.T5Gemma2ForConditionalGeneration"),
         "udop": not_placeholder_based(
-            "encoder-decoder (T5) over text, layout boxes and image patches; the decoder cross-attends"
+            "encoder-decoder (T5) whose encoder embeds image patches with one linear layer, together with the "
+            "words and their layout boxes: no vision tower to run once, and the whole encoder depends on the "
+            "prompt"
         ),
         "unlimited_ocr": drop_in("unlimited_ocr.UnlimitedOcrForConditionalGeneration"),
         "video_llama_3": drop_in("video_llama_3.VideoLlama3ForConditionalGeneration", LANGUAGE_MODEL),
         "video_llava": drop_in("video_llava.VideoLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vipllava": drop_in("vipllava.VipLlavaForConditionalGeneration", LANGUAGE_MODEL),
         "vision-encoder-decoder": not_placeholder_based(
-            "encoder-decoder: the image is the encoder input (no prompt placeholders); the decoder cross-attends"
+            "encoder-decoder whose encoder is the vision model alone: there are no placeholders or image "
+            "features in a prompt to prepare, the encoder's whole output is the image's (a caller reuses it "
+            "across decoder prompts with `generate(encoder_outputs=...)`)"
         ),
     }
 )
 
-# The specs of the model types the installed transformers has (every one without `since`, and those at or after it):
-# what loads, lists and tests drop-ins reads these. Under an older transformers the others are `NEWER_FAMILY_SPECS`.
+# The specs of the model types the installed transformers has (every one without `since`, those at or after it, and
+# the `older` spec of a type adapted only from a later release): what loads, lists and tests drop-ins reads these.
+# Under an older transformers the specs starting later are `NEWER_FAMILY_SPECS` (a type may be in both: its `older`
+# spec here, its drop-in there).
 FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
-    {model_type: spec for model_type, spec in ALL_FAMILY_SPECS.items() if spec.installed}
+    {
+        model_type: spec if spec.installed else spec.older
+        for model_type, spec in ALL_FAMILY_SPECS.items()
+        if spec.installed or spec.older is not None
+    }
 )
 NEWER_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
     {model_type: spec for model_type, spec in ALL_FAMILY_SPECS.items() if not spec.installed}

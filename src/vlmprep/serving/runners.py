@@ -227,7 +227,9 @@ class VisionPrepGenerateRunner(_VisionPrepRunner, GenerateRunner):
         inputs = dict(inputs)
         salt, hints = inputs.pop("cache_salt", None), inputs.pop(ITEM_HINTS_FIELD, None)
         if self._drop_in():  # a transformers class takes none of them
-            extras = {"cache_salt": salt, ITEM_HINTS_FIELD: hints, "prefix_cache": self.services.prefix_cache}
+            # An encoder-decoder's decoder KV is no prefix of another prompt's (the drop-in refuses a prefix cache)
+            store = None if self.model.config.is_encoder_decoder else self.services.prefix_cache
+            extras = {"cache_salt": salt, ITEM_HINTS_FIELD: hints, "prefix_cache": store}
             inputs.update({name: value for name, value in extras.items() if value is not None})
         super().generate(request_id, inputs, generation_kwargs, stream)
 

@@ -14,6 +14,11 @@ from transformers import PreTrainedConfig
 IMAGE_PATH_INIT_STD = 0.02
 _VANISHING = 1e-6  # a tensor whose largest entry is below this carries (next to) nothing
 _CODEBOOK_BUFFER = "codebook.embed"  # a codebook's vectors, a buffer, compared with the encoder's outputs
+# A decoder's gated cross-attention layers (Llama 3.2 Vision's `cross_attn_attn_gate`, `cross_attn_mlp_gate`) start
+# closed (zero): images reach no logit until they are drawn too, wider than other weights (at 0.02 another image moves
+# the logits by 1e-4 only).
+_DECODER_GATE_SUFFIX = "_gate"
+_DECODER_GATE_STD = 0.5
 _ADDITIVE = ("bias", "pos_embed", "position_embedding", "rel_pos", "cls_token")  # parts of additive tensors' names
 # Molmo2's adapter is a chain of products of small projections (attention pooling, then a gated MLP) whose output is
 # added onto the placeholders' embeddings: at upstream's 0.02 its features are ~1e-9 and images move the logits by
@@ -27,7 +32,8 @@ _PRODUCT_CHAIN_SCALES = (
 def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
     """Re-draws, in place, every multimodal parameter that upstream initialisation leaves zero or vanishing.
 
-    Every weight outside the text decoder and the output embeddings (vision towers, projectors, gates) whose largest
+    Every weight outside the text decoder and the output embeddings (vision towers, projectors, gates), and every
+    gate of the decoder's cross-attention layers (a parameter named `*_gate`), whose largest
     absolute entry is below 1e-6 is drawn from a normal distribution with standard deviation 0.02, with a generator
     seeded by `seed` (the global random state is not touched), so the result is deterministic. Additive tensors
     (biases, position tables, class tokens) are left as they are: at zero they block nothing. A zero codebook buffer
@@ -60,12 +66,15 @@ def make_image_sensitive(model: torch.nn.Module, seed: int = 0) -> list[str]:
     redrawn = []
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if id(parameter) in text_parameters or not parameter.is_floating_point() or parameter.numel() == 0:
+            if not parameter.is_floating_point() or parameter.numel() == 0:
+                continue
+            if id(parameter) in text_parameters and not name.endswith(_DECODER_GATE_SUFFIX):
                 continue
             if any(part in name.rsplit(".", 1)[-1] for part in _ADDITIVE):
                 continue
             if parameter.abs().max().item() < _VANISHING:
-                values = torch.randn(parameter.shape, generator=generator) * IMAGE_PATH_INIT_STD
+                std = _DECODER_GATE_STD if id(parameter) in text_parameters else IMAGE_PATH_INIT_STD
+                values = torch.randn(parameter.shape, generator=generator) * std
                 parameter.copy_(values.to(parameter.dtype))
                 redrawn.append(name)
             elif parameter.ndim == 2 and any(part in name for part, _ in _PRODUCT_CHAIN_SCALES):

@@ -86,12 +86,33 @@ def text_decoder_config(config: PreTrainedConfig) -> PreTrainedConfig:
     probe = family.logit_scale_probe if family is not None else ()
     if probe and not multimodal_class_scales_logits(config.model_type, probe):
         decoder_config.logit_scale = 1.0
-    if type(decoder_config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+    if decoder_class_of(config, decoder_config) is None:
         raise ValueError(
             f"Text config {type(decoder_config).__name__} of {config.model_type!r} has no causal-LM class in "
             "transformers' AutoModelForCausalLM mapping, so its decoder cannot be loaded on its own."
         )
     return decoder_config
+
+
+def decoder_class_of(config: PreTrainedConfig, decoder_config: PreTrainedConfig) -> type | None:
+    """The causal-LM class of a multimodal model's decoder config, from `AutoModelForCausalLM`'s mapping.
+
+    Listed under the decoder config's type, or under the multimodal config's type when that class takes the decoder
+    config (Llama 3.2 Vision: `mllama` maps to `MllamaForCausalLM`, whose config is `MllamaTextConfig`).
+
+    Args:
+        config (`PreTrainedConfig`): the multimodal model's config.
+        decoder_config (`PreTrainedConfig`): its decoder's config (`text_decoder_config`).
+
+    Returns:
+        `type` or `None`: the class, or `None` when the mapping lists none.
+    """
+    if type(decoder_config) in MODEL_FOR_CAUSAL_LM_MAPPING:
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(decoder_config)]
+    by_multimodal_type = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    if by_multimodal_type is not None and by_multimodal_type.config_class is type(decoder_config):
+        return by_multimodal_type
+    return None
 
 
 # Keys of the text config that are about the file or the class, not the decoder's computation.
@@ -247,7 +268,7 @@ def load_text_decoder(pretrained_model_name_or_path: str | os.PathLike, *model_a
     _check_weights_format(kwargs)
     config, family = _text_only_config(pretrained_model_name_or_path, config, trust_remote_code, hub_kwargs)
     decoder_config = text_decoder_config(config)
-    decoder_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(decoder_config)]
+    decoder_class = decoder_class_of(config, decoder_config)
 
     state_dict, checkpoint_names = _read_decoder_state_dict(pretrained_model_name_or_path, family, variant, hub_kwargs)
     if not state_dict:

@@ -41,6 +41,14 @@ REQUIRED_GENERATION_HOOKS: dict[str, tuple[str, ...]] = {
         "model_input_name",
         "generation_config",
     ),
+    # Called, not overridden: an encoder-decoder's prompt is encoded by it on the embeddings holding its items'
+    # features (`generation/encoder_prompt.py`), as Florence-2's own override calls it
+    "_prepare_text_encoder_decoder_kwargs_for_generation": (
+        "inputs_tensor",
+        "model_kwargs",
+        "model_input_name",
+        "generation_config",
+    ),
     "_prepare_position_ids_for_generation": ("inputs_tensor", "model_kwargs"),
     "_expand_inputs_for_generation": ("expand_size", "is_encoder_decoder", "input_ids"),
     "_supports_logits_to_keep": (),

@@ -20,7 +20,7 @@ register(
     FamilyCase(
         "gemma3",
         build_fixed_resolution_inputs,
-        samples=("foundation", "chat", "mainstream", "all_zero_mask_row", "text_only_refusal"),
+        samples=("foundation", "chat", "mainstream", "all_zero_mask_row", "text_only_refusal", "drafted_placeholder"),
     )
 )
 # PaliGemma's suffix (answer) tokens have token type 1: causal, after the bidirectional prefix.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from support.cases import FamilyCase, register
-from support.families.cases_misc import _TEXT_PREFIX_SKIP, instructions_of
+from support.families.cases_qformer import _TEXT_PREFIX_SKIP, instructions_of
 from support.llava_like_inputs import global_and_local_views, prompt_ids
 from vlmprep.testing import random_pixels
 from vlmprep.testing.configs.ivideo import TINY_VIDEO_FRAMES

@@ -116,6 +116,6 @@ register(
         build_lfm2_vl_inputs,
         per_token_keys=(),
         pixel_keys=("pixel_values", "spatial_shapes", "pixel_attention_mask"),
-        samples=("all_zero_mask_row",),
+        samples=("all_zero_mask_row", "state_snapshots"),
     )
 )

@@ -10,6 +10,8 @@ from . import Layout
 
 __all__ = [
     "ANYRES_CROPS_PER_SAMPLE",
+    "ENCODER_PROMPT_IMAGE",
+    "CROSS_ATTENDED_TILES",
     "FIXED_IMAGE",
     "LINEAR_PATCHES",
     "NAFLEX_TILES",
@@ -21,6 +23,19 @@ __all__ = [
 
 # Gemma3, PaliGemma, Chameleon, Ovis2
 FIXED_IMAGE = Layout("fixed_image", "one fixed-resolution image, one run of a fixed count of placeholders")
+
+# Florence-2, T5Gemma 2: encoder-decoders whose images fill placeholders of the encoder's prompt
+ENCODER_PROMPT_IMAGE = Layout(
+    "encoder_prompt_image",
+    "an encoder-decoder: each image is one run of placeholders in the encoder's prompt, its count fixed for an image "
+    "size; the decoder cross-attends to the encoder's output",
+)
+
+# Llama 3.2 Vision (mllama)
+CROSS_ATTENDED_TILES = Layout(
+    "cross_attended_tiles",
+    "an image's tiles are cross-attention states, not placeholder rows; one marker token per image starts its mask",
+)
 
 # Emu3
 SIZED_IMAGE = Layout(

@@ -1,14 +1,14 @@
 """Tiny configs of InstructBLIP-Video and DeepSeek-OCR-2.
 
-InstructBLIP-Video: InstructBLIP's tiny tower, Q-Former and Llama decoder (`configs.misc`), on videos of `TINY_VIDEO_FRAMES` frames, each frame's `TINY_QUERY_TOKENS` queries filling the video's run.
+InstructBLIP-Video: InstructBLIP's tiny tower, Q-Former and Llama decoder (`configs.qformer`), on videos of `TINY_VIDEO_FRAMES` frames, each frame's `TINY_QUERY_TOKENS` queries filling the video's run.
 """
 
 from __future__ import annotations
 
 import transformers
 
-from .misc import qformer_parts
 from .parts import TINY_IMAGE_SIZE, TINY_IMAGE_TOKEN_ID, TINY_VIDEO_TOKEN_ID, tiny_text_config
+from .qformer import qformer_parts
 
 # Frames per tiny video: two, so a video's run (8 placeholders) has a frame boundary inside it.
 TINY_VIDEO_FRAMES = 2

@@ -1,4 +1,4 @@
-"""Tiny config of Muse Glimmer, and the parts of it that Muse Spark (`omnib`) reuses: flattened patches on a
+"""Tiny config of Muse Glimmer, and the parts of it that Muse Spark (`audio_samples`) reuses: flattened patches on a
 `(t, h, w)` grid as the patch-grid families' (`patch_grid`), 1D positions, a sliding decoder layer with rope and a
 full NoPE one.
 """

@@ -1,9 +1,10 @@
 """Tiny configs of the patch-grid families: flattened patches with one `(t, h, w)` grid row per image or video.
 
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), Qwen3.5(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V (multimodal rope), GLM-5-Next, EXAONE 4.5,
-HyperCLOVAX-Vision v2, LFM3-VL and Inkling2 (1D positions; Muse Glimmer's, in `muse`, too). Every tower reads 4 px
-patches, 2 frames per temporal patch, and merges 2x2 patches into one token, so an image of `(t, h, w)` patches has
-`t * h * w / 4` placeholders (Inkling2's grid counts the merged squares: `t * h * w` placeholders).
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), Cosmos3 Omni (Qwen3-VL's parts), Qwen3.5(-MoE), GLM-4V, GLM-4.5V, GLM-4.6V
+(multimodal rope), GLM-5-Next, EXAONE 4.5, HyperCLOVAX-Vision v2, LFM3-VL and Inkling2 (1D positions; Muse Glimmer's,
+in `muse`, too). Every tower reads 4 px patches, 2 frames per temporal patch, and merges 2x2 patches into one token, so
+an image of `(t, h, w)` patches has `t * h * w / 4` placeholders (Inkling2's grid counts the merged squares:
+`t * h * w` placeholders).
 """
 
 from __future__ import annotations
@@ -124,6 +125,19 @@ def tiny_qwen3_vl_moe_config() -> transformers.Qwen3VLMoeConfig:
     text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
     return transformers.Qwen3VLMoeConfig(
         text_config=text, vision_config=qwen3.vision_config.to_dict(), **QWEN_SPECIAL_TOKENS
+    )
+
+
+def tiny_cosmos3_omni_config() -> transformers.Cosmos3OmniConfig:
+    """A tiny Cosmos3 Omni config: Qwen3-VL's tiny tower (the output of vision layer 0 added to text layer 0 at the
+    placeholders) and decoder (interleaved multimodal rope).
+
+    Returns:
+        `transformers.Cosmos3OmniConfig`
+    """
+    qwen3 = tiny_qwen3_vl_config()
+    return transformers.Cosmos3OmniConfig(
+        text_config=qwen3.text_config.to_dict(), vision_config=qwen3.vision_config.to_dict(), **QWEN_SPECIAL_TOKENS
     )
 
 

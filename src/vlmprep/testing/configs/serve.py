@@ -18,7 +18,7 @@ import transformers
 from transformers import Gemma4Processor, ProcessorMixin
 
 from ..checkpoints import adopt_demo_tokenizer, build_demo_tokenizer, gemma_chat_template, save_chat_checkpoint
-from .omni import GEMMA4_MEL_BINS, GEMMA4_PATCH_SIZE, GEMMA4_POOLING, tiny_gemma4_config
+from .audio_frames import GEMMA4_MEL_BINS, GEMMA4_PATCH_SIZE, GEMMA4_POOLING, tiny_gemma4_config
 
 __all__ = [
     "GEMMA4_AUDIO_CHAT_TEMPLATE",

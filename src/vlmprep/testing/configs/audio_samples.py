@@ -1,5 +1,6 @@
-"""Tiny configs of the omni families of issue 26: Muse Spark (images, videos and raw-waveform audio clips) and
-Apertus 1.5 (images and audio clips as discrete codes of the vocabulary).
+"""Tiny configs of the families whose audio placeholders are counted from a clip's waveform samples: Muse Spark
+(images, videos and raw-waveform audio clips), Apertus 1.5 (images and audio clips as discrete codes of the
+vocabulary) and Dots 3 Note (log-mel chunks, one audio token per 32 samples).
 
 Muse Spark is Muse Glimmer's vision and decoder (flattened patches on a `(t, h, w)` grid, 1D positions, a sliding
 layer with rope and a NoPE full layer) with a mixture-of-experts MLP, a residual gate, and a causal convolutional

@@ -1,4 +1,5 @@
-"""Muse Spark, Apertus 1.5 and Dots 3 Note: images (and videos) and audio clips, as their processors build them.
+"""The families whose audio placeholders are counted from a clip's waveform samples, Muse Spark, Apertus 1.5 and Dots 3
+Note: images (and videos) and audio clips, as their processors build them.
 
 Images and videos are Muse Glimmer's (`cases_text_positions`). An audio clip is `<|soft_audio_start|>`, one `<|audio|>`
 per started `samples_per_token` real samples (`MuseSparkProcessor.replace_audio_token`), `<|soft_audio_end|>`; its
@@ -23,7 +24,7 @@ from vlmprep.testing import (
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
 )
-from vlmprep.testing.configs.omnib import (
+from vlmprep.testing.configs.audio_samples import (
     APERTUS1P5_HOP_LENGTH,
     APERTUS1P5_SPATIAL_FACTOR,
     DOTS3_NOTE_HOP_LENGTH,

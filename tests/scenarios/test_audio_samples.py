@@ -2,7 +2,7 @@
 chunks): their own checks and clear failures (`test_audio.py` runs its checks on every family that takes audio).
 
 Every logit is compared with the plain transformers class holding the same weights (one uncached forward of the whole
-prompt); encoder runs are counted with `VisionRunCounter`. The waveforms (`support.families.cases_omnib`) are 40
+prompt); encoder runs are counted with `VisionRunCounter`. The waveforms (`support.families.cases_audio_samples`) are 40
 samples, of which the first 40, 34, 28 or 22 are real (by seed): the last audio token of a short clip reads padding.
 A Dots 3 Note clip is one chunk of 320, 272, 224 or 176 samples (by seed), or (seed modulo 7 modulo 4 == 2) two
 chunks in one run, each chunk an item.

@@ -1,0 +1,97 @@
+"""Items in an encoder-decoder's prompt (Florence-2, T5Gemma 2): features placed in the encoder's input embeddings.
+
+Upstream's `generate` runs the whole encoder of an encoder-decoder once per call, the vision tower included: every
+task prompt on the same image (`<CAPTION>`, `<OD>`, `<OCR>`, ...) encodes that image again. Here the prompt is
+planned as any other (spans, counts, checks), the features come from the encoder cache or one batched tower call, and
+are scattered into the embeddings of the encoder's placeholders, as upstream's encoder forward does with its own
+features. The text encoder then runs on those embeddings through upstream's own encoder step, so a new prompt on a
+cached image runs only the text side of the encoder. The decoder and its cache are left to transformers: the decoder
+cross-attends to the whole encoder output, so no decoder KV is shared between prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .plan import plan_prompt
+from .prepared import PreparedItems, containers_of
+
+
+def items_in_encoder_prompt(model, model_input_name: str | None, model_kwargs: dict[str, Any]) -> bool:
+    """Whether `generate`'s input preparation encodes an encoder-decoder's prompt here: the model is one, its prompt
+    is given as `input_ids`, and the caller passed no `encoder_outputs` (then upstream's step keeps them as they are).
+
+    Args:
+        model: the drop-in model.
+        model_input_name (`str`, *optional*): the name of the prompt's input (`"input_ids"`, `"inputs_embeds"`).
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+
+    Returns:
+        `bool`
+    """
+    return (
+        bool(model.config.is_encoder_decoder)
+        and model_input_name == "input_ids"
+        and model_kwargs.get("encoder_outputs") is None
+    )
+
+
+def prepare_encoder_with_items(
+    model,
+    inputs_tensor: torch.Tensor,
+    model_kwargs: dict[str, Any],
+    generation_config,
+    salt: str | None = None,
+    hints: dict | None = None,
+) -> dict[str, Any]:
+    """Encode an encoder-decoder's prompt with its items' features taken once per distinct item.
+
+    Args:
+        model: the drop-in model, an encoder-decoder (`config.is_encoder_decoder`).
+        inputs_tensor (`torch.Tensor` of shape `(batch_size, prompt_length)`): the encoder's `input_ids`.
+        model_kwargs (`dict[str, Any]`): the call's inputs; the pixel inputs leave them, `encoder_outputs` is added.
+        generation_config: the call's generation config.
+        salt (`str`, *optional*): the call's cache salt.
+        hints (`dict`, *optional*): a caller's names for its items (`vlmprep.cache.hash_hints`).
+
+    Returns:
+        `dict[str, Any]`: `model_kwargs`, with upstream's `encoder_outputs`.
+    """
+    # The caller's cache is the decoder's: the encoder's prompt is always encoded whole, from its first token.
+    decoder_cache = model_kwargs.pop("cache", None)
+    try:
+        supplied = model_kwargs.pop("mm_encoder_outputs", None)
+        plan = plan_prompt(model, inputs_tensor, model_kwargs, generation_config, salt, None, supplied, hints)
+    finally:
+        if decoder_cache is not None:
+            model_kwargs["cache"] = decoder_cache
+    features, _ = plan.encoder.features(plan.needed_items(), plan.item_hashes, plan.supplied)
+    prepared = PreparedItems(spans=plan.spans, features=features, **containers_of(model, plan.spans))
+
+    inputs_embeds = model.get_input_embeddings()(inputs_tensor)  # (batch_size, prompt_length, hidden_size)
+    for modality in model.vision_facts.modalities:
+        rows = prepared.rows_between(0, plan.end, modality.name)  # (placeholders, hidden_size), row-major order
+        if rows is None:
+            continue
+        placed = torch.zeros(inputs_tensor.shape, dtype=torch.bool, device=inputs_tensor.device)
+        for span in plan.spans:
+            if span.modality == modality.name:
+                placed[span.row, span.start : span.end] = True
+        # As upstream's encoder forward: `masked_scatter` fills the placeholders in row-major order
+        inputs_embeds = inputs_embeds.masked_scatter(placed.unsqueeze(-1), rows.to(inputs_embeds))
+    for modality in model.vision_facts.modalities:
+        for key in (*modality.item_keys, *plan.encoder.encoder_argument_names(modality.name)):
+            model_kwargs.pop(key, None)  # the encoder reads the embeddings: its tower must not run again
+
+    # Upstream's own encoder step (Florence-2's override calls it the same way), on the embeddings
+    model_kwargs["inputs_embeds"] = inputs_embeds
+    model_kwargs = model._prepare_text_encoder_decoder_kwargs_for_generation(
+        inputs_tensor=None,
+        model_kwargs=model_kwargs,
+        model_input_name="input_ids",  # given as `inputs_embeds` (`None` ids), as Florence-2's own override does
+        generation_config=generation_config,
+    )
+    model_kwargs.pop("inputs_embeds", None)
+    return model_kwargs
