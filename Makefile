@@ -5,6 +5,10 @@ TORCH_VERSION ?= 2.13.0
 # pyproject.toml allows (what `pip install vlmprep` resolves).
 TRANSFORMERS ?=
 VERSION_VENV = .venvs/transformers-$(TRANSFORMERS)
+# Test workers (pytest-xdist): every test runs on one thread, so two workers use both cores of a 2-core machine.
+# The server tests share one worker (tests/conftest.py), so two servers never compete for the cores.
+PYTEST_WORKERS ?= 2
+PYTEST_WORKERS_ARGS = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup)
 
 .PHONY: install test test-range test-slow style quality repo-consistency bench docs-check clean
 
@@ -17,13 +21,13 @@ install:
 # With TRANSFORMERS set, the suite runs in a venv of its own (.venvs/transformers-VERSION) holding that release.
 test:
 ifeq ($(TRANSFORMERS),)
-	$(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS_ARGS) tests
 else
 	test -x $(VERSION_VENV)/bin/python || python3 -m venv $(VERSION_VENV)
 	$(MAKE) install PYTHON=$(VERSION_VENV)/bin/python TRANSFORMERS=$(TRANSFORMERS)
 	$(VERSION_VENV)/bin/python -c "import sys, transformers; v = transformers.__version__; \
 		print('transformers', v); sys.exit(v != '$(TRANSFORMERS)')"
-	$(VERSION_VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(VERSION_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS_ARGS) tests
 endif
 
 # The whole suite on the first and the last tested transformers release (the ends of the declared range), each in

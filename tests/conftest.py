@@ -45,3 +45,15 @@ def _fresh_encoder_caches():
         if ours.encoder_cache is not None:
             ours.encoder_cache.clear()
     yield
+
+
+# Tests that start processes of their own (servers, tensor-parallel ranks) and time them against deadlines: under
+# `make test`'s two workers they all run on one worker, one at a time, so two of them never share the cores.
+_PROCESS_TEST_DIRECTORIES = ("cli", "scaling")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Puts the process-starting tests in one xdist group (a no-op without pytest-xdist's `--dist loadgroup`)."""
+    for item in items:
+        if item.path.parent.name in _PROCESS_TEST_DIRECTORIES:
+            item.add_marker(pytest.mark.xdist_group("processes"))

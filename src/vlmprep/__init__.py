@@ -104,6 +104,7 @@ if TYPE_CHECKING:
     from .models.lfm2_vl import Lfm2VlForConditionalGeneration
     from .models.lfm3_vl import Lfm3VlForConditionalGeneration
     from .models.lighton_ocr import LightOnOcrForConditionalGeneration
+    from .models.llama4 import Llama4ForConditionalGeneration
     from .models.llava import LlavaForConditionalGeneration
     from .models.llava_next import LlavaNextForConditionalGeneration
     from .models.llava_next_video import LlavaNextVideoForConditionalGeneration

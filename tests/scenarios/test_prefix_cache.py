@@ -36,6 +36,7 @@ from support.traits import (
     has_multimodal_rope,
     has_state_layers,
     not_,
+    padding_changes_cached_kv,
     positions_from_cache_length,
     qwen_like_prompts,
     sampled,
@@ -392,11 +393,14 @@ def test_prefix_cache_across_turns_and_interleaved_requests(family):
 
 @pytest.mark.parametrize(
     "family",
-    families_with(positions_from_cache_length) + families_with(sampled("mainstream"), not_(has_multimodal_rope)),
+    families_with(positions_from_cache_length)
+    + families_with(padding_changes_cached_kv)
+    + families_with(sampled("mainstream"), not_(has_multimodal_rope)),
 )
 def test_prefix_store_serves_no_kv_computed_at_another_padding_offset(family):
-    # EXAONE 4.5 and HyperCLOVAX number decoder positions by cache place, left padding included: a row stored at one
-    # padding offset must not serve a row at another (found by the differential test).
+    # EXAONE 4.5 and HyperCLOVAX number decoder positions by cache place, left padding included, and Llama 4's NoPE
+    # layers scale queries by it: a row stored at one padding offset must not serve a row at another (found by the
+    # differential test for the first two).
     upstream, ours = model_pair(family)
     pad = ours.generation_config.pad_token_id
     store = PrefixCache()

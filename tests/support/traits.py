@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import types
 from collections.abc import Callable
 
 from transformers import PreTrainedConfig, PreTrainedModel
@@ -250,6 +251,12 @@ def positions_from_cache_length(family: str) -> bool:
     """Decoder positions are numbered by place in the cache, left padding included (the facts'
     `positions_from_cache_length`: EXAONE 4.5, HyperCLOVAX)."""
     return facts(family).positions_from_cache_length
+
+
+def padding_changes_cached_kv(family: str) -> bool:
+    """A left-padded row's KV differs from the unpadded row's although the decoder reads `position_ids` (the hook
+    `padding_changes_cached_kv`, asked of the tiny config: Llama 4's NoPE layers scale queries by place in the cache)."""
+    return drop_in(family).padding_changes_cached_kv(types.SimpleNamespace(config=tiny_config(family)))
 
 
 def pads_images_to_batch(family: str) -> bool:

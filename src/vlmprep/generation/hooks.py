@@ -211,6 +211,17 @@ class FamilyHooks:
         """
         return []
 
+    def padding_changes_cached_kv(self) -> bool:
+        """Whether a left-padded row's cached keys and values differ from the same row unpadded although the decoder
+        reads the `position_ids` it is given (Llama 4's NoPE layers scale queries by each token's place in the cache,
+        padding included, and later layers cache what they output): the prefix store then neither looks up nor
+        stores a padded row, as for a decoder with recurrent states. The default `False`.
+
+        Returns:
+            `bool`
+        """
+        return False
+
     def item_state_layers(self) -> tuple[int, ...]:
         """The decoder layers whose cache holds item states rather than per-token keys and values (Llama 3.2 Vision's
         cross-attention layers, which cache the images' projected states): the prefix store keeps none of theirs, and

@@ -189,7 +189,9 @@ class PrefixRequest:
             self.snapshots = SnapshotPoints(self.cache, self.prompt_length, *self.store.snapshot_policy)
             if not is_assisted(generation_config, self.assisted):  # (refused with recurrent states: crops them)
                 self.snapshots.watch(model)  # the prompt's end and the answer's states, after each forward
-        self.padding_sensitive = self.recurrent or bool(extended_layer_classes(self.cache))
+        self.padding_sensitive = (
+            self.recurrent or bool(extended_layer_classes(self.cache)) or model.padding_changes_cached_kv()
+        )
         self.layer_count = len(self.cache.layers)
         self.item_layers = tuple(model.item_state_layers())
 
@@ -203,8 +205,9 @@ class PrefixRequest:
         ends = []
         for row in range(batch_size):
             pad, exact = leading_padding(masks[row] if masks is not None else None, width)
-            # A recurrent state runs through padding (its updates are not masked the way attention is), and an
-            # indexer may pick keys by cache slot (MiniMax M3's blocks): such a padded row is neither looked up nor
+            # A recurrent state runs through padding (its updates are not masked the way attention is), an indexer
+            # may pick keys by cache slot (MiniMax M3's blocks), and a decoder may scale queries by cache place
+            # (Llama 4's NoPE layers, `FamilyHooks.padding_changes_cached_kv`): such a padded row is neither looked up nor
             # stored, as its KV is not the unpadded row's
             exact = exact and not (self.padding_sensitive and pad > 0)
             row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]

@@ -64,6 +64,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "Lfm2VlForConditionalGeneration": "lfm2_vl",
     "Lfm3VlForConditionalGeneration": "lfm3_vl",
     "LightOnOcrForConditionalGeneration": "lighton_ocr",
+    "Llama4ForConditionalGeneration": "llama4",
     "LlavaForConditionalGeneration": "llava",
     "LlavaNextForConditionalGeneration": "llava_next",
     "LlavaNextVideoForConditionalGeneration": "llava_next_video",

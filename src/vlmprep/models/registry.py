@@ -178,10 +178,14 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "lfm2_vl": drop_in("lfm2_vl.Lfm2VlForConditionalGeneration", LANGUAGE_MODEL),
         "lfm3_vl": drop_in("lfm3_vl.Lfm3VlForConditionalGeneration"),
         "lighton_ocr": drop_in("lighton_ocr.LightOnOcrForConditionalGeneration", LANGUAGE_MODEL),
-        "llama4": blocked_upstream(
-            "transformers' `Llama4ForConditionalGeneration.forward` fails on every call (it reads `image_outputs` "
-            "from the causal-LM output: AttributeError), so there is no upstream model to be exact against; tiles "
-            "would fit the spans (one contiguous `<|patch|>` run and one `pixel_values` row each)"
+        "llama4": drop_in(
+            "llama4.Llama4ForConditionalGeneration",
+            since="5.25",
+            older=blocked_upstream(
+                "transformers' `Llama4ForConditionalGeneration.forward` fails on every call (it reads `image_outputs` "
+                "from the causal-LM output: AttributeError), so there is no upstream model to be exact against; tiles "
+                "would fit the spans (one contiguous `<|patch|>` run and one `pixel_values` row each)"
+            ),
         ),
         "llava": drop_in("llava.LlavaForConditionalGeneration", LANGUAGE_MODEL),
         "llava_next": drop_in("llava_next.LlavaNextForConditionalGeneration", LANGUAGE_MODEL),

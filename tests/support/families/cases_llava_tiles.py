@@ -1,5 +1,5 @@
 """LLaVA-like families with one tile per item, the tiles of every image flattened in `pixel_values`: Aya Vision,
-Cohere2 Vision, InternVL, Qianfan-OCR, GOT-OCR2 and LFM2-VL (SigLIP2 NaFlex rows).
+Cohere2 Vision, InternVL, Qianfan-OCR, GOT-OCR2, Llama 4 and LFM2-VL (SigLIP2 NaFlex rows).
 
 Token ids follow `vlmprep.testing`: vocabulary 128, image placeholder 122, other special tokens 110-121, text 3..99.
 Placeholder counts follow each processor's own arithmetic (called on a stand-in where the processor can be imported),
@@ -19,6 +19,8 @@ COHERE_LINE_BREAK = 116
 # `<img>` and `</img>` around an image's tiles (InternVL, Qianfan-OCR, GOT-OCR2).
 IMG_START, IMG_END = 112, 113
 GOT_TOKENS_PER_TILE = 4  # GOT-OCR2's `num_image_tokens`: a tile's 8x8 SAM patches, 2x2-pooled twice
+# Llama 4's `<|image_start|>`, `<|image_end|>`, `<|tile_x_separator|>`, `<|tile_y_separator|>` and `<|image|>`.
+LLAMA4_START, LLAMA4_END, LLAMA4_TILE_X, LLAMA4_TILE_Y, LLAMA4_IMAGE = 112, 113, 114, 115, 116
 
 
 def shuffled_tile_run(config) -> list[int]:
@@ -50,6 +52,19 @@ def got_ocr2_image_tokens(config, seed: int) -> list[int]:
     return [IMG_START, *[config.image_token_id] * (GOT_TOKENS_PER_TILE * tiles_of(seed)), IMG_END]
 
 
+def llama4_image_tokens(config, seed: int) -> list[int]:
+    """`Llama4Processor._prompt_split_image`: start; for a tiled image each local tile's run, an x separator between
+    the tiles of a row and a y separator after each row (here one row of `tiles_of(seed) - 1` tiles); `<|image|>` and
+    the global view's run; end. A tile's run is `(image_size // patch_size) ** 2 // round(1 / ratio ** 2)`."""
+    vision = config.vision_config
+    downsample_ratio = int(round(1.0 / vision.pixel_shuffle_ratio**2))
+    run = [config.image_token_id] * ((vision.image_size // vision.patch_size) ** 2 // downsample_ratio)
+    local_tiles = tiles_of(seed) - 1
+    row = [token for _ in range(local_tiles) for token in [LLAMA4_TILE_X, *run]][1:]  # separators between tiles
+    local = [*row, LLAMA4_TILE_Y] if local_tiles else []
+    return [LLAMA4_START, *local, LLAMA4_IMAGE, *run, LLAMA4_END]
+
+
 def tile_inputs(image_tokens):
     """A builder of prompts whose images are runs of `image_tokens(config, seed)` and whose tiles are flattened in
     `pixel_values` `(total_tiles, C, H, W)`."""
@@ -74,6 +89,25 @@ for name, image_tokens in (
     # Their forwards take `image_sizes` but never read it once features are supplied
     unread = frozenset({"image_sizes"}) if name != "got_ocr2" else frozenset()
     register(FamilyCase(name, tile_inputs(image_tokens), per_token_keys=(), unread_inputs=unread))
+
+# Llama 4's NoPE layers scale queries by each token's place in the cache (`attn_temperature_tuning`), padding included
+_LLAMA4_PADDING_MOVES_UPSTREAM = (
+    "transformers' Llama 4 scales NoPE-layer queries by each token's place in the cache, padding included, so a "
+    "left-padded row differs from its prompt alone upstream too; test_differential.py checks padded batches, chunked "
+    "or not, against upstream's forward of the same batch"
+)
+register(
+    FamilyCase(
+        "llama4",
+        tile_inputs(llama4_image_tokens),
+        per_token_keys=(),
+        skip={
+            "left_padded_batch_matches_solo_runs": _LLAMA4_PADDING_MOVES_UPSTREAM,
+            "chunked_batch_matches_unchunked_batch": _LLAMA4_PADDING_MOVES_UPSTREAM,
+        },
+        padding_moves_upstream=True,
+    )
+)
 
 
 # -- LFM2-VL: SigLIP2 NaFlex rows (tiles or whole images) of any patch grid -------------------------------------------

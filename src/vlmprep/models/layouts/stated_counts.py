@@ -48,7 +48,7 @@ LINEAR_PATCHES = Layout(
     "linear_patches", "each flattened patch (embedded by one linear layer) is one item of one placeholder"
 )
 
-# InternVL, Qianfan-OCR, GOT-OCR2
+# InternVL, Qianfan-OCR, GOT-OCR2, Llama 4
 TILES = Layout("tiles", "each tile (or crop) of an image is one item with a fixed placeholder count")
 
 # LFM2-VL

@@ -1,12 +1,14 @@
 """Tiny configs of the families that cut an image of any size into crops, tiles, sub-images or patch rows: LLaVA-NeXT
-(-Video), LLaVA-OneVision, Idefics3, SmolVLM, Aya Vision, Cohere2 Vision, InternVL, Qianfan-OCR, GOT-OCR2, LFM2-VL,
-Mistral3 and LightOnOCR. Their towers read 8 or 16 px crops, so an image is a few crops."""
+(-Video), LLaVA-OneVision, Idefics3, SmolVLM, Aya Vision, Cohere2 Vision, InternVL, Qianfan-OCR, GOT-OCR2, Llama 4,
+LFM2-VL, Mistral3 and LightOnOCR. Their towers read 8 or 16 px crops, so an image is a few crops."""
 
 from __future__ import annotations
 
 import transformers
 
 from .parts import (
+    TINY_BOI_TOKEN_ID,
+    TINY_EOI_TOKEN_ID,
     TINY_IMAGE_TOKEN_ID,
     TINY_VIDEO_TOKEN_ID,
     tiny_sam_vision_config,
@@ -178,6 +180,50 @@ def tiny_got_ocr2_config() -> transformers.GotOcr2Config:
     """
     return transformers.GotOcr2Config(
         text_config=_qwen2(), vision_config=tiny_sam_vision_config(), image_token_index=TINY_IMAGE_TOKEN_ID
+    )
+
+
+def tiny_llama4_config(attention_chunk_size: int = 8) -> transformers.Llama4Config:
+    """A tiny Llama 4 config: 16 px tiles of 4x4 patches, pixel-shuffled into 4 tokens each; a decoder of a dense
+    chunked-attention RoPE layer, then two NoPE full-attention layers (an MoE one, then a dense one).
+
+    The chunks (`attention_chunk_size` tokens) are shorter than the test prompts, so a prompt crosses a chunk boundary.
+    The NoPE layers scale their queries by each token's place in the cache (`attn_temperature_tuning`, a step every
+    `floor_scale` tokens, here within a prompt), and a NoPE layer after another makes the first one's scales reach
+    the cached keys and values (as Llama 4's NoPE layers every 4th layer do).
+
+    Args:
+        attention_chunk_size (`int`, *optional*, defaults to 8): tokens per attention chunk of the RoPE layers.
+
+    Returns:
+        `transformers.Llama4Config`
+    """
+    text = tiny_text_config(
+        "llama4_text",
+        head_dim=16,
+        intermediate_size_mlp=64,
+        num_local_experts=4,
+        moe_layers=[1],
+        num_hidden_layers=3,
+        no_rope_layers=[1, 0, 0],  # 1: RoPE (and chunked attention), 0: NoPE (full attention)
+        attention_chunk_size=attention_chunk_size,
+        floor_scale=4,  # Llama 4's 8192, at the scale of the test prompts
+        attn_scale=1.0,  # Llama 4's 0.1 moves the tiny model's cached keys by less than the tolerance
+    )
+    # The vision adapter pixel-shuffles 32 channels into 128 (its MLP's input is the tower's `intermediate_size`).
+    vision = tiny_vision_config(
+        "llama4_vision_model",
+        intermediate_size=128,
+        vision_output_dim=32,
+        projector_input_dim=32,
+        projector_output_dim=32,
+    )
+    return transformers.Llama4Config(
+        text_config=text,
+        vision_config=vision,
+        image_token_index=TINY_IMAGE_TOKEN_ID,
+        boi_token_index=TINY_BOI_TOKEN_ID,
+        eoi_token_index=TINY_EOI_TOKEN_ID,
     )
 
 
