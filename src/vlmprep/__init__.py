@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from .models.hunyuan_vl import HunYuanVLForConditionalGeneration
     from .models.hy_v4_vl import HYV4VLForConditionalGeneration
     from .models.hyperclovax_vision_v2 import HyperCLOVAXVisionV2ForConditionalGeneration
+    from .models.idefics import IdeficsForVisionText2Text
     from .models.idefics2 import Idefics2ForConditionalGeneration
     from .models.idefics3 import Idefics3ForConditionalGeneration
     from .models.inkling2 import Inkling2ForConditionalGeneration

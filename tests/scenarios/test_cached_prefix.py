@@ -83,8 +83,10 @@ def test_image_already_in_cache_is_not_encoded(family):
     with VisionRunCounter(ours) as runs:
         _, logits = generate_logits(ours, conversation.inputs(), cache=cache)
     # PaliGemma's prompt is one bidirectional prefix: turn 1's KV never saw turn 2, so the prefix is recomputed
-    # (its image comes from the encoder cache when the model encoded it before, see test_encoder_cache.py).
-    assert runs.calls == (1 if ours.vision_facts.bidirectional == "prefix" else 0)
+    # (its image comes from the encoder cache when the model encoded it before, see test_encoder_cache.py). IDEFICS's
+    # later tokens read the cached image through cross-attention, which no KV cache holds: it is encoded once here.
+    facts = ours.vision_facts
+    assert runs.calls == (1 if facts.bidirectional == "prefix" or _states_every_forward(facts) else 0)
     _, expected_logits = generate_logits(upstream, conversation.inputs())
     assert_same_steps(logits, expected_logits)
 
@@ -93,8 +95,16 @@ def test_image_already_in_cache_is_not_encoded(family):
 def test_new_image_next_to_cached_image_encodes_only_the_new_one(family):
     upstream, ours = model_pair(family)
     runs = generate_new_image_turn(upstream, ours, [SYSTEM, IMAGE, USER], [7, 8], recorded_cache_of, VisionRunCounter)
-    # One block over the prefix (PaliGemma) or over every image (Molmo2): the cached image is recomputed with the new one
-    assert runs.batch_sizes == ([2] if ours.vision_facts.bidirectional in ("prefix", "items") else [1])
+    # One block over the prefix (PaliGemma) or over every image (Molmo2): the cached image is recomputed with the new
+    # one; the tokens between them read the cached one through cross-attention (IDEFICS): encoded with the new one
+    facts = ours.vision_facts
+    recomputed = facts.bidirectional in ("prefix", "items") or _states_every_forward(facts)
+    assert runs.batch_sizes == ([2] if recomputed else [1])
+
+
+def _states_every_forward(facts) -> bool:
+    # Cross-attention states read by every forward (IDEFICS) are in no cache: every image of the prompt is prepared
+    return facts.cross_attention is not None and facts.cross_attention.every_forward
 
 
 # -- Cache ending inside an image's placeholder run ------------------------------------------------------------------

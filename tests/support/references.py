@@ -249,7 +249,8 @@ def _attn_implementations(config) -> dict[str, str]:
     implementations = {"": config._attn_implementation}
     for name in getattr(config, "sub_configs", {}):
         sub_config = getattr(config, name, None)
-        if sub_config is not None:
+        # A sub-config no module reads an implementation of (IDEFICS's perceiver) has none to put back
+        if sub_config is not None and sub_config._attn_implementation is not None:
             implementations[name] = sub_config._attn_implementation
     return implementations
 

@@ -197,6 +197,7 @@ def first_forward_after_cache(input_ids: torch.Tensor, model_kwargs: dict[str, A
         or model_kwargs.get("next_sequence_length") is not None
         or not isinstance(planned, PlannedEncoderOutputs)
         or planned.prepared.offset != 0
+        or input_ids.shape[-1] < planned.end  # a prefill chunk (`CrossAttention.every_forward`: the whole plan)
         or cache is None
         or all(getattr(cache, "is_linear", [False]))
     ):

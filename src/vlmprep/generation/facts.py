@@ -131,10 +131,16 @@ class CrossAttention:
             `(input, axis)` of the mask saying which items each token sees, which runs along the sequence on `axis`
             and is cut at each prefill chunk's end as the attention mask is (Llama 3.2 Vision's
             `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1).
+        every_forward (`bool`, *optional*, defaults to `False`):
+            whether every forward (each prefill chunk, each decoding step) reads the states again rather than the
+            layers caching them (IDEFICS's gated cross-attention): every item of the prompt is then prepared whatever
+            the cache holds (an encoder-cache hit for those encoded before), and every forward gets the whole plan as
+            `mm_encoder_outputs`, from which the family's forward fills `states_key` itself.
     """
 
     states_key: str
     mask: tuple[str, int] | None = None
+    every_forward: bool = False
 
 
 @dataclass(frozen=True)
@@ -211,8 +217,8 @@ class VisionFacts:
             one-tensor list, `features_as_list`) of all the slice's rows.
         cross_attention (`CrossAttention`, *optional*):
             for a model that reads its items through cross-attention layers rather than at placeholders (Llama 3.2
-            Vision), which input takes them and which mask says what each token sees; `None` for families whose
-            features fill placeholder runs.
+            Vision, IDEFICS), which input takes them, which mask says what each token sees and whether every forward
+            reads them; `None` for families whose features fill placeholder runs.
     """
 
     placeholder_attr: str | None = "image_token_id"

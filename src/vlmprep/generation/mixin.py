@@ -50,6 +50,21 @@ VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item
 CHUNKED_INPUT_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 
 
+def _chunked_input_axes(facts: VisionFacts) -> dict[str, int]:
+    """The inputs cut at each prefill chunk's end, with the axis their sequence runs along: the last, or the one of a
+    cross-attention mask (`CrossAttention.mask`).
+
+    Args:
+        facts (`VisionFacts`): the family's facts.
+
+    Returns:
+        `dict[str, int]`: input name -> sequence axis.
+    """
+    cross_attention = facts.cross_attention
+    mask = [cross_attention.mask] if cross_attention is not None and cross_attention.mask is not None else []
+    return dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(mask)
+
+
 class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
     """Generation mixin for VLMs: the vision encoder runs once, in input preparation, for the images prefill needs.
 
@@ -227,9 +242,10 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         kwargs = first_assisted_forward_inputs(self, input_ids, kwargs)
         inputs = super().prepare_inputs_for_generation(input_ids, *args, inputs_embeds=inputs_embeds, **kwargs)
         cross_attention = self.vision_facts.cross_attention
-        if cross_attention is not None and "mm_encoder_outputs" in inputs:
+        if cross_attention is not None and not cross_attention.every_forward and "mm_encoder_outputs" in inputs:
             # A cross-attention family's forward takes the states under its own name (upstream has dropped them
-            # already where it drops `mm_encoder_outputs`: decoding steps with a cache)
+            # already where it drops `mm_encoder_outputs`: decoding steps with a cache); one whose every forward reads
+            # them fills that name itself from the plan
             outputs = inputs.pop("mm_encoder_outputs")
             if outputs:
                 inputs[cross_attention.states_key] = next(iter(outputs.values())).pooler_output
@@ -262,9 +278,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 generation_config.prefill_chunk_size = chunk_size
 
         offset = planned.prepared.offset
-        cross_attention = self.vision_facts.cross_attention
-        mask = [cross_attention.mask] if cross_attention is not None and cross_attention.mask is not None else []
-        axes = dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(mask)
+        axes = _chunked_input_axes(self.vision_facts)
         whole = {key: model_kwargs[key] for key in axes if model_kwargs.get(key) is not None}
         generation_config.prefill_chunk_size = None
         try:
@@ -272,7 +286,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 for key, value in whole.items():
                     # Up to the chunk end: masks read them over cache + chunk (upstream slices the rest itself)
                     model_kwargs[key] = value.narrow(axes[key], 0, min(chunk_end, value.shape[axes[key]]))
-                rows = planned.prepared.encoder_outputs_between(chunk_start, chunk_end)
+                rows = planned.outputs_between(chunk_start, chunk_end)
                 model_kwargs["mm_encoder_outputs"] = rows if rows is not None else {}
                 # Only the chunk's ids: upstream's prefill then feeds them all after the cache
                 chunk_ids = input_ids[:, chunk_start - offset : chunk_end - offset]

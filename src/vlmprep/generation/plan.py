@@ -153,7 +153,10 @@ def plan_prompt(
     if plan.resume_point > 0:
         cached_items = Counter(span.row for span in spans if span.end <= plan.resume_point)
         most = max(cached_items.values(), default=0)
-        plan.cache_holds_items = model.cache_holds_item_states(model_kwargs.get("cache"), most)
+        cross_attention = model.vision_facts.cross_attention
+        # States every forward reads are in no cache layer (IDEFICS): the tokens after the resume point read them all
+        every_forward = cross_attention is not None and cross_attention.every_forward
+        plan.cache_holds_items = not every_forward and model.cache_holds_item_states(model_kwargs.get("cache"), most)
     return plan
 
 

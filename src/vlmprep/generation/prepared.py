@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from .facts import CrossAttention
 from .spans import ItemSpan, join_single_padding_chunks, padded_positions, plan_prefill_chunks
 
 
@@ -63,9 +64,10 @@ class PreparedItems:
         per_item_list (`bool`, *optional*, defaults to `False`):
             whether `pooler_output` is a list of one tensor per run in a forward's slice (`VisionFacts.features_per_item`)
             rather than in the `as_list` container.
-        cross_attention (`bool`, *optional*, defaults to `False`):
-            whether the model reads the features as cross-attention states (`VisionFacts.cross_attention`) rather
-            than at the placeholders: only the first forward from `resume_point` gets them, all at once.
+        cross_attention (`CrossAttention`, *optional*):
+            how the model reads the features as cross-attention states (`VisionFacts.cross_attention`) rather than at
+            the placeholders: the first forward from `resume_point` gets them all at once, or every forward gets the
+            whole plan (`CrossAttention.every_forward`, whose forwards also carry its placeholders' rows).
     """
 
     spans: list[ItemSpan]
@@ -78,7 +80,7 @@ class PreparedItems:
     deepstack_targets: tuple[int, ...] | None = None
     item_independent: dict[str, dict] = field(default_factory=dict)
     per_item_list: bool = False
-    cross_attention: bool = False
+    cross_attention: CrossAttention | None = None
 
     def expand(self, expand_size: int) -> PreparedItems:
         """Rows repeated as `generate` repeats `input_ids` (row `r` becomes rows `r * expand_size + j`)."""
@@ -125,7 +127,7 @@ class PreparedItems:
 
     def encoder_outputs_between(self, start: int, end: int) -> dict[str, EncoderRows] | None:
         """`mm_encoder_outputs` for a forward over positions `[start, end)`, in the container the model reads."""
-        if self.cross_attention:
+        if self.cross_attention is not None and not self.cross_attention.every_forward:
             # Cross-attention layers append the states to their cache: the first forward gets every needed item's
             states = self.cross_attention_states() if start == self.resume_point else None
             return None if states is None else {"image": EncoderRows(pooler_output=states)}
@@ -216,6 +218,14 @@ class PlannedEncoderOutputs(dict):
             chunks = self.prefix_request.chunks_with_snapshot_points(chunks, self.prepared, cache)
         return join_single_padding_chunks(chunks, padded_positions(attention_mask, self.end))
 
+    def outputs_between(self, start: int, end: int) -> dict | None:
+        """`mm_encoder_outputs` of a prefill forward over positions `[start, end)`: the rows of its placeholders, or
+        the whole plan where every forward reads every item (`CrossAttention.every_forward`)."""
+        cross_attention = self.prepared.cross_attention
+        if cross_attention is not None and cross_attention.every_forward:
+            return self
+        return self.prepared.encoder_outputs_between(start, end)
+
     def after_prefill_forward(self, cache, position: int) -> None:
         """Hands the prefix request the cache after a prefill forward ending at `position` (a snapshot point)."""
         if self.prefix_request is not None:
@@ -253,7 +263,7 @@ def containers_of(model, spans: list[ItemSpan]) -> dict:
         "as_list": facts.features_as_list_by_modality(),
         "deepstack_targets": facts.deepstack_targets_of(model.config),
         "per_item_list": facts.features_per_item,
-        "cross_attention": facts.cross_attention is not None,
+        "cross_attention": facts.cross_attention,
         "item_independent": {
             modality: fields for modality in modalities if (fields := model.item_independent_encoder_fields(modality))
         },

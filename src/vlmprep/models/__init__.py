@@ -52,6 +52,7 @@ DROP_IN_MODULES: dict[str, str] = {
     "HYV4VLForConditionalGeneration": "hy_v4_vl",
     "Idefics2ForConditionalGeneration": "idefics2",
     "Idefics3ForConditionalGeneration": "idefics3",
+    "IdeficsForVisionText2Text": "idefics",
     "Inkling2ForConditionalGeneration": "inkling2",
     "Inkling2LoopForConditionalGeneration": "inkling2_loop",
     "InklingForConditionalGeneration": "inkling_mm_model",

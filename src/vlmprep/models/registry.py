@@ -156,9 +156,7 @@ ALL_FAMILY_SPECS: Mapping[str, FamilySpec] = MappingProxyType(
         "hunyuan_vl": drop_in("hunyuan_vl.HunYuanVLForConditionalGeneration"),
         "hy_v4_vl": drop_in("hy_v4_vl.HYV4VLForConditionalGeneration"),
         "hyperclovax_vision_v2": drop_in("hyperclovax_vision_v2.HyperCLOVAXVisionV2ForConditionalGeneration"),
-        "idefics": not_placeholder_based(
-            "Flamingo-style: gated cross-attention layers read the image states; no placeholder tokens"
-        ),
+        "idefics": drop_in("idefics.IdeficsForVisionText2Text"),
         "idefics2": drop_in("idefics2.Idefics2ForConditionalGeneration", TEXT_MODEL),
         "idefics3": drop_in("idefics3.Idefics3ForConditionalGeneration", TEXT_MODEL),
         "inkling2": drop_in("inkling2.Inkling2ForConditionalGeneration", INKLING2_DECODER),

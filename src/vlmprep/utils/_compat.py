@@ -54,7 +54,8 @@ REQUIRED_GENERATION_HOOKS: dict[str, tuple[str, ...]] = {
     "_supports_logits_to_keep": (),
     "_prefill": ("input_ids", "generation_config", "model_kwargs", "is_first_iteration"),
     "prepare_inputs_for_generation": ("input_ids", "is_first_iteration"),
-    # Extended by `layouts/multi_run.py`'s multimodal-rope layout (decoded tokens' positions)
+    # Extended by `layouts/multi_run.py`'s multimodal-rope layout (decoded tokens' positions), replaced by IDEFICS's
+    # drop-in (`models/idefics.py`: its image mask grows by a row per decoded token)
     "_update_model_kwargs_for_generation": ("outputs", "model_kwargs", "is_encoder_decoder", "num_new_tokens"),
     "_prepare_static_cache": (
         "cache_implementation",

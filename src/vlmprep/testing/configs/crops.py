@@ -266,3 +266,28 @@ def tiny_lighton_ocr_config() -> transformers.LightOnOcrConfig:
         vision_config=tiny_vision_config("pixtral", patch_size=2),
         image_token_id=TINY_IMAGE_TOKEN_ID,
     )
+
+
+def tiny_idefics_config() -> transformers.IdeficsConfig:
+    """A tiny IDEFICS config: 16 px images, a one-layer perceiver resampling each into 4 latents, a gated
+    cross-attention layer before each of the 2 decoder layers; `image_token_id` set (IDEFICS configs lack it).
+
+    Returns:
+        `transformers.IdeficsConfig`
+    """
+    vision = {"embed_dim": 32, "image_size": 16, "patch_size": 4, "intermediate_size": 64}
+    perceiver = {"resampler_n_latents": 4, "resampler_depth": 1, "resampler_n_heads": 2, "resampler_head_dim": 16}
+    # Upstream starts the cross-attention gates at zero (images change nothing): "ones" opens them.
+    return transformers.IdeficsConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        vision_config={**vision, "num_hidden_layers": 1, "num_attention_heads": 2},
+        perceiver_config=perceiver,
+        use_resampler=True,
+        alpha_initializer="ones",
+        image_token_id=TINY_IMAGE_TOKEN_ID,
+        initializer_range=0.2,
+    )

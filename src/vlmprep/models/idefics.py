@@ -1,0 +1,311 @@
+"""IDEFICS (Flamingo-style): images reach the decoder through gated cross-attention, not through placeholder rows.
+
+The processor writes each image as one `<image>` token (between `<fake_token_around_image>` tokens), pads
+`pixel_values` to `(batch_size, max_images, C, H, W)` with all-zero images, and says which image each token sees in
+`image_attention_mask` `(batch_size, seq_len, max_images)` (the latest image before it). Each real image is one item
+of the sub-image layout; its features are the perceiver resampler's latents (the vision tower's states without a
+resampler), kept as one row `(1, latents * dim)` at its `<image>` token so that the spans count one row per
+placeholder. Upstream runs the tower in the first forward and the resampler again at every decoding step; here both
+run once per distinct image, in input preparation, and every forward (each prefill chunk, each decoding step) gets the
+states as upstream's own `perceiver_embeddings` (`image_encoder_embeddings` without a resampler). The gated
+cross-attention layers still project those states to keys and values in every forward, as upstream does: the
+projections run inside upstream's attention forward, which its gated layer calls without a cache (and refuses one), so
+keeping them per call would mean copying that forward.
+
+The `<image>` id is a tokenizer fact that IDEFICS configs do not hold: the drop-in reads `config.image_token_id`, set on
+the config before loading (`config_refusal` says how); without it `vlmprep.AutoModelForImageTextToText` loads
+transformers' class, with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+import transformers
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from ..generation.facts import CrossAttention
+from ..generation.prepared import PlannedEncoderOutputs, PreparedItems
+from ..generation.validation import check_companion_input
+from .base import VisionPrepMixin, keeps_upstream_interface
+from .layouts.sub_images import SubImagesLayout
+
+
+class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.IdeficsForVisionText2Text):
+    """Drop-in `transformers.IdeficsForVisionText2Text` whose vision tower and perceiver resampler run once per distinct
+    image, in input preparation, and never at decoding steps.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from vlmprep.models.idefics import IdeficsForVisionText2Text
+    >>> from vlmprep.testing.configs import tiny_idefics_config
+    >>> model = IdeficsForVisionText2Text(tiny_idefics_config()).eval()
+    >>> pixel_values = torch.zeros(1, 3, 3, 16, 16)
+    >>> pixel_values[0, :2] = 1.0  # two images, one all-zero padding slot
+    >>> model.count_items({"pixel_values": pixel_values})
+    2
+
+    ```
+    """
+
+    # One `<image>` token per image; the features are read by gated cross-attention in every later forward, which
+    # `forward` hands upstream as `perceiver_embeddings` (`image_encoder_embeddings` without a resampler).
+    vision_facts = replace(
+        SubImagesLayout.vision_facts,
+        per_image_keys=(),
+        tokens_per_image=lambda config: 1,
+        cross_attention=CrossAttention("perceiver_embeddings", mask=("image_attention_mask", 1), every_forward=True),
+    )
+
+    @classmethod
+    def config_refusal(cls, config) -> str | None:
+        if getattr(config, "image_token_id", None) is None:
+            return (
+                "the config has no `image_token_id` (IDEFICS configs do not store the `<image>` token's id). Set it: "
+                "`config = transformers.AutoConfig.from_pretrained(path)`, `config.image_token_id = "
+                "processor.tokenizer.convert_tokens_to_ids('<image>')`, then `from_pretrained(path, config=config)`."
+            )
+        return None
+
+    def continuous_batching_refusal(self) -> str:
+        """Why transformers' continuous-batching engine does not run IDEFICS (`vlmprep.batching.support`).
+
+        Returns:
+            `str`
+        """
+        return (
+            "IDEFICS reads its images through gated cross-attention layers with a per-token `image_attention_mask`; "
+            "the paged engine builds its own inputs from token ids and has no place for image states or that mask."
+        )
+
+    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> BaseModelOutputWithPooling:
+        """The images' resampled states, each flattened to the one row its `<image>` token holds.
+
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, num_images, C, H, W)`): real images only.
+
+        Returns:
+            `BaseModelOutputWithPooling`: `last_hidden_state` `(num_images, latents, dim)` and `pooler_output`
+            `(num_images, 1, latents * dim)`.
+        """
+        pixel_values = pixel_values.flatten(0, 1).to(dtype=self.dtype)  # (num_images, C, H, W)
+        states = self.model.vision_model(pixel_values=pixel_values).last_hidden_state  # (num_images, patches, dim)
+        if self.config.use_resampler:
+            states = self.model.perceiver_resampler(states)  # (num_images, latents, dim)
+        return BaseModelOutputWithPooling(last_hidden_state=states, pooler_output=states.flatten(1).unsqueeze(1))
+
+    def check_item_count(self, model_kwargs: dict[str, Any], spans: list, modality: str = "image") -> None:
+        super().check_item_count(model_kwargs, spans, modality=modality)
+        mask = model_kwargs.get("image_attention_mask")
+        pixel_values = model_kwargs.get("pixel_values")
+        if pixel_values is None:
+            return
+        if mask is None:
+            raise ValueError(
+                "`image_attention_mask` `(batch_size, seq_len, num_images)` is needed with IDEFICS images: it says "
+                "which image each token sees. Pass the processor's output as it is."
+            )
+        if mask.ndim != 3:
+            raise ValueError(
+                f"`image_attention_mask` must be `(batch_size, seq_len, num_images)`, got shape {tuple(mask.shape)}."
+            )
+        check_companion_input(
+            mask[:, 0, :], "image_attention_mask", pixel_values.shape[:2], "pixel_values", "one column per image slot"
+        )
+        per_row = torch.zeros(pixel_values.shape[0], dtype=torch.long)
+        for span in spans:
+            per_row[span.row] += 1
+        real = pixel_values.flatten(2).ne(0).any(dim=-1).sum(dim=1)  # real images of each row
+        if not torch.equal(per_row, real):
+            raise ValueError(
+                f"The rows of the prompt hold {per_row.tolist()} `<image>` tokens but `pixel_values` hold "
+                f"{real.tolist()} real images per row. Pass each row's images in its own row of `pixel_values`, in "
+                "prompt order (all images of the conversation, also those already in the cache)."
+            )
+
+    @keeps_upstream_interface(transformers.IdeficsForVisionText2Text.forward)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache=None,
+        inputs_embeds: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        image_encoder_embeddings: torch.Tensor | None = None,
+        perceiver_embeddings: torch.Tensor | None = None,
+        image_attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        interpolate_pos_encoding: bool | None = False,
+        logits_to_keep: int | torch.Tensor = 0,
+        *,
+        mm_encoder_outputs: dict | None = None,
+        **kwargs,
+    ):
+        """`transformers.IdeficsForVisionText2Text.forward`, also taking the images prepared by `generate`.
+
+        Args:
+            mm_encoder_outputs (`PlannedEncoderOutputs`, *optional*):
+                the call's prepared images: handed to upstream's forward as `perceiver_embeddings` (or
+                `image_encoder_embeddings` without a resampler), padded to `image_attention_mask`'s image slots.
+            input_ids, attention_mask, ...: as upstream.
+
+        Returns:
+            What upstream's forward returns.
+        """
+        planned = isinstance(mm_encoder_outputs, PlannedEncoderOutputs)
+        # A text-only call still reads image states (the processor's all-zero image, which every token's mask
+        # leaves out): with prepared items, or with none but a mask, the prepared (or zero) states stand for them
+        if planned and (mm_encoder_outputs.prepared.features or image_attention_mask is not None):
+            if image_encoder_embeddings is not None or perceiver_embeddings is not None:
+                raise ValueError(
+                    "Pass the images either as `pixel_values` or as `image_encoder_embeddings`/`perceiver_embeddings` "
+                    "(`image_hidden_states` to `generate`), not both."
+                )
+            tokens = input_ids if input_ids is not None else inputs_embeds
+            if image_attention_mask is None or image_attention_mask.shape[:2] != tokens.shape[:2]:
+                raise ValueError(
+                    "`image_attention_mask` must have one row per token fed, `(batch_size, seq_len, num_images)`; "
+                    "pass the processor's mask for the whole prompt."
+                )
+            past = cache.get_seq_length() if cache is not None else 0
+            keyed_by_ids = mm_encoder_outputs.prefix_request is not None  # a prefix store reads or stores KV
+            states = self._image_states(mm_encoder_outputs.prepared, image_attention_mask, past, keyed_by_ids)
+            name = "perceiver_embeddings" if self.config.use_resampler else "image_encoder_embeddings"
+            kwargs[name] = states
+        else:
+            kwargs.update(
+                pixel_values=pixel_values,
+                image_encoder_embeddings=image_encoder_embeddings,
+                perceiver_embeddings=perceiver_embeddings,
+            )
+        return super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            image_attention_mask=image_attention_mask,
+            labels=labels,
+            use_cache=use_cache,
+            interpolate_pos_encoding=interpolate_pos_encoding,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
+
+    def _image_states(
+        self, prepared: PreparedItems, image_attention_mask: torch.Tensor, past: int, keyed_by_ids: bool
+    ) -> torch.Tensor:
+        # Row b's j-th `<image>` token is its image slot j, as the processor numbers them; slots of padding images
+        # stay zero: upstream masks them out of every token's cross-attention, whatever their states.
+        batch_size, fed, slots = image_attention_mask.shape
+        vision = self.config.vision_config
+        latents = (
+            self.config.perceiver_config.resampler_n_latents
+            if self.config.use_resampler
+            else (vision.image_size // vision.patch_size) ** 2 + 1  # the tower's patches and its class token
+        )
+        states = torch.zeros(batch_size, slots, latents, vision.embed_dim, dtype=self.dtype, device=self.device)
+        slot_start = torch.full((batch_size, slots), torch.iinfo(torch.long).max, dtype=torch.long)
+        taken = [0] * batch_size
+        for span in sorted(prepared.spans, key=lambda span: (span.row, span.start)):
+            slot = taken[span.row]
+            if slot >= slots:
+                raise ValueError(
+                    f"Row {span.row} of the prompt has more `<image>` tokens than `image_attention_mask` has image "
+                    f"columns ({slots}); pass the processor's mask."
+                )
+            states[span.row, slot] = prepared.features[span.item_index].view(latents, vision.embed_dim)
+            slot_start[span.row, slot] = span.start
+            taken[span.row] += 1
+        # A token may only see images whose `<image>` token comes before it: its KV then depends on its prefix alone,
+        # which the prefix cache and chunked prefill rely on.
+        positions = torch.arange(past, past + fed).view(1, fed, 1)  # (1, fed, 1)
+        sees_later = image_attention_mask.bool().cpu() & (positions < slot_start[:, None, :])
+        if bool(sees_later.any()):
+            raise ValueError(
+                "`image_attention_mask` lets a token see an image whose `<image>` token comes later (or no image "
+                "token at all). Each token may see only images before it, as the processor's mask does."
+            )
+        if keyed_by_ids:
+            # A stored prefix is keyed by its ids and images, not by this mask: only the processor's masks, where a
+            # token sees the latest image before it (or none after an end of sequence), are a function of those
+            latest = (positions >= slot_start[:, None, :]).sum(dim=-1, keepdim=True) - 1  # (batch, fed, 1)
+            slot = torch.arange(slots).view(1, 1, slots)
+            if bool((image_attention_mask.bool().cpu() & (slot != latest)).any()):
+                raise ValueError(
+                    "With a prefix cache, `image_attention_mask` must be the processor's: each token sees only the "
+                    "latest image before it (or none). Pass the processor's mask, or no `prefix_cache`."
+                )
+        return states.flatten(0, 1)  # (batch_size * slots, latents, dim)
+
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: torch.LongTensor,
+        *args,
+        image_attention_mask: torch.Tensor | None = None,
+        mm_encoder_outputs: dict | None = None,
+        image_hidden_states: torch.Tensor | None = None,
+        **kwargs,
+    ):
+        # Upstream hands the first forward's image states back as `image_encoder_embeddings` at every step (resampled
+        # again) and slices the mask from the end; here every forward gets the prepared states and the mask rows of
+        # the positions it feeds (a prefill chunk starts at the cache's length, not at the prompt's end).
+        model_inputs = super().prepare_inputs_for_generation(
+            input_ids, *args, mm_encoder_outputs=mm_encoder_outputs, **kwargs
+        )
+        model_inputs.pop("pixel_values", None)
+        if isinstance(mm_encoder_outputs, PlannedEncoderOutputs):
+            model_inputs["mm_encoder_outputs"] = mm_encoder_outputs
+        if image_hidden_states is not None:  # the tower's states given by the caller, as upstream takes them
+            model_inputs["image_encoder_embeddings"] = image_hidden_states
+        if image_attention_mask is not None:
+            offset = mm_encoder_outputs.prepared.offset if isinstance(mm_encoder_outputs, PlannedEncoderOutputs) else 0
+            model_inputs["image_attention_mask"] = _fed_mask_rows(image_attention_mask, model_inputs, offset)
+        return model_inputs
+
+    def _update_model_kwargs_for_generation(
+        self, outputs, model_kwargs: dict[str, Any], is_encoder_decoder: bool = False, num_new_tokens: int = 1
+    ) -> dict[str, Any]:
+        # Replaces upstream IDEFICS's rule, which hands the step's image states back to be resampled at the next step
+        # and keeps only the mask's last row: the states travel prepared in `mm_encoder_outputs`, and the mask grows
+        # by the row a generated token sees (the last one), so that every forward reads its rows by position.
+        model_kwargs = super(transformers.IdeficsForVisionText2Text, self)._update_model_kwargs_for_generation(
+            outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
+        )
+        mask = model_kwargs.get("image_attention_mask")
+        if mask is not None:
+            model_kwargs["image_attention_mask"] = torch.cat([mask, *[mask[:, -1:]] * num_new_tokens], dim=1)
+        return model_kwargs
+
+
+def _fed_mask_rows(mask: torch.Tensor, model_inputs: dict, offset: int) -> torch.Tensor:
+    """The rows of `image_attention_mask` (which starts at sequence position `offset`) of the tokens a forward feeds,
+    from the cache's length on; tokens past its end see what its last row sees.
+
+    Args:
+        mask (`torch.Tensor` of shape `(batch_size, seq_len, num_images)`): the call's mask, grown while decoding.
+        model_inputs (`dict`): the forward's inputs (its tokens and cache).
+        offset (`int`): the sequence position of the mask's first row.
+
+    Returns:
+        `torch.Tensor` of shape `(batch_size, fed_tokens, num_images)`
+    """
+    tokens = model_inputs.get("input_ids")
+    fed = (tokens if tokens is not None else model_inputs["inputs_embeds"]).shape[1]
+    cache = model_inputs.get("cache")
+    start = (cache.get_seq_length() if cache is not None else 0) - offset
+    if start < 0:
+        raise ValueError(
+            f"`image_attention_mask` starts at position {offset} but the cache holds only {offset + start} tokens: "
+            "pass one row per token of `input_ids`, `(batch_size, seq_len, num_images)`, as the processor does."
+        )
+    missing = start + fed - mask.shape[1]
+    if missing > 0:  # tokens after the mask (drafts of assisted decoding) see what its last row sees, as upstream pads
+        mask = torch.cat([mask, mask[:, -1:].expand(-1, missing, -1)], dim=1)
+    return mask[:, start : start + fed]
