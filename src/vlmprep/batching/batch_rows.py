@@ -17,8 +17,9 @@ def step_encoder_outputs(model, requests_in_batch: list, input_ids: torch.Tensor
     """`mm_encoder_outputs` for one engine step, or `None` when no scheduled slice holds a placeholder of an image.
 
     A token equal to a placeholder id outside every span (the model generated it) is text, as in `generate`'s
-    decoding; in a step that also feeds images the model would count it as a placeholder, so it receives its own
-    text embedding as its row, which leaves it unchanged (and zero deepstack rows, which add nothing).
+    decoding; in a step that also feeds images the model would count it as a placeholder, so it receives as its row
+    what that decoding embeds it as (itself, or the id the family's forward embeds every placeholder as), which leaves
+    it unchanged (and zero deepstack rows, which add nothing).
 
     For a family whose encoder returns per-layer (deepstack) features (Qwen3-VL), each output also carries, per layer,
     the rows of the same placeholders, as `generate`'s prefill chunks get them.
@@ -145,7 +146,14 @@ def _check_generated_placeholder_keeps_its_embedding(model, token_id: int) -> No
 
 
 def _text_rows(model, token_id: int, count: int) -> torch.Tensor:
+    # What `generate`'s decoding embeds a generated placeholder as: the token itself, or the id a family's forward
+    # embeds every placeholder as (its placement's `placeholders_embedded_as`: Muse Spark's 0, Gemma 4's pad token)
+    embedded_as = next(
+        (m.placement.embedded_as(model.config) for m in model.vision_facts.modalities if m.placement is not None),
+        None,
+    )
     embeddings = model.get_input_embeddings()
+    token_id = token_id if embedded_as is None else embedded_as
     ids = torch.full((count,), token_id, dtype=torch.long, device=embeddings.weight.device)
     return embeddings(ids)  # (count, hidden): what the model embeds the token as, so scattering it changes nothing
 
