@@ -44,8 +44,18 @@ from support.differential_strategies import (
     Row,
     conversations,
     store_hit_conversation,
+    within_refusals,
 )
-from support.references import ATOL, Prompt, assert_close, collate, continued, eager_attention, greedy_output
+from support.references import (
+    ATOL,
+    Prompt,
+    assert_close,
+    collate,
+    continued,
+    eager_attention,
+    greedy_output,
+    uncached_logits,
+)
 from support.registry import FAMILY_CASES, scenario
 from vlmprep.testing import AUDIO, IMAGE, VIDEO
 
@@ -206,11 +216,12 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
     # Hidden states and attentions of a call that prefills the whole prompt in one forward and decodes one token a
     # step are transformers' own (a caller's cache, chunks and drafts change which tokens a forward covers upstream too)
     if "cache" not in kwargs and options.chunk_size is None and options.assistant is None:
-        for name in ("hidden_states", "attentions"):
+        for name, per_step in returned_states(ours.config):
             steps = 1 if decode_positions_differ else None  # later steps follow other positions upstream
-            for step_actual, step_expected in zip(
-                (getattr(actual, name) or ())[:steps], (getattr(expected, name) or ())[:steps], strict=True
-            ):
+            returned = [getattr(output, name) or () for output in (actual, expected)]
+            if not per_step:  # an encoder's: one tuple of layers for the call
+                returned = [(layers,) if layers else () for layers in returned]
+            for step_actual, step_expected in zip(returned[0][:steps], returned[1][:steps], strict=True):
                 for layer_actual, layer_expected in zip(step_actual, step_expected, strict=True):
                     assert layer_actual.shape == layer_expected.shape, name
                     assert_close(layer_actual, layer_expected, atol=PADDED_ROW_ATOL if len(prompts) > 1 else ATOL)
@@ -220,12 +231,22 @@ def check_call(state: FamilyState, inputs: dict, prompts: list[Prompt], options:
             pass  # checked against upstream's `generate` above: its forward of the padded batch numbers it otherwise
         elif len(prompts) == 1 or case.padding_moves_upstream:
             atol = ATOL if len(prompts) == 1 else PADDED_ROW_ATOL
-            assert_close(actual.logits[0], upstream(**inputs, use_cache=False).logits[:, -1], atol=atol)
+            assert_close(actual.logits[0], uncached_logits(upstream, inputs), atol=atol)
         else:  # each row alone, unpadded: one uncached forward of its whole prompt
             for row, prompt in enumerate(prompts):
-                solo = upstream(**prompt.inputs(), use_cache=False).logits[:, -1]
+                solo = uncached_logits(upstream, prompt.inputs())
                 assert_close(actual.logits[0][row : row + 1], solo, atol=PADDED_ROW_ATOL)
     return actual
+
+
+def returned_states(config) -> list[tuple[str, bool]]:
+    """The hidden states and attentions a `generate` output holds, and whether each is per step: a decoder-only
+    model's `hidden_states` and `attentions`; an encoder-decoder's encoder ones (one tuple of layers for the call) and
+    its decoder's and cross-attentions (per step)."""
+    if not config.is_encoder_decoder:
+        return [("hidden_states", True), ("attentions", True)]
+    encoder = [("encoder_hidden_states", False), ("encoder_attentions", False)]
+    return [*encoder, ("decoder_hidden_states", True), ("decoder_attentions", True), ("cross_attentions", True)]
 
 
 def check_steps_against_forwards(upstream, prompts: list[Prompt], actual) -> None:
@@ -249,7 +270,9 @@ def run_conversation(family: str, conversation: Conversation) -> None:
     for extension, options in calls:
         returned_cache = None
         if extension is not None:
-            width = inputs["input_ids"].shape[1]
+            # A decoder-only model's sequences continue the prompt; an encoder-decoder's are its decoder's, from the
+            # start token (the answer goes on in the encoder's next prompt)
+            width = 1 if state.ours.config.is_encoder_decoder else inputs["input_ids"].shape[1]
             answers = output.sequences[:, width:].tolist()
             rows = [
                 Row((*row.segments, answer, *extension.segments), (*row.image_seeds, *extension.image_seeds))
@@ -286,6 +309,7 @@ def check_conversations(family: str, max_examples: int, media: tuple = (IMAGE,))
     @settings(max_examples=max_examples, **COMMON_SETTINGS)
     @given(conversation=conversations(media=media))
     def check(conversation: Conversation) -> None:
+        conversation = within_refusals(conversation, frozenset(FAMILY_CASES[family].differential_refusals))
         calls = [conversation.first, *(options for _, options in conversation.continuations)]
         assume(not any(options.train_part in FAMILY_CASES[family].refused_train_parts for options in calls))
         if FAMILY_CASES[family].one_row_with_items:  # the refusal itself: tests/units/test_patch_grid_framed.py

@@ -28,6 +28,7 @@ from support.references import (
     assert_steps_match_upstream,
     collate,
     continued,
+    decoder_start_id,
     greedy_output,
 )
 from support.traits import families_with, is_encoder_decoder
@@ -132,6 +133,40 @@ def test_chunked_decoder_prompt_is_exact(family):
         expected = upstream(**continued(prompt, answer[:-1]), use_cache=False).logits[0, -2:]
     for step, step_logits in enumerate(actual.logits):
         assert_close(step_logits[0], expected[step])
+
+
+@pytest.mark.parametrize("family", ENCODER_DECODER)
+def test_chunked_prefill_of_a_padded_batch_keeps_the_encoders_mask(family):
+    """Upstream's chunked prefill cuts `attention_mask` to the decoder's chunk, but an encoder-decoder's is the
+    encoder's: the padded row's answer moves (Florence-2) or the shapes clash (T5Gemma 2). The drop-in chunks the
+    decoder's prompt only: every step equals upstream's unchunked `generate`."""
+    upstream, ours = model_pair(family)
+    prompts = [
+        Prompt(ours.config, [IMAGE, TASKS[2]], image_seeds=[9]),
+        Prompt(ours.config, [TASKS[1]], image_seeds=[]),
+    ]
+    inputs = collate(prompts, ours.generation_config.pad_token_id)
+    start = decoder_start_id(ours.config)
+    decoder_prompt = {"decoder_input_ids": torch.tensor([[start, 30, 31]] * 2)}
+    expected = greedy_output(upstream, inputs, 2, **decoder_prompt, **ANSWER_TEXT)
+    for chunk_size in (1, 2):
+        actual = greedy_output(ours, inputs, 2, **decoder_prompt, prefill_chunk_size=chunk_size, **ANSWER_TEXT)
+        assert torch.equal(actual.sequences, expected.sequences)
+        assert_same_steps(actual.logits, expected.logits)
+
+
+@pytest.mark.parametrize("family", ENCODER_DECODER)
+def test_drop_in_assistant_encodes_the_image_from_its_encoder_cache(family):
+    """`assistant_model=` a drop-in: it encodes the prompt itself from the pixels the main model leaves it (from its
+    encoder cache: the same model runs the tower once in all), and the answer is greedy decoding's."""
+    upstream, ours = model_pair(family)
+    prompt = Prompt(ours.config, [IMAGE, TASKS[1]], image_seeds=[10])
+    with tower_runs(ours) as runs:
+        actual = greedy_output(ours, prompt.inputs(), 3, assistant_model=ours, **ANSWER_TEXT)
+    expected = greedy_output(upstream, prompt.inputs(), 3, **ANSWER_TEXT)
+    assert runs == [1]
+    assert torch.equal(actual.sequences, expected.sequences)
+    assert_same_steps(actual.logits, expected.logits)
 
 
 @pytest.mark.parametrize("family", ENCODER_DECODER)

@@ -57,6 +57,8 @@ class FamilyCase:
             under eager attention; the refusal: tests/scenarios/test_indexed_families.py).
         videos_apart_from_images: why a prompt holds videos or images, never both, where transformers' class fails on
             both (empty: a prompt may hold both): the differential test then draws video conversations without images.
+        differential_refusals: what the drop-in refuses that the differential test draws (a name of
+            `support.differential_strategies.REFUSABLE` -> why): its conversations are drawn without it.
         slow: scenario name -> why it is slow for this family (its prompts are long: DeepSeek-OCR-2's views fill 145
             placeholders whatever the config): the scenario runs, whole, under `make test-slow` only (marked slow).
         samples: the samples of families this family stands in, for tests that run a few representative families
@@ -83,6 +85,7 @@ class FamilyCase:
     padding_moves_upstream: bool = False
     padded_rows_follow_pad_states: bool = False
     videos_apart_from_images: str = ""
+    differential_refusals: dict[str, str] = field(default_factory=dict)
     slow: dict[str, str] = field(default_factory=dict)
     samples: tuple[str, ...] = ()
     unread_inputs: frozenset[str] = frozenset()

@@ -224,3 +224,43 @@ def store_hit_conversation(media: tuple) -> Conversation:
     rows = tuple(map(with_media, conversation.rows))  # in order: the first item is `media[0]`
     continuations = tuple((with_media(row), options) for row, options in conversation.continuations)
     return replace(conversation, rows=rows, continuations=continuations)
+
+
+# What a family's drop-in may refuse that the conversations draw (`FamilyCase.differential_refusals`): a caller's cache
+# cropped to a token count, passing back the cache a call returned, the prefix store, assisted decoding, and a batch
+# whose rows hold different numbers of items.
+REFUSABLE = ("callers_cache", "returned_cache", "prefix_store", "assisted_decoding", "uneven_item_counts")
+
+
+def within_refusals(conversation: Conversation, refused: frozenset[str]) -> Conversation:
+    """The conversation without what the family refuses (`REFUSABLE`): each refused option off in every call, and a
+    batch of uneven item counts cut to the rows holding as many as the first. The refusals themselves are tested with
+    the family; transforming (not rejecting) an example keeps every family's example count.
+
+    Args:
+        conversation (`Conversation`): a drawn conversation.
+        refused (`frozenset[str]`): names from `REFUSABLE`.
+
+    Returns:
+        `Conversation`
+    """
+    unknown = refused - set(REFUSABLE)
+    if unknown:
+        raise ValueError(f"Unknown refusals {sorted(unknown)}: the differential test knows {REFUSABLE}.")
+    off: dict = {}
+    if "callers_cache" in refused:
+        off["cached_fraction"] = None
+    if "returned_cache" in refused:
+        off["reuse_returned_cache"] = False
+    if "prefix_store" in refused:
+        off["use_prefix_store"] = False
+    if "assisted_decoding" in refused:
+        off["assistant"] = None
+    rows = conversation.rows
+    if "uneven_item_counts" in refused:
+        rows = tuple(row for row in rows if row.num_images == rows[0].num_images)
+    return Conversation(
+        rows,
+        replace(conversation.first, **off),
+        tuple((extension, replace(options, **off)) for extension, options in conversation.continuations),
+    )

@@ -174,3 +174,14 @@ def test_continuous_batching_is_refused_naming_why():
     _, ours = model_pair(FAMILY)
     with pytest.raises(ValueError, match="cross-attention"):
         ours.init_continuous_batching()
+
+
+def test_drop_in_assistant_with_prefill_chunks_is_exact():
+    """A drop-in drafting for itself in chunks: its later drafting rounds feed a few tokens in one forward, with the
+    prepared images (upstream's chunks would hand IDEFICS's forward none, which it reads at every forward)."""
+    upstream, ours = model_pair(FAMILY)
+    inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[11, 12]).inputs()
+    sequences, logits = generate_logits(ours, inputs, 4, assistant_model=ours, prefill_chunk_size=3, **TEXT_ANSWERS)
+    expected_sequences, expected = generate_logits(upstream, inputs, 4, **TEXT_ANSWERS)
+    assert torch.equal(sequences, expected_sequences)
+    assert_same_steps(logits, expected)

@@ -45,6 +45,7 @@ def prepare_encoder_with_items(
     generation_config,
     salt: str | None = None,
     hints: dict | None = None,
+    keep_item_inputs: bool = False,
 ) -> dict[str, Any]:
     """Encode an encoder-decoder's prompt with its items' features taken once per distinct item.
 
@@ -55,6 +56,8 @@ def prepare_encoder_with_items(
         generation_config: the call's generation config.
         salt (`str`, *optional*): the call's cache salt.
         hints (`dict`, *optional*): a caller's names for its items (`vlmprep.cache.hash_hints`).
+        keep_item_inputs (`bool`, *optional*, defaults to `False`): leave the pixel inputs in the kwargs, for an
+            assistant model (`assistant_model=`), which encodes the prompt again from a copy of them.
 
     Returns:
         `dict[str, Any]`: `model_kwargs`, with upstream's `encoder_outputs`.
@@ -81,9 +84,12 @@ def prepare_encoder_with_items(
                 placed[span.row, span.start : span.end] = True
         # As upstream's encoder forward: `masked_scatter` fills the placeholders in row-major order
         inputs_embeds = inputs_embeds.masked_scatter(placed.unsqueeze(-1), rows.to(inputs_embeds))
+    # The encoder reads the embeddings: its tower must not run again
+    item_inputs = {}
     for modality in model.vision_facts.modalities:
         for key in (*modality.item_keys, *plan.encoder.encoder_argument_names(modality.name)):
-            model_kwargs.pop(key, None)  # the encoder reads the embeddings: its tower must not run again
+            if key in model_kwargs:
+                item_inputs[key] = model_kwargs.pop(key)
 
     # Upstream's own encoder step (Florence-2's override calls it the same way), on the embeddings
     model_kwargs["inputs_embeds"] = inputs_embeds
@@ -94,4 +100,44 @@ def prepare_encoder_with_items(
         generation_config=generation_config,
     )
     model_kwargs.pop("inputs_embeds", None)
+    if keep_item_inputs:
+        # An assistant gets a copy of these kwargs and encodes the prompt itself (a drop-in assistant from its own
+        # encoder cache); upstream's forward ignores them once `encoder_outputs` are given (assisted decoding runs
+        # one row, never expanded)
+        model_kwargs.update(item_inputs)
     return model_kwargs
+
+
+def prefill_decoder_in_chunks(model, prefill, input_ids: torch.Tensor, generation_config, model_kwargs: dict):
+    """An encoder-decoder's chunked prefill: the decoder's prompt in chunks, the encoder's attention mask whole.
+
+    Upstream's chunked prefill cuts `attention_mask` to each chunk's end as a decoder-only model's, but an
+    encoder-decoder's is the encoder's: a left-padded row's padding then reaches the decoder's cross-attention (or the
+    shapes clash, T5Gemma 2). Here each chunk runs through upstream's unchunked prefill, with the decoder's own mask up
+    to the chunk's end.
+
+    Args:
+        model: the drop-in model, an encoder-decoder.
+        prefill: upstream's `_prefill`, bound to the model.
+        input_ids (`torch.Tensor` of shape `(batch_size, decoder_length)`): the decoder's prompt.
+        generation_config: the call's generation config (its `prefill_chunk_size` is set).
+        model_kwargs (`dict`): the call's inputs, `encoder_outputs` and the decoder's cache included.
+
+    Returns:
+        The last chunk's forward output.
+    """
+    chunk_size = generation_config.prefill_chunk_size
+    decoder_mask = model_kwargs.get("decoder_attention_mask")
+    generation_config.prefill_chunk_size = None
+    try:
+        for start in range(0, input_ids.shape[1], chunk_size):
+            end = min(start + chunk_size, input_ids.shape[1])
+            if decoder_mask is not None:
+                model_kwargs["decoder_attention_mask"] = decoder_mask[:, :end]
+            outputs = prefill(input_ids[:, start:end], generation_config, model_kwargs, is_first_iteration=True)
+            model_kwargs["cache"] = outputs.cache
+    finally:
+        generation_config.prefill_chunk_size = chunk_size
+        if decoder_mask is not None:
+            model_kwargs["decoder_attention_mask"] = decoder_mask
+    return outputs

@@ -35,7 +35,7 @@ from ..cache.identity import check_cache_salt
 from ..cache.prefix_cache import PrefixCache
 from ..cache.recurrent_state import cache_length
 from .assisted import assistant_model_of, check_no_recurrent_state, first_assisted_forward_inputs
-from .encoder_prompt import items_in_encoder_prompt, prepare_encoder_with_items
+from .encoder_prompt import items_in_encoder_prompt, prefill_decoder_in_chunks, prepare_encoder_with_items
 from .facts import TOKEN_TYPE_KEYS, VisionFacts
 from .hooks import FamilyHooks
 from .model_caches import ModelCachesMixin
@@ -45,7 +45,7 @@ from .prepared import PlannedEncoderOutputs, PreparedItems, containers_of
 from .validation import check_no_block_after_cache_in_static_cache, check_prefill_chunk_size
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
-VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item_hints")
+VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item_hints", "vlmprep_assistant_model")
 # Inputs that run along the sequence, cut at each prefill chunk's end.
 CHUNKED_INPUT_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 
@@ -63,6 +63,16 @@ def _chunked_input_axes(facts: VisionFacts) -> dict[str, int]:
     cross_attention = facts.cross_attention
     mask = [cross_attention.mask] if cross_attention is not None and cross_attention.mask is not None else []
     return dict.fromkeys(CHUNKED_INPUT_KEYS, -1) | dict(mask)
+
+
+def _run_unchunked(prefill, input_ids: torch.Tensor, generation_config, model_kwargs: dict, is_first_iteration: bool):
+    """Upstream's `_prefill` as one forward over `input_ids`, whatever the call's `prefill_chunk_size`."""
+    chunk_size = generation_config.prefill_chunk_size
+    generation_config.prefill_chunk_size = None
+    try:
+        return prefill(input_ids, generation_config, model_kwargs, is_first_iteration=is_first_iteration)
+    finally:
+        generation_config.prefill_chunk_size = chunk_size
 
 
 class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
@@ -108,6 +118,9 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         Returns:
             What transformers' `generate` returns.
         """
+        if self.config.is_encoder_decoder and assistant_model_of(args, kwargs) is not None:
+            # The assistant encodes the prompt again, from the kwargs this model leaves (`encoder_prompt.py`)
+            kwargs["vlmprep_assistant_model"] = True
         store = self._prefix_store_of_call(prefix_cache)  # `None` in train mode (warned)
         if store is None:
             return super().generate(*args, **kwargs)
@@ -158,8 +171,11 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         salt = check_cache_salt(model_kwargs.pop("cache_salt", None))
         request = model_kwargs.pop("vlmprep_prefix_request", None)
         hints = model_kwargs.pop("vlmprep_item_hints", None)  # a server's names for its items (media cache keys)
+        assisted = model_kwargs.pop("vlmprep_assistant_model", False)
         if items_in_encoder_prompt(self, model_input_name, model_kwargs):  # then upstream's encoder step on them
-            return prepare_encoder_with_items(self, inputs_tensor, model_kwargs, generation_config, salt, hints)
+            return prepare_encoder_with_items(
+                self, inputs_tensor, model_kwargs, generation_config, salt, hints, keep_item_inputs=assisted
+            )
         if model_input_name != "input_ids" or self.config.is_encoder_decoder:
             return super()._maybe_prepare_encoder_kwargs_for_generation(
                 inputs_tensor, model_kwargs, model_input_name, generation_config
@@ -259,9 +275,15 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         # Upstream cuts chunks every `prefill_chunk_size` tokens and slices features by counting every placeholder of
         # the prompt; here chunks are planned from the spans (never ending inside a bidirectional block) and each
         # runs through upstream's own unchunked prefill with exactly the feature rows of its placeholders.
+        if self.config.is_encoder_decoder and generation_config.prefill_chunk_size and is_first_iteration:
+            return prefill_decoder_in_chunks(self, super()._prefill, input_ids, generation_config, model_kwargs)
         planned = model_kwargs.get("mm_encoder_outputs")
-        if not isinstance(planned, PlannedEncoderOutputs) or not is_first_iteration:
+        if not isinstance(planned, PlannedEncoderOutputs):
             return super()._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=is_first_iteration)
+        if not is_first_iteration:
+            # An assistant's later drafting rounds feed only the tokens since its last round, in one forward: upstream's
+            # chunks would hand them no prepared items, which a forward reading them every time (IDEFICS) needs
+            return _run_unchunked(super()._prefill, input_ids, generation_config, model_kwargs, is_first_iteration)
 
         cache = model_kwargs.get("cache")
         start = cache_length(cache) if cache is not None else 0
@@ -271,11 +293,7 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         if len(chunks) == 1:
             # One forward over the rest of the prompt: upstream's prefill as it is (run eagerly, as upstream does,
             # so a compiled decoding forward never sees prefill's shapes and arguments).
-            generation_config.prefill_chunk_size = None
-            try:
-                return super()._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=True)
-            finally:
-                generation_config.prefill_chunk_size = chunk_size
+            return _run_unchunked(super()._prefill, input_ids, generation_config, model_kwargs, True)
 
         offset = planned.prepared.offset
         axes = _chunked_input_axes(self.vision_facts)

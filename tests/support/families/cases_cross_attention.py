@@ -77,6 +77,14 @@ register(
         per_token_keys=("cross_attention_mask",),
         per_token_axes={"cross_attention_mask": 1},
         pixel_keys=("pixel_values", "aspect_ratio_ids", "aspect_ratio_mask"),
+        differential_refusals={
+            "callers_cache": _CROPPED_CACHE,
+            "uneven_item_counts": _PADDING_SLOTS,
+            "assisted_decoding": (
+                "a rejected draft cannot be cropped out of the cross-attention layers' image states "
+                "(tests/units/test_mllama.py)"
+            ),
+        },
         skip={
             "left_padded_batch_matches_solo_runs": _PADDING_SLOTS,
             "chunked_batch_matches_unchunked_batch": _PADDING_SLOTS,
@@ -89,11 +97,6 @@ register(
             "bad_input_wrong_run_length": (
                 "an image is one `<|image|>` token, not a run: a token fewer is an image without its token, refused "
                 "by the image count check"
-            ),
-            "differential": (
-                "its calls draw caller caches cropped to a token count (cutting the cross-attention layers' image "
-                "states) and batches of rows with different image counts (refused: padding slots); "
-                "tests/units/test_mllama.py checks calls, caller caches, the prefix cache and chunks against transformers"
             ),
         },
     )

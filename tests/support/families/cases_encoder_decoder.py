@@ -49,11 +49,14 @@ ENCODER_DECODER_SKIPS = {
     "every_chunk_size_is_exact": _CHUNKS,
     "cached_prefix_of_every_length_with_chunks": _CHUNKS,
     "chunked_batch_matches_unchunked_batch": _CHUNKS,
-    "differential": (
-        "the differential conversations continue the decoder's prompt across turns; "
-        "tests/scenarios/test_encoder_decoder.py runs random calls (prompts, images, batches, generation modes) "
-        "of an encoder-decoder against transformers instead"
-    ),
+}
+
+# The differential conversations go on in the encoder's next prompt (the answer, then more text and images); a cache
+# is the decoder's, made for another encoder prompt
+ENCODER_DECODER_REFUSALS = {
+    "callers_cache": _PROMPT_IS_THE_ENCODERS,
+    "returned_cache": _PROMPT_IS_THE_ENCODERS,
+    "prefix_store": "refused: the decoder cross-attends to the whole encoder output (tests/scenarios/test_encoder_decoder.py)",
 }
 
 
@@ -94,6 +97,8 @@ register(
         "florence2",
         build_florence2_inputs,
         per_token_keys=(),
+        padding_moves_upstream=True,  # BART's learned positions: `_LEARNED_POSITIONS`
+        differential_refusals=ENCODER_DECODER_REFUSALS,
         skip={
             **ENCODER_DECODER_SKIPS,
             "generate_matches_transformers": f"{_ONE_IMAGE}; tests/scenarios/test_encoder_decoder.py checks generate",
@@ -107,4 +112,12 @@ register(
         },
     )
 )
-register(FamilyCase("t5gemma2", build_t5gemma2_inputs, per_token_keys=(), skip=dict(ENCODER_DECODER_SKIPS)))
+register(
+    FamilyCase(
+        "t5gemma2",
+        build_t5gemma2_inputs,
+        per_token_keys=(),
+        differential_refusals=ENCODER_DECODER_REFUSALS,
+        skip=dict(ENCODER_DECODER_SKIPS),
+    )
+)
