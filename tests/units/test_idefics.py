@@ -7,6 +7,10 @@ each image once and feeds about the fewest tokens any cache can; bad inputs rais
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from unittest import mock
+
 import pytest
 import torch
 import transformers
@@ -65,6 +69,42 @@ def test_tower_and_resampler_run_once_per_call_and_never_while_decoding():
         _, logits = generate_logits(ours, inputs, max_new_tokens=4)
     assert runs.calls == [0, 0]
     assert_same_steps(logits, expected)
+
+
+@contextlib.contextmanager
+def image_state_projections(model) -> Iterator[list[int]]:
+    """How many times the gated layers' key and value projections computed (not reused) a projection, per layer."""
+    projections = [
+        module
+        for layer in model.model.gated_cross_attn_layers
+        for module in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)
+    ]
+    computed = [0] * len(projections)
+    linear = torch.nn.functional.linear
+
+    def counting(input, weight, bias=None):
+        for index, module in enumerate(projections):
+            computed[index] += weight is module.weight
+        return linear(input, weight, bias)
+
+    with mock.patch.object(torch.nn.functional, "linear", counting):
+        yield computed
+
+
+def test_gated_layers_project_the_image_states_once_per_call():
+    """Upstream projects the image states to keys and values in every gated layer at every forward; the drop-in once
+    per call (the same values: the answer is upstream's), and again in the next call."""
+    upstream, ours = model_pair(FAMILY)
+    inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[11, 12]).inputs()
+    _, expected = generate_logits(upstream, inputs, max_new_tokens=4)
+    for _ in range(2):
+        with image_state_projections(ours) as computed:
+            _, logits = generate_logits(ours, inputs, max_new_tokens=4, prefill_chunk_size=5)
+        assert computed == [1] * len(computed)
+        assert_same_steps(logits, expected)
+    with image_state_projections(upstream) as computed:
+        generate_logits(upstream, inputs, max_new_tokens=4)
+    assert computed == [4] * len(computed)  # one per forward: the prefill and three decoding steps
 
 
 def test_five_turn_two_image_chat_is_exact_encodes_each_image_once_and_feeds_the_fewest_tokens():

@@ -298,7 +298,6 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         offset = planned.prepared.offset
         axes = _chunked_input_axes(self.vision_facts)
         whole = {key: model_kwargs[key] for key in axes if model_kwargs.get(key) is not None}
-        generation_config.prefill_chunk_size = None
         try:
             for chunk_start, chunk_end in chunks:
                 for key, value in whole.items():
@@ -308,11 +307,10 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
                 model_kwargs["mm_encoder_outputs"] = rows if rows is not None else {}
                 # Only the chunk's ids: upstream's prefill then feeds them all after the cache
                 chunk_ids = input_ids[:, chunk_start - offset : chunk_end - offset]
-                outputs = super()._prefill(chunk_ids, generation_config, model_kwargs, is_first_iteration=True)
+                outputs = _run_unchunked(super()._prefill, chunk_ids, generation_config, model_kwargs, True)
                 model_kwargs["cache"] = outputs.cache
                 planned.after_prefill_forward(outputs.cache, chunk_end)  # keeps a hybrid decoder's states
         finally:
-            generation_config.prefill_chunk_size = chunk_size
             model_kwargs.update(whole)
             model_kwargs["mm_encoder_outputs"] = planned
         return outputs

@@ -200,6 +200,9 @@ class PlannedEncoderOutputs(dict):
             an assistant model that needs them for its positions.
         prefix_request (`PrefixRequest`, *optional*):
             the call's prefix-cache request, which keeps a hybrid decoder's states after each prefill forward.
+
+    `per_call` holds what a family computes from the items once per call and reads at every forward (the states its
+    cross-attention projects): it lives and dies with the call, never on the model.
     """
 
     def __init__(self, prepared: PreparedItems, end: int, item_extras: dict | None = None, prefix_request=None):
@@ -208,6 +211,7 @@ class PlannedEncoderOutputs(dict):
         self.end = end
         self.item_extras = item_extras or {}
         self.prefix_request = prefix_request
+        self.per_call: dict = {}
 
     def plan_chunks(self, start: int, chunk_size: int | None, cache, attention_mask=None) -> list[tuple[int, int]]:
         """The prefill chunks from `start` (`plan_prefill_chunks`), also cut where the prefix request snapshots a

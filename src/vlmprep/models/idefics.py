@@ -7,10 +7,11 @@ of the sub-image layout; its features are the perceiver resampler's latents (the
 resampler), kept as one row `(1, latents * dim)` at its `<image>` token so that the spans count one row per
 placeholder. Upstream runs the tower in the first forward and the resampler again at every decoding step; here both
 run once per distinct image, in input preparation, and every forward (each prefill chunk, each decoding step) gets the
-states as upstream's own `perceiver_embeddings` (`image_encoder_embeddings` without a resampler). The gated
-cross-attention layers still project those states to keys and values in every forward, as upstream does: the
-projections run inside upstream's attention forward, which its gated layer calls without a cache (and refuses one), so
-keeping them per call would mean copying that forward.
+states as upstream's own `perceiver_embeddings` (`image_encoder_embeddings` without a resampler). Upstream's gated
+cross-attention layers project those states to keys and values again in every forward (their attention takes no
+cache); here each layer's key and value projections of the call's states run once per call: the same states tensor
+is handed to every forward, and the projections (`ImageStateProjection`, `nn.Linear` with the same parameters) answer
+a repeated input from the call's memo, the same values upstream recomputes.
 
 The `<image>` id is a tokenizer fact that IDEFICS configs do not hold: the drop-in reads `config.image_token_id`, set on
 the config before loading (`config_refusal` says how); without it `vlmprep.AutoModelForImageTextToText` loads
@@ -19,6 +20,7 @@ transformers' class, with a warning.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +33,30 @@ from ..generation.prepared import PlannedEncoderOutputs, PreparedItems
 from ..generation.validation import check_companion_input
 from .base import VisionPrepMixin, keeps_upstream_interface
 from .layouts.sub_images import SubImagesLayout
+
+# The running call's projections of its image states (`ImageStateProjection`): set around each forward of a call that
+# prepared its images, so concurrent calls (threads) each see their own.
+_CALL_PROJECTIONS: ContextVar[dict | None] = ContextVar("idefics_call_projections", default=None)
+
+
+class ImageStateProjection(torch.nn.Linear):
+    """A gated cross-attention layer's key or value projection, answering a repeated input from the call's memo.
+
+    Within one `generate` call every forward hands the layers the same prepared image states (a view of one tensor):
+    the projection of that input is computed at the first forward and reused at the others. Outside such a call, or
+    with gradients on, it is `nn.Linear` itself. The parameters are the Linear's own (same names, same checkpoints).
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        memo = _CALL_PROJECTIONS.get()
+        if memo is None or torch.is_grad_enabled():
+            return super().forward(input)
+        # The storage, layout and version say the input is the call's states tensor, unchanged; the memo holds the
+        # input, so its storage cannot be reused by another tensor during the call
+        key = (id(self), input.data_ptr(), tuple(input.shape), input.stride(), input._version, self.weight._version)
+        if key not in memo:
+            memo[key] = (input, super().forward(input))
+        return memo[key][1]
 
 
 class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.IdeficsForVisionText2Text):
@@ -60,6 +86,12 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         tokens_per_image=lambda config: 1,
         cross_attention=CrossAttention("perceiver_embeddings", mask=("image_attention_mask", 1), every_forward=True),
     )
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        for layer in self.model.gated_cross_attn_layers:
+            for projection in (layer.cross_attn.k_proj, layer.cross_attn.v_proj):
+                projection.__class__ = ImageStateProjection  # same module, same parameters: forward memoized per call
 
     @classmethod
     def config_refusal(cls, config) -> str | None:
@@ -175,35 +207,51 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                 )
             past = cache.get_seq_length() if cache is not None else 0
             keyed_by_ids = mm_encoder_outputs.prefix_request is not None  # a prefix store reads or stores KV
-            states = self._image_states(mm_encoder_outputs.prepared, image_attention_mask, past, keyed_by_ids)
+            states = self._image_states(mm_encoder_outputs, image_attention_mask, past, keyed_by_ids)
             name = "perceiver_embeddings" if self.config.use_resampler else "image_encoder_embeddings"
             kwargs[name] = states
+            memo = mm_encoder_outputs.per_call.setdefault("projections", {})
         else:
             kwargs.update(
                 pixel_values=pixel_values,
                 image_encoder_embeddings=image_encoder_embeddings,
                 perceiver_embeddings=perceiver_embeddings,
             )
-        return super().forward(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            image_attention_mask=image_attention_mask,
-            labels=labels,
-            use_cache=use_cache,
-            interpolate_pos_encoding=interpolate_pos_encoding,
-            logits_to_keep=logits_to_keep,
-            **kwargs,
-        )
+            memo = None  # states of the caller's, or computed by upstream's forward: projected there
+        projections = _CALL_PROJECTIONS.set(memo)
+        try:
+            return super().forward(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                inputs_embeds=inputs_embeds,
+                image_attention_mask=image_attention_mask,
+                labels=labels,
+                use_cache=use_cache,
+                interpolate_pos_encoding=interpolate_pos_encoding,
+                logits_to_keep=logits_to_keep,
+                **kwargs,
+            )
+        finally:
+            _CALL_PROJECTIONS.reset(projections)
 
     def _image_states(
-        self, prepared: PreparedItems, image_attention_mask: torch.Tensor, past: int, keyed_by_ids: bool
+        self, planned: PlannedEncoderOutputs, image_attention_mask: torch.Tensor, past: int, keyed_by_ids: bool
     ) -> torch.Tensor:
+        # One states tensor per call and batch shape: every forward hands the same one, so the gated layers' key and
+        # value projections of it run once (`ImageStateProjection`); the mask is checked at every forward.
+        batch_size, fed, slots = image_attention_mask.shape
+        key = ("states", id(self), batch_size, slots)
+        if key not in planned.per_call:
+            planned.per_call[key] = self._slot_states(planned.prepared, batch_size, slots)
+        states, slot_start = planned.per_call[key]
+        self._check_image_attention_mask(image_attention_mask, slot_start, past, keyed_by_ids)
+        return states
+
+    def _slot_states(self, prepared: PreparedItems, batch_size: int, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
         # Row b's j-th `<image>` token is its image slot j, as the processor numbers them; slots of padding images
         # stay zero: upstream masks them out of every token's cross-attention, whatever their states.
-        batch_size, fed, slots = image_attention_mask.shape
         vision = self.config.vision_config
         latents = (
             self.config.perceiver_config.resampler_n_latents
@@ -223,10 +271,15 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             states[span.row, slot] = prepared.features[span.item_index].view(latents, vision.embed_dim)
             slot_start[span.row, slot] = span.start
             taken[span.row] += 1
+        return states.flatten(0, 1), slot_start  # (batch_size * slots, latents, dim), (batch_size, slots)
+
+    @staticmethod
+    def _check_image_attention_mask(mask: torch.Tensor, slot_start: torch.Tensor, past: int, keyed_by_ids: bool):
+        _, fed, slots = mask.shape
         # A token may only see images whose `<image>` token comes before it: its KV then depends on its prefix alone,
         # which the prefix cache and chunked prefill rely on.
         positions = torch.arange(past, past + fed).view(1, fed, 1)  # (1, fed, 1)
-        sees_later = image_attention_mask.bool().cpu() & (positions < slot_start[:, None, :])
+        sees_later = mask.bool().cpu() & (positions < slot_start[:, None, :])
         if bool(sees_later.any()):
             raise ValueError(
                 "`image_attention_mask` lets a token see an image whose `<image>` token comes later (or no image "
@@ -237,12 +290,11 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             # token sees the latest image before it (or none after an end of sequence), are a function of those
             latest = (positions >= slot_start[:, None, :]).sum(dim=-1, keepdim=True) - 1  # (batch, fed, 1)
             slot = torch.arange(slots).view(1, 1, slots)
-            if bool((image_attention_mask.bool().cpu() & (slot != latest)).any()):
+            if bool((mask.bool().cpu() & (slot != latest)).any()):
                 raise ValueError(
                     "With a prefix cache, `image_attention_mask` must be the processor's: each token sees only the "
                     "latest image before it (or none). Pass the processor's mask, or no `prefix_cache`."
                 )
-        return states.flatten(0, 1)  # (batch_size * slots, latents, dim)
 
     def prepare_inputs_for_generation(
         self,
