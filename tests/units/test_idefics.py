@@ -177,18 +177,21 @@ def test_bad_inputs_raise_clear_errors_then_the_model_is_still_exact(index):
     assert_same_steps(logits, expected)
 
 
-def test_prefix_cache_refuses_a_mask_that_is_not_the_processors():
-    # Stored prefixes are keyed by ids and images: a token seeing every earlier image (not only the latest) is refused
+def test_prefix_cache_keeps_apart_prompts_whose_masks_differ():
+    """Stored KV is keyed by each token's row of `image_attention_mask` too: a hand-made mask (a token seeing every
+    earlier image, not only the latest) and the processor's share the stored prefix only up to where they differ, and
+    each call is exact."""
     upstream, ours = model_pair(FAMILY)
     inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[3, 4]).inputs()
     # (batch, seq, images): slot j seen where the latest image seen is j or a later one
     every_earlier = inputs["image_attention_mask"].flip(-1).cummax(dim=-1).values.flip(-1)
-    bad = {**inputs, "image_attention_mask": every_earlier}
-    with pytest.raises(ValueError, match="must be the processor's"):
-        ours.generate(**bad, max_new_tokens=1, prefix_cache=PrefixCache())
-    _, logits = generate_logits(ours, bad, max_new_tokens=2)  # without a prefix cache: as upstream
-    _, expected = generate_logits(upstream, bad, max_new_tokens=2)
-    assert_same_steps(logits, expected)
+    hand_made = {**inputs, "image_attention_mask": every_earlier}
+    store = PrefixCache(block_size=4)
+    for call in (inputs, hand_made, inputs):
+        _, logits = generate_logits(ours, call, max_new_tokens=2, prefix_cache=store)
+        _, expected = generate_logits(upstream, call, max_new_tokens=2)
+        assert_same_steps(logits, expected)
+    assert store.stats.hits == 2  # the hand-made mask's call reused the prompt up to the second image, the last all
 
 
 def test_without_a_resampler_the_towers_states_are_handed_over_exactly(tmp_path):

@@ -263,3 +263,40 @@ def test_a_cache_cropped_to_a_token_count_is_refused():
     cache.crop(8 - cache.get_seq_length())  # to 8 tokens: after the first image, before the second
     with pytest.raises(ValueError, match="cropped to a token count"):
         ours.generate(**inputs, cache=cache, max_new_tokens=1)
+
+
+def _mask_seeing_every_earlier_image(inputs: dict) -> dict:
+    """The processor's `cross_attention_mask` changed by hand: after the second image, tokens see the first too."""
+    mask = inputs["cross_attention_mask"].clone()  # (batch, seq, images, tiles)
+    second = int(mask[0, :, 1].any(dim=-1).nonzero()[0, 0])
+    mask[0, second:, 0] = mask[0, second - 1, 0]
+    return {**inputs, "cross_attention_mask": mask}
+
+
+def test_prefix_cache_keeps_apart_prompts_whose_masks_differ():
+    """Stored KV is keyed by each token's row of `cross_attention_mask` too: after the cross-attention layer a
+    token's KV depends on the images it sees. A hand-made mask shares the processor's stored prefix only up to where
+    they differ, and every call is exact."""
+    upstream, ours = model_pair("mllama")
+    inputs = _inputs(ours.config, [IMAGE, BOS + [5, 6, 7], IMAGE, [8, 9, 10, 11, 12, 13, 14, 15, 16]], [1, 2])
+    hand_made = _mask_seeing_every_earlier_image(inputs)
+    store = PrefixCache(block_size=4)
+    for call in (inputs, hand_made, inputs):
+        output = ours.generate(**call, max_new_tokens=1, prefix_cache=store, **GREEDY)
+        _assert_close(output.logits[0], _reference(upstream, call))
+    assert store.stats.hits == 2
+
+
+def test_a_row_seeing_a_later_image_is_neither_looked_up_nor_stored():
+    """A mask no processor writes, where text sees an image placed after it: that text's KV depends on an image its
+    key does not hold yet, so the row bypasses the prefix cache (and is exact, as without one)."""
+    upstream, ours = model_pair("mllama")
+    inputs = _inputs(ours.config, [IMAGE, BOS + [5, 6, 7], IMAGE, [8, 9, 10]], [1, 2])
+    mask = inputs["cross_attention_mask"].clone()
+    mask[0, 1:4, 1] = mask[0, -1, 1]  # the text before the second image sees it
+    early = {**inputs, "cross_attention_mask": mask}
+    store = PrefixCache(block_size=4)
+    for _ in range(2):
+        output = ours.generate(**early, max_new_tokens=1, prefix_cache=store, **GREEDY)
+        _assert_close(output.logits[0], _reference(upstream, early))
+    assert (store.stats.hits, store.stats.entries) == (0, 0)

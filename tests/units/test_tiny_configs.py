@@ -23,9 +23,11 @@ def test_every_drop_in_has_a_tiny_config_builder():
 
 
 def _needs_a_third_layer(text_config) -> bool:
-    return bool(
-        getattr(text_config, "attn_temperature_tuning", False) and getattr(text_config, "no_rope_layers", None)
+    scales_nope_queries = getattr(text_config, "attn_temperature_tuning", False) and getattr(
+        text_config, "no_rope_layers", None
     )
+    # A cross-attention layer caches no per-token keys and values: a self-attention layer after it holds the images'
+    return bool(scales_nope_queries or getattr(text_config, "cross_attention_layers", None))
 
 
 @pytest.mark.parametrize("model_type", DROP_INS)
@@ -34,7 +36,8 @@ def test_tiny_config_is_tiny_and_of_its_model_type(model_type):
     assert config.model_type == model_type
     text = config.get_text_config(decoder=True)
     # Two decoder layers; three where a layer's effect on the cache shows only in the layer after it (Llama 4: a
-    # chunked RoPE layer, then two NoPE layers whose query scaling must reach a cached key)
+    # chunked RoPE layer, then two NoPE layers whose query scaling must reach a cached key; Llama 3.2 Vision: its
+    # cross-attention layer between two self-attention layers)
     layers = 3 if _needs_a_third_layer(text) else 2
     assert (text.num_hidden_layers, text.hidden_size, text.vocab_size) == (layers, 32, TINY_VOCAB_SIZE)
     if hasattr(config, "image_token_id"):

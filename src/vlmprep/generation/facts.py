@@ -130,7 +130,8 @@ class CrossAttention:
         mask (`tuple[str, int]`, *optional*):
             `(input, axis)` of the mask saying which items each token sees, which runs along the sequence on `axis`
             and is cut at each prefill chunk's end as the attention mask is (Llama 3.2 Vision's
-            `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1).
+            `cross_attention_mask`, `(batch, seq, images, tiles)`: axis 1); the next axis counts a row's item slots
+            in prompt order. Each token's row of it is part of its prefix-cache key (`cross_attention_keys`).
         every_forward (`bool`, *optional*, defaults to `False`):
             whether every forward (each prefill chunk, each decoding step) reads the states again rather than the
             layers caching them (IDEFICS's gated cross-attention): every item of the prompt is then prepared whatever

@@ -22,24 +22,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from ..cache.identity import any_module_training
 from ..cache.layer_extras import UnsupportedCacheLayer, extended_layer_classes, restore_layer_extras
 from ..cache.prefix_cache import PrefixCache, key_material_array, key_material_layout
-from ..cache.recording import record_past, stop_recording
+from ..cache.recording import stop_recording
 from ..cache.recurrent_state import recurrent_layer_indices, restore_snapshot
 from ..utils.logging import get_logger
 from .assisted import is_assisted
-from .prefix_layers import layer_refusal, stored_layer_states
+from .cross_attention_keys import sees_items_ahead
+from .prefix_layers import layer_refusal, new_call_cache, stored_layer_states
 from .prefix_rows import (
     ABSOLUTE_POSITIONS,
     PrefixRow,
     call_namespace,
     host,
     items_of_leading_blocks,
+    key_inputs,
     leading_padding,
     per_token_inputs,
     row_inputs,
@@ -72,6 +73,7 @@ class PrefixRequest:
         self.rows: list[PrefixRow] = []
         self.prompt_length = 0
         self.per_token: dict[str, torch.Tensor] = {}  # the prompt's per-token inputs, whole batch
+        self.mask_axes: dict[str, int] = {}  # a cross-attention mask's sequence axis (`cross_attention_keys`)
         self.update_model_kwargs = None  # the model's own rule extending them by one generated token
         self.adopted: list[tuple[DynamicLayer, torch.Tensor]] = []  # layers holding views of stored KV (`_adopt`)
         self.recurrent = False  # a hybrid decoder: resumes only where a snapshot of its recurrent states is stored
@@ -172,10 +174,12 @@ class PrefixRequest:
 
     def _start(self, model, input_ids: torch.Tensor, model_kwargs: dict[str, Any], namespace, generation_config):
         # The per-token inputs and the keys' root, whether the store is looked up, and the call's fresh cache.
-        self.per_token = per_token_inputs(model_kwargs, input_ids)
+        cross_attention = model.vision_facts.cross_attention
+        self.mask_axes = dict([cross_attention.mask]) if cross_attention and cross_attention.mask else {}
+        self.per_token = per_token_inputs(model_kwargs, input_ids, self.mask_axes)
         self.prompt_length = input_ids.shape[1]
         self.update_model_kwargs = model._update_model_kwargs_for_generation
-        self.root = _root_key((*namespace, *key_material_layout(self.per_token)))
+        self.root = _root_key((*namespace, *key_material_layout(key_inputs(self.per_token, self.mask_axes))))
         store_only = self.store_only_reason(generation_config)
         if store_only is not None:
             self.lookup = False
@@ -183,7 +187,7 @@ class PrefixRequest:
                 f"The prefix cache is not looked up with {store_only}: this call prefills the whole prompt, and "
                 "stores its prompt and answer for later calls (under the same attention implementation)."
             )
-        self.cache = _new_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1], model_kwargs)
+        self.cache = new_call_cache(model, generation_config, input_ids.shape[0], input_ids.shape[1], model_kwargs)
         self.recurrent = bool(recurrent_layer_indices(self.cache))
         if self.recurrent:
             self.snapshots = SnapshotPoints(self.cache, self.prompt_length, *self.store.snapshot_policy)
@@ -200,7 +204,7 @@ class PrefixRequest:
         spans, item_hashes, blocks = plan.spans, plan.item_hashes, plan.blocks
         batch_size, width = input_ids.shape
         # The batch's ids, masks and per-token inputs are read once, as numpy (see `prefix_rows`: cheaper per op).
-        ids, per_token = host(input_ids), {key: host(value) for key, value in self.per_token.items()}
+        ids, per_token = host(input_ids), key_inputs(self.per_token, self.mask_axes)
         masks = host(attention_mask) if attention_mask is not None else None
         ends = []
         for row in range(batch_size):
@@ -210,6 +214,8 @@ class PrefixRequest:
             # (Llama 4's NoPE layers, `FamilyHooks.padding_changes_cached_kv`): such a padded row is neither looked up nor
             # stored, as its KV is not the unpadded row's
             exact = exact and not (self.padding_sensitive and pad > 0)
+            starts = [s.start for s in spans if s.row == row]  # a token seeing a later item: its key cannot say so
+            exact = exact and not sees_items_ahead(self.per_token, self.mask_axes, row, starts)
             row_spans = [(s.start - pad, s.end - pad, item_hashes[s.item_index]) for s in spans if s.row == row]
             row_blocks = [(b.start - pad, b.end - pad) for b in blocks if b.row == row]
             record = PrefixRow(row, pad, row_spans, row_blocks, storable=exact)
@@ -321,7 +327,7 @@ class PrefixRequest:
                 "Use a dynamic cache without assisted decoding to store them too."
             )
             return
-        per_token = {key: host(value) for key, value in self._with_generated(length).items()}
+        per_token = key_inputs(self._with_generated(length), self.mask_axes)
         known = min(length, *(value.shape[-1] for value in per_token.values()))
         tokens = host(sequences)
         for record in self.rows:
@@ -377,23 +383,3 @@ class PrefixRequest:
 def _root_key(namespace: tuple[str, ...]) -> bytes:
     # The same few namespaces come back call after call: their digest is computed once
     return PrefixCache.root_key(namespace)
-
-
-def _new_cache(model, generation_config, batch_size: int, prompt_length: int, model_kwargs: dict) -> Cache:
-    kind = generation_config.cache_implementation
-    if kind in ALL_STATIC_CACHE_IMPLEMENTATIONS:
-        # Sized as `generate` sizes it in its step 7 (which then takes this cache as the caller's)
-        if generation_config.max_new_tokens is not None:
-            max_length = prompt_length + generation_config.max_new_tokens
-        else:
-            max_length = generation_config.max_length
-        max_cache_length = max(max_length - 1, generation_config.max_cache_len or 0)
-        chunk_size = generation_config.prefill_chunk_size
-        cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, model_kwargs=model_kwargs)
-    else:
-        cache = DynamicCache(config=model.config, offloading=kind == "offloaded")
-        # Sliding-window layers keep every state, so the whole row can be stored; layers holding only a running state
-        # do not record: their states are captured after each prefill forward (`capture`) and read at the end
-        record_past(cache, recurrent_layers=False)
-    generation_config.cache_implementation = None  # this call's copy: the restored cache is its cache now
-    return cache

@@ -17,11 +17,13 @@ from transformers.cache_utils import (
     StaticLayer,
     StaticSlidingWindowLayer,
 )
+from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from ..cache.layer_extras import LayerExtras, describe_layer_extras, extended_layer_classes, extra_states
 from ..cache.pinned_prompt import pinning_layers
+from ..cache.recording import record_past
 
-__all__ = ["layer_refusal", "kv_less_layer_indices", "stored_layer_states"]
+__all__ = ["layer_refusal", "kv_less_layer_indices", "new_call_cache", "stored_layer_states"]
 
 _DYNAMIC_KINDS = (None, "dynamic", "offloaded")
 
@@ -115,3 +117,37 @@ def _all_states(layer, length: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     else:
         whole = keys.shape[-2] == length  # dynamic layers; a sliding one only when recording its past
     return (keys[:, :, :length], values[:, :, :length]) if whole else None
+
+
+def new_call_cache(model, generation_config, batch_size: int, prompt_length: int, model_kwargs: dict) -> Cache:
+    """The empty cache a prefix request restores into: the call's static cache as `generate` would size it, else a
+    dynamic cache recording its states (the store reads them at the end); the call's `cache_implementation` is
+    consumed, as this cache becomes the call's.
+
+    Args:
+        model: the drop-in model.
+        generation_config: the call's generation config.
+        batch_size (`int`): the call's rows.
+        prompt_length (`int`): the prompt's width.
+        model_kwargs (`dict`): the call's inputs.
+
+    Returns:
+        `Cache`
+    """
+    kind = generation_config.cache_implementation
+    if kind in ALL_STATIC_CACHE_IMPLEMENTATIONS:
+        # Sized as `generate` sizes it in its step 7 (which then takes this cache as the caller's)
+        if generation_config.max_new_tokens is not None:
+            max_length = prompt_length + generation_config.max_new_tokens
+        else:
+            max_length = generation_config.max_length
+        max_cache_length = max(max_length - 1, generation_config.max_cache_len or 0)
+        chunk_size = generation_config.prefill_chunk_size
+        cache = model._prepare_static_cache(kind, batch_size, max_cache_length, chunk_size, model_kwargs=model_kwargs)
+    else:
+        cache = DynamicCache(config=model.config, offloading=kind == "offloaded")
+        # Sliding-window layers keep every state, so the whole row can be stored; layers holding only a running state
+        # do not record: their states are captured after each prefill forward (`capture`) and read at the end
+        record_past(cache, recurrent_layers=False)
+    generation_config.cache_implementation = None  # this call's copy: the restored cache is its cache now
+    return cache

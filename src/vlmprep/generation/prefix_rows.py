@@ -13,6 +13,7 @@ import torch
 
 from ..cache.identity import cache_identity, salt_namespace
 from ..cache.prefix_cache import Interval, PrefixCache, PrefixMatch
+from .cross_attention_keys import mask_signatures
 from .facts import TOKEN_TYPE_KEYS
 
 # Per-token inputs besides the ids that change a token's KV (the mask of bidirectional families, multimodal rope).
@@ -92,15 +93,38 @@ def items_of_leading_blocks(model, plan) -> tuple[str, ...]:
     return ("leading-block-items", *hashes) if hashes else ()
 
 
-def per_token_inputs(model_kwargs: dict[str, Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor | np.ndarray]:
+def per_token_inputs(
+    model_kwargs: dict[str, Any], input_ids: torch.Tensor, mask_axes: dict[str, int] | None = None
+) -> dict[str, torch.Tensor | np.ndarray]:
+    """The call's inputs that change a token's KV, as the model takes them (extended by its own rule while decoding).
+
+    Args:
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+        input_ids (`torch.Tensor` of shape `(batch_size, seq_len)`): the prompt.
+        mask_axes (`dict[str, int]`, *optional*): a cross-attention mask's name -> its sequence axis.
+
+    Returns:
+        `dict[str, torch.Tensor | np.ndarray]`
+    """
+    width = input_ids.shape[-1]
+    axes = {**dict.fromkeys(KV_INPUT_KEYS, -1), **(mask_axes or {})}
     inputs: dict[str, torch.Tensor | np.ndarray] = {
         key: model_kwargs[key]
-        for key in KV_INPUT_KEYS
-        if isinstance(model_kwargs.get(key), torch.Tensor) and model_kwargs[key].shape[-1] == input_ids.shape[-1]
+        for key, axis in axes.items()
+        if isinstance(model_kwargs.get(key), torch.Tensor) and model_kwargs[key].shape[axis] == width
     }
     if "position_ids" not in inputs:
-        inputs[ABSOLUTE_POSITIONS] = np.arange(input_ids.shape[-1])[None]
+        inputs[ABSOLUTE_POSITIONS] = np.arange(width)[None]
     return inputs
+
+
+def key_inputs(per_token: dict, mask_axes: dict[str, int]) -> dict[str, np.ndarray]:
+    """The per-token inputs as key material reads them, on the host, each `(..., batch, seq)`: a cross-attention
+    mask becomes one signature per token (`cross_attention_keys.mask_signatures`)."""
+    return {
+        key: mask_signatures(value, mask_axes[key]) if key in mask_axes else host(value)
+        for key, value in per_token.items()
+    }
 
 
 def host(value: torch.Tensor | np.ndarray) -> np.ndarray:

@@ -206,8 +206,7 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                     "pass the processor's mask for the whole prompt."
                 )
             past = cache.get_seq_length() if cache is not None else 0
-            keyed_by_ids = mm_encoder_outputs.prefix_request is not None  # a prefix store reads or stores KV
-            states = self._image_states(mm_encoder_outputs, image_attention_mask, past, keyed_by_ids)
+            states = self._image_states(mm_encoder_outputs, image_attention_mask, past)
             name = "perceiver_embeddings" if self.config.use_resampler else "image_encoder_embeddings"
             kwargs[name] = states
             memo = mm_encoder_outputs.per_call.setdefault("projections", {})
@@ -237,7 +236,7 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             _CALL_PROJECTIONS.reset(projections)
 
     def _image_states(
-        self, planned: PlannedEncoderOutputs, image_attention_mask: torch.Tensor, past: int, keyed_by_ids: bool
+        self, planned: PlannedEncoderOutputs, image_attention_mask: torch.Tensor, past: int
     ) -> torch.Tensor:
         # One states tensor per call and batch shape: every forward hands the same one, so the gated layers' key and
         # value projections of it run once (`ImageStateProjection`); the mask is checked at every forward.
@@ -246,7 +245,7 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         if key not in planned.per_call:
             planned.per_call[key] = self._slot_states(planned.prepared, batch_size, slots)
         states, slot_start = planned.per_call[key]
-        self._check_image_attention_mask(image_attention_mask, slot_start, past, keyed_by_ids)
+        self._check_image_attention_mask(image_attention_mask, slot_start, past)
         return states
 
     def _slot_states(self, prepared: PreparedItems, batch_size: int, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -274,8 +273,8 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         return states.flatten(0, 1), slot_start  # (batch_size * slots, latents, dim), (batch_size, slots)
 
     @staticmethod
-    def _check_image_attention_mask(mask: torch.Tensor, slot_start: torch.Tensor, past: int, keyed_by_ids: bool):
-        _, fed, slots = mask.shape
+    def _check_image_attention_mask(mask: torch.Tensor, slot_start: torch.Tensor, past: int):
+        fed = mask.shape[1]
         # A token may only see images whose `<image>` token comes before it: its KV then depends on its prefix alone,
         # which the prefix cache and chunked prefill rely on.
         positions = torch.arange(past, past + fed).view(1, fed, 1)  # (1, fed, 1)
@@ -285,16 +284,6 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                 "`image_attention_mask` lets a token see an image whose `<image>` token comes later (or no image "
                 "token at all). Each token may see only images before it, as the processor's mask does."
             )
-        if keyed_by_ids:
-            # A stored prefix is keyed by its ids and images, not by this mask: only the processor's masks, where a
-            # token sees the latest image before it (or none after an end of sequence), are a function of those
-            latest = (positions >= slot_start[:, None, :]).sum(dim=-1, keepdim=True) - 1  # (batch, fed, 1)
-            slot = torch.arange(slots).view(1, 1, slots)
-            if bool((mask.bool().cpu() & (slot != latest)).any()):
-                raise ValueError(
-                    "With a prefix cache, `image_attention_mask` must be the processor's: each token sees only the "
-                    "latest image before it (or none). Pass the processor's mask, or no `prefix_cache`."
-                )
 
     def prepare_inputs_for_generation(
         self,

@@ -16,8 +16,8 @@ TINY_MLLAMA_ASPECT_RATIOS = [[1, 1], [1, 2], [2, 1]]
 
 
 def tiny_mllama_config() -> transformers.MllamaConfig:
-    """A tiny `MllamaConfig`: tiles of 16 px in 8 px patches, two tower layers and one global layer, a 2-layer decoder
-    (hidden 32) with a cross-attention layer at index 1.
+    """A tiny `MllamaConfig`: tiles of 16 px in 8 px patches, two tower layers and one global layer, a 3-layer decoder
+    (hidden 32) with a cross-attention layer between two self-attention layers (index 1).
 
     Returns:
         `transformers.MllamaConfig`
@@ -47,7 +47,9 @@ def tiny_mllama_config() -> transformers.MllamaConfig:
         "vocab_size": TINY_VOCAB_SIZE,
         "hidden_size": 32,
         "intermediate_size": 64,
-        "num_hidden_layers": 2,
+        # A self-attention layer after the cross-attention layer: its per-token keys and values depend on the images
+        # (a last cross-attention layer would leave every cached key and value independent of them)
+        "num_hidden_layers": 3,
         "num_attention_heads": 2,
         "num_key_value_heads": 1,
         "cross_attention_layers": [1],
