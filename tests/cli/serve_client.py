@@ -1,5 +1,6 @@
-"""What the serve tests share: a free loopback port, image data URLs, a decompression bomb's header, deadlines, a
-server process (started, waited on until healthy, stopped), chat requests, and the plain class's reference answers."""
+"""What the serve tests share: a free loopback port, image data URLs, a decompression bomb's header, deadlines, server
+processes (started ahead of their tests a few at once, waited on until healthy, stopped), chat requests, and the plain
+class's reference answers."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
-from vlmprep.serving import SERVING_INSTALL_COMMAND, missing_serving_packages
+from vlmprep.serving import SERVE_STATS_ENV, SERVING_INSTALL_COMMAND, missing_serving_packages
 from vlmprep.utils._compat import serving_unsupported_message
 
 MAX_NEW_TOKENS = 6  # what the served chats ask for, and what the references generate
@@ -112,21 +114,124 @@ def wait_until_healthy(base_url: str, server: subprocess.Popen, log: Path, deadl
                 if response.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.3)
+            # A refused connection costs next to nothing: a short wait answers soon after the server listens
+            time.sleep(0.1)
+
+
+# A server's start: two interpreters (the API server, then the engine process it spawns) importing torch and
+# transformers, about 10 s of one core; several starting at once on a busy 2-core machine share it.
+START_TIMEOUT_S = 180
+
+
+@dataclass
+class LaunchedServer:
+    """A `vlmprep serve` process started by `ServerLaunches`, listening on 127.0.0.1:`port` once healthy, writing its
+    output to `log` (a file, not a pipe: a server that logs much never blocks on it)."""
+
+    process: subprocess.Popen
+    port: int
+    log: Path
+    stats_path: Path | None  # where it writes its stats when it stops (`$VLMPREP_SERVE_STATS`), if anywhere
+    started: float  # `time.monotonic()` at its start
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_until_healthy(self) -> None:
+        """Return once it answers `/health`; fail with its log if it exits first or takes over `START_TIMEOUT_S`."""
+        wait_until_healthy(self.base_url, self.process, self.log, self.started + START_TIMEOUT_S)
+
+
+class ServerLaunches:
+    """`vlmprep serve` processes started ahead of the tests that use them, up to `max_running` at once.
+
+    A server test's time is mostly its server's start, which keeps one core busy: a module that queues its servers
+    here starts the next ones while a test waits for its own or sends it requests, so that both cores work. Each test
+    still gets a server of its own, started with its own command line and sent no request before the test's; the test
+    stops it (or it is killed when the test leaves it running), which starts the next one queued. A module whose tests
+    time the answers waits until all its servers are up (`wait_until_all_healthy`) before its first test.
+
+    Args:
+        max_running (`int`, *optional*, defaults to 3): how many may run at once, started or starting, each holding an
+            API server and an engine process in memory (about 1 GB together).
+    """
+
+    def __init__(self, max_running: int = 3):
+        self.max_running = max_running
+        self._queued: dict[str, tuple[list[str], dict[str, str], Path]] = {}  # in the order to start them
+        self._running: dict[str, LaunchedServer] = {}
+
+    def add(self, name: str, command: list[str], env: dict[str, str], log: Path) -> None:
+        """Queue a server, started as soon as fewer than `max_running` run.
+
+        Args:
+            name (`str`): what `take` names it by.
+            command (`list[str]`): its command line without `--port` (a free port is appended when it starts).
+            env (`dict[str, str]`): its environment (`server_env`).
+            log (`Path`): the file its output goes to.
+        """
+        self._queued[name] = (command, env, log)
+        self._start_queued()
+
+    def _start(self, name: str) -> None:
+        command, env, log = self._queued.pop(name)
+        port = free_loopback_port()  # taken at the start, not when queued: nothing else has bound it meanwhile
+        with open(log, "w") as log_file:
+            process = subprocess.Popen(
+                [*command, "--port", str(port)], env=env, stdout=log_file, stderr=subprocess.STDOUT
+            )
+        stats_path = Path(env[SERVE_STATS_ENV]) if SERVE_STATS_ENV in env else None
+        self._running[name] = LaunchedServer(process, port, log, stats_path, time.monotonic())
+
+    def _start_queued(self) -> None:
+        while self._queued and len(self._running) < self.max_running:
+            self._start(next(iter(self._queued)))
+
+    def wait_until_all_healthy(self) -> None:
+        """Return once every running server answers `/health` (none is left starting to share the cores)."""
+        for server in self._running.values():
+            server.wait_until_healthy()
+
+    @contextlib.contextmanager
+    def take(self, name: str) -> Iterator[LaunchedServer]:
+        """The server queued as `name` (started now if it was still waiting), killed on the way out if it still
+        runs; the next one queued then starts."""
+        if name in self._queued:
+            self._start(name)
+        try:
+            yield self._running[name]
+        finally:
+            self._stop(name)
+            self._start_queued()
+
+    def _stop(self, name: str) -> None:
+        server = self._running.pop(name)
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
+
+    def close(self) -> None:
+        """Kill every running server; forget the queued ones."""
+        self._queued.clear()
+        for name in list(self._running):
+            self._stop(name)
 
 
 @contextlib.contextmanager
-def server_process(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """A server subprocess writing its output to `log` (a file, not a pipe: a server that logs much never blocks on
-    it), killed on the way out if it still runs."""
-    with open(log, "w") as log_file:
-        server = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    try:
+def launched_server(command: list[str], env: dict[str, str], log: Path) -> Iterator[LaunchedServer]:
+    """One server started now (as `ServerLaunches.add` takes it: `command` without `--port`), killed on the way out if
+    it still runs."""
+    launches = ServerLaunches(max_running=1)
+    launches.add("server", command, env, log)
+    with launches.take("server") as server:
         yield server
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+
+
+def selected_tests(request: pytest.FixtureRequest) -> list[pytest.Item]:
+    """The tests of the requesting fixture's module that this session runs, in their order: a module starts the
+    servers of these only."""
+    return [item for item in request.session.items if getattr(item, "module", None) is request.module]
 
 
 def stop_gracefully(server: subprocess.Popen, timeout: float) -> None:

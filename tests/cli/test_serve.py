@@ -1,7 +1,7 @@
 """`vlmprep serve`: transformers' own server, started with the drop-ins registered, answering image chats over loopback.
 
-The server runs in a subprocess (`python -m vlmprep.serving`, what `vlmprep serve` runs) on a tiny image-sensitive
-Gemma3 checkpoint; a real HTTP client sends OpenAI chat completions with base64 `image_url` parts. Each answer must be
+Each server runs in a subprocess (`python -m vlmprep.serving`, what `vlmprep serve` runs) on a tiny image-sensitive
+Gemma3 checkpoint (the module's servers start together: `serve_client.ServerLaunches`); a real HTTP client sends OpenAI chat completions with base64 `image_url` parts. Each answer must be
 the plain transformers class's greedy answer to the same chat, and the stats the server writes when it stops
 (`VLMPREP_SERVE_STATS`) must show that vlmprep's class served it, the repeated request resumed from the server's prefix
 cache (its image not encoded again) and its image not decoded again (the media cache).
@@ -21,15 +21,14 @@ import transformers
 from serve_client import (
     MAX_NEW_TOKENS,
     QUESTION,
+    ServerLaunches,
     data_url,
-    free_loopback_port,
     needs_serving,
     post_chat,
+    selected_tests,
     server_env,
-    server_process,
     stop_gracefully,
     transformers_answer,
-    wait_until_healthy,
 )
 
 import vlmprep.cli
@@ -42,8 +41,8 @@ from vlmprep.serving import (
 )
 from vlmprep.utils._compat import serving_unsupported_message
 
-# From the server's start to its last answer: importing torch and transformers' server takes most of it (about 30 s
-# on a busy 2-core machine). Every wait takes what is left of it, so the test never runs much longer.
+# From the server's health to its last answer (its start has `serve_client.START_TIMEOUT_S`). Every wait takes what
+# is left of it, so the test never runs much longer.
 SERVER_DEADLINE_S = 60
 # After SIGTERM: the stats are written within about 2 s; tearing down the interpreter (torch, pydantic, FastAPI) takes
 # longer under load.
@@ -69,17 +68,40 @@ def _transformers_answer(checkpoint: Path, image) -> str:
     return transformers_answer(model, processor, [image])
 
 
+# Each server test's flags, after the checkpoint, and whether its server writes its stats (`VLMPREP_SERVE_STATS`)
+SERVERS = {
+    "test_served_image_chat_equals_transformers_and_runs_the_drop_in": ([], True),
+    "test_upstream_s_max_model_len_and_request_logging_work": (
+        ["--max-model-len", "48", "--enable-log-requests"],
+        False,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return build_demo_checkpoint(tmp_path_factory.mktemp("serve") / "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def servers(request, checkpoint, tmp_path_factory):
+    """A server for each server test the session runs (named by the test), started together."""
+    launches = ServerLaunches()
+    for test in selected_tests(request):
+        if test.name in SERVERS:
+            flags, writes_stats = SERVERS[test.name]
+            work = tmp_path_factory.mktemp("server")
+            command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1"]
+            command += ["--device", "cpu", *flags]
+            env = server_env(**{SERVE_STATS_ENV: str(work / "stats.json")}) if writes_stats else server_env()
+            launches.add(test.name, command, env, work / "server.log")
+    yield launches
+    launches.close()
+
+
 @needs_serving
-def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
-    checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
-    port = free_loopback_port()
-    stats_path = tmp_path / "stats.json"
-    env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
-    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--device", "cpu"]
-    log = tmp_path / "server.log"
-    with server_process(command, env, log) as server:
-        deadline = time.monotonic() + SERVER_DEADLINE_S
+def test_served_image_chat_equals_transformers_and_runs_the_drop_in(request, checkpoint, servers):
+    with servers.take(request.node.name) as server:
         # The references are computed while the server starts (it spends that time importing).
         first, second = demo_images()
         expected = {
@@ -88,8 +110,8 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
         }
         # The tiny model must be able to fail: an answer that ignored the image would match only one of these.
         assert expected["first"] != expected["second"]
-        base_url = f"http://127.0.0.1:{port}"
-        wait_until_healthy(base_url, server, log, deadline)
+        server.wait_until_healthy()
+        deadline = time.monotonic() + SERVER_DEADLINE_S
         answers = []
         # The repeated image must come from the encoder cache; its request is streamed (transformers' streamer path).
         for image, stream in ((first, False), (first, True), (second, False)):
@@ -108,14 +130,14 @@ def test_served_image_chat_equals_transformers_and_runs_the_drop_in(tmp_path):
                 "max_tokens": MAX_NEW_TOKENS,
                 "stream": stream,
             }
-            status, answer = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
-            assert status == 200, (answer, log.read_text())
+            status, answer = post_chat(f"{server.base_url}/v1/chat/completions", payload, deadline)
+            assert status == 200, (answer, server.log.read_text())
             answers.append(answer)
-        stop_gracefully(server, SERVER_EXIT_TIMEOUT_S)
+        stop_gracefully(server.process, SERVER_EXIT_TIMEOUT_S)
 
-    assert server.returncode == 0, log.read_text()
+    assert server.process.returncode == 0, server.log.read_text()
     assert answers == [expected["first"], expected["first"], expected["second"]]
-    stats = json.loads(stats_path.read_text())
+    stats = json.loads(server.stats_path.read_text())
     assert list(stats) == [str(checkpoint)]
     served = stats[str(checkpoint)]
     assert served["class"] == "vlmprep.models.gemma3.Gemma3ForConditionalGeneration" and served["drop_in"]
@@ -207,21 +229,16 @@ def test_vlmprep_serve_is_a_subcommand_of_the_cli(capsys):
 
 
 @needs_serving
-def test_upstream_s_max_model_len_and_request_logging_work(tmp_path):
-    checkpoint = build_demo_checkpoint(tmp_path / "checkpoint")
-    port = free_loopback_port()
-    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--device", "cpu", "--max-model-len", "48", "--enable-log-requests"]
-    log = tmp_path / "server.log"
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    with server_process(command, server_env(), log) as server:
+def test_upstream_s_max_model_len_and_request_logging_work(request, servers):
+    with servers.take(request.node.name) as server:
+        url, log = f"{server.base_url}/v1/chat/completions", server.log
+        server.wait_until_healthy()
         deadline = time.monotonic() + SERVER_DEADLINE_S
-        wait_until_healthy(f"http://127.0.0.1:{port}", server, log, deadline)
         short = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
         long = {**short, "messages": [{"role": "user", "content": "red " * 60}]}
         assert post_chat(url, short, deadline)[0] == 200, log.read_text()
         status, body = post_chat(url, long, deadline)
         assert status == 400 and "--max-model-len" in body and len(body) < 400, body
-        stop_gracefully(server, SERVER_EXIT_TIMEOUT_S)
-    assert server.returncode == 0, log.read_text()
+        stop_gracefully(server.process, SERVER_EXIT_TIMEOUT_S)
+    assert server.process.returncode == 0, log.read_text()
     assert "prompt tokens" in log.read_text()  # upstream's line per request (`--enable-log-requests`)

@@ -24,6 +24,7 @@ import sys
 import time
 import warnings
 import wave
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,12 +34,11 @@ from serve_client import (
     MAX_NEW_TOKENS,
     QUESTION,
     data_url,
-    free_loopback_port,
     greedy_reply,
+    launched_server,
     needs_serving,
     post_chat,
     server_env,
-    server_process,
     stop_gracefully,
     time_left,
     wait_until_healthy,
@@ -54,6 +54,7 @@ from vlmprep.testing.audio_clips import CLIP_OF_FORMAT, AudioEncoderMissing, cli
 from vlmprep.testing.configs.serve import TinyGemma4Processor, build_gemma4_audio_checkpoint, register_tiny_processors
 
 RATE = 16_000
+# From the server's health to its last answer (its start has `serve_client.START_TIMEOUT_S`).
 SERVER_DEADLINE_S = 120
 
 
@@ -242,17 +243,26 @@ def _malformed_parts(format_clips: dict[str, bytes]) -> dict[str, dict]:
     return parts
 
 
+_AUDIO_CHECKPOINTS: dict = {}
 _AUDIO_CHATS: dict = {}
 
 
+def audio_checkpoint(tmp_path_factory, global_head_dim: int = 32) -> Path:
+    """A tiny Gemma 4 checkpoint with audio, built once per head dimension of its full-attention layer."""
+    if global_head_dim not in _AUDIO_CHECKPOINTS:
+        register_tiny_processors()
+        directory = tmp_path_factory.mktemp("gemma4_audio") / "checkpoint"
+        _AUDIO_CHECKPOINTS[global_head_dim] = build_gemma4_audio_checkpoint(directory, global_head_dim=global_head_dim)
+    return _AUDIO_CHECKPOINTS[global_head_dim]
+
+
 def audio_chat(tmp_path_factory, global_head_dim: int = 32):
-    """A tiny Gemma 4 checkpoint (built once per head dimension of its full-attention layer), the test's
-    conversations, the plain transformers class's answers to them, and the clips of each format covered."""
+    """The test's conversations on `audio_checkpoint`, the plain transformers class's answers to them, and the clips
+    of each format covered."""
     if global_head_dim in _AUDIO_CHATS:
         return _AUDIO_CHATS[global_head_dim]
     register_tiny_processors()
-    directory = tmp_path_factory.mktemp("gemma4_audio") / "checkpoint"
-    checkpoint = build_gemma4_audio_checkpoint(directory, global_head_dim=global_head_dim)
+    checkpoint = audio_checkpoint(tmp_path_factory, global_head_dim)
     processor = transformers.AutoProcessor.from_pretrained(checkpoint)
     assert isinstance(processor, TinyGemma4Processor)
     model = transformers.Gemma4ForConditionalGeneration.from_pretrained(checkpoint).eval()
@@ -270,7 +280,7 @@ def audio_chat(tmp_path_factory, global_head_dim: int = 32):
         samples = load_audio(base64.b64encode(format_clips["wav"]).decode(), sampling_rate=44_100, backend="soundfile")
         unresampled = [("audio", samples), *conversations["format_wav"][1:]]
         assert _reference_answer(model, processor, unresampled) != expected["format_wav"]
-    _AUDIO_CHATS[global_head_dim] = (checkpoint, conversations, expected, format_clips)
+    _AUDIO_CHATS[global_head_dim] = (conversations, expected, format_clips)
     return _AUDIO_CHATS[global_head_dim]
 
 
@@ -282,24 +292,27 @@ def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_pat
     sequential = mode == "sequential"
     # A real Gemma 4's full-attention layers have their own head dimension, which transformers' paged cache cannot
     # hold (the engine refuses it: tests/batching/test_audio_requests.py); the engine's server gets one head dimension
-    checkpoint, conversations, expected, format_clips = audio_chat(tmp_path_factory, 32 if sequential else 16)
-    port, stats_path, log = free_loopback_port(), tmp_path / "stats.json", tmp_path / "server.log"
+    global_head_dim = 32 if sequential else 16
+    checkpoint = audio_checkpoint(tmp_path_factory, global_head_dim)
+    stats_path, log = tmp_path / "stats.json", tmp_path / "server.log"
     env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     # The tiny checkpoint's processor class is registered by this module's entry point, which then runs `vlmprep serve`
     command = [sys.executable, "-m", "vlmprep.testing.configs.serve", str(checkpoint), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--device", "cpu", "--max-audio-seconds", "2"]
+    command += ["--device", "cpu", "--max-audio-seconds", "2"]
     command += [] if sequential else ["--continuous-batching"]
-    base_url = f"http://127.0.0.1:{port}"
-    url = f"{base_url}/v1/chat/completions"
 
-    def chat(name: str, deadline: float) -> None:
-        messages = [{"role": "user", "content": _server_content(conversations[name])}]
-        payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS}
-        assert post_chat(url, payload, deadline) == (200, expected[name]), (name, log.read_text())
+    with launched_server(command, env, log) as server:
+        # The references are computed while the server starts (it spends that time importing).
+        conversations, expected, format_clips = audio_chat(tmp_path_factory, global_head_dim)
+        url = f"{server.base_url}/v1/chat/completions"
 
-    with server_process(command, env, log) as server:
+        def chat(name: str, deadline: float) -> None:
+            messages = [{"role": "user", "content": _server_content(conversations[name])}]
+            payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS}
+            assert post_chat(url, payload, deadline) == (200, expected[name]), (name, log.read_text())
+
+        server.wait_until_healthy()
         deadline = time.monotonic() + SERVER_DEADLINE_S
-        wait_until_healthy(base_url, server, log, deadline)
         # The first clip again: decoded once; then the same chirp in each format, resampled from 44.1 or 48 kHz
         for name in ("audio", "image_and_audio", "audio", *(f"format_{fmt}" for fmt in format_clips)):
             chat(name, deadline)
@@ -316,11 +329,11 @@ def test_audio_requests_answer_as_the_plain_class_and_bad_audio_is_a_400(tmp_pat
             status, body = post_chat(url, {"messages": messages, "max_tokens": 2}, deadline)
             assert status == 400 and "audio" in body, (reason, status, body, log.read_text())
         # The server is still up and answers: its health, and a clip it has not decoded before (8 kHz, resampled)
-        assert server.poll() is None, log.read_text()
-        wait_until_healthy(base_url, server, log, deadline)
+        assert server.process.poll() is None, log.read_text()
+        wait_until_healthy(server.base_url, server.process, log, deadline)
         chat("audio_8khz", deadline)
-        stop_gracefully(server, min(15, time_left(deadline)))
-    assert server.returncode == 0, log.read_text()
+        stop_gracefully(server.process, min(15, time_left(deadline)))
+    assert server.process.returncode == 0, log.read_text()
     (stats,) = json.loads(stats_path.read_text()).values()
     # Each distinct item decoded once (the two clips, the image, one clip per format and the 8 kHz clip; a refused clip
     # is no decode), the re-sent clip taken from the media cache, and encoded once: the repeated request's clip is in

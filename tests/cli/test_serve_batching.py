@@ -23,15 +23,13 @@ from PIL import Image
 from serve_client import (
     MAX_NEW_TOKENS,
     data_url,
-    free_loopback_port,
+    launched_server,
     needs_serving,
     post_chat,
     server_env,
-    server_process,
     stop_gracefully,
     time_left,
     transformers_answer,
-    wait_until_healthy,
 )
 
 from vlmprep.serving import SERVE_STATS_ENV
@@ -39,7 +37,7 @@ from vlmprep.testing.checkpoints import build_llava_checkpoint
 
 NUM_CHATS = 16
 QUESTIONS = ("What is in this picture?", "Describe the colors you see.")
-# From the server's start to its last answer; the server's start (imports) takes most of it on a busy 2-core machine.
+# From the server's health to its last answer (its start has `serve_client.START_TIMEOUT_S`).
 SERVER_DEADLINE_S = 75
 SERVER_EXIT_TIMEOUT_S = 10
 
@@ -95,12 +93,11 @@ def _transformers_answers(checkpoint: Path, images, chats) -> list[str]:
 @needs_serving
 def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     checkpoint = build_llava_checkpoint(tmp_path / "checkpoint")
-    port = free_loopback_port()
     stats_path = tmp_path / "stats.json"
     env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
     command = [
         *(sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--continuous-batching"),
-        *("--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"),
+        *("--host", "127.0.0.1", "--device", "cpu", "--log-level", "info"),
         *("--allowed-local-media-path", str(tmp_path / "images")),  # the file URLs' directory, and no other
     ]
     log = tmp_path / "server.log"
@@ -119,25 +116,24 @@ def test_concurrent_image_chats_run_in_continuous_batching_exactly(tmp_path):
     bad = {NUM_CHATS // 3: undecodable, 2 * NUM_CHATS // 3: mismatch}
     for position, payload in sorted(bad.items()):  # ascending: each lands at its position in the final list
         payloads.insert(position, payload)
-    with server_process(command, env, log) as server:
-        deadline = time.monotonic() + SERVER_DEADLINE_S
+    with launched_server(command, env, log) as server:
         # The references are computed while the server starts (it spends that time importing).
         expected = _transformers_answers(checkpoint, images, chats)
         # The tiny model must be able to fail: answers that ignored the images would all be the same per question.
         assert len(set(expected)) > len(QUESTIONS)
-        base_url = f"http://127.0.0.1:{port}"
-        wait_until_healthy(base_url, server, log, deadline)
+        server.wait_until_healthy()
+        deadline = time.monotonic() + SERVER_DEADLINE_S
         results: dict[int, tuple[int, str]] = {}
 
         def send(number: int, payload: dict) -> None:
-            results[number] = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
+            results[number] = post_chat(f"{server.base_url}/v1/chat/completions", payload, deadline)
 
         threads = [threading.Thread(target=send, args=item) for item in enumerate(payloads)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=time_left(deadline))
-        stop_gracefully(server, SERVER_EXIT_TIMEOUT_S)
+        stop_gracefully(server.process, SERVER_EXIT_TIMEOUT_S)
 
     server_log = log.read_text()
     assert len(results) == len(payloads), server_log  # no request lost

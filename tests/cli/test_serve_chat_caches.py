@@ -1,7 +1,8 @@
 """A 5-turn, 2-image chat through `vlmprep serve`, in each server mode, at the physical minimum.
 
 The chat app re-sends the whole conversation every turn (earlier images as base64 data URLs, earlier answers as the
-server gave them). Each server runs in a subprocess on 127.0.0.1 on a tiny image-sensitive LLaVA checkpoint. Every
+server gave them). Each test's server runs in a subprocess of its own on 127.0.0.1 on a tiny image-sensitive LLaVA
+checkpoint (the module starts them ahead, a few at once: `serve_client.ServerLaunches`). Every
 answer must be the plain transformers class's greedy answer to the same conversation, and the server's stats
 (`VLMPREP_SERVE_STATS`) must show each image decoded once, hashed once and encoded once, and the prompt tokens
 prefilled:
@@ -26,21 +27,22 @@ import transformers
 from PIL import Image
 from serve_client import (
     MAX_NEW_TOKENS,
+    LaunchedServer,
+    ServerLaunches,
     data_url,
-    free_loopback_port,
     greedy_reply,
     needs_serving,
     post_chat,
+    selected_tests,
     server_env,
-    server_process,
     stop_gracefully,
     time_left,
-    wait_until_healthy,
 )
 
 from vlmprep.serving import SERVE_STATS_ENV
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
+# From the server's health to its last answer (its start has `serve_client.START_TIMEOUT_S`).
 SERVER_DEADLINE_S = 90
 SERVER_EXIT_TIMEOUT_S = 15
 # (image of the turn or None, the user's text)
@@ -85,44 +87,77 @@ def _reference_chat(checkpoint: Path, images) -> tuple[list[str], int, int]:
     return answers, minimum, len(prompt)
 
 
-def _serve_chat(
-    tmp_path: Path, checkpoint: Path, images, extra_args: list[str], other_tenant: bool
-) -> tuple[list[str], dict]:
-    port = free_loopback_port()
-    stats_path = tmp_path / "stats.json"
-    env = server_env(**{SERVE_STATS_ENV: str(stats_path)})
-    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), *extra_args]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"]
-    log = tmp_path / "server.log"
+def _serve_chat(server: LaunchedServer, images, other_tenant: bool) -> tuple[list[str], dict]:
     urls = [data_url(image) for image in images]
     answers, messages = [], []
-    with server_process(command, env, log) as server:
-        deadline = time.monotonic() + SERVER_DEADLINE_S
-        base_url = f"http://127.0.0.1:{port}"
-        wait_until_healthy(base_url, server, log, deadline)
-        for image_index, text in TURNS:
-            image_part = lambda index: {"type": "image_url", "image_url": {"url": urls[index]}}  # noqa: E731
-            messages.append(_user_message(image_index, text, image_part))
-            payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS, "cache_salt": "alice"}
-            status, answer = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
-            assert status == 200, (answer, log.read_text())
-            answers.append(answer)
-            messages.append({"role": "assistant", "content": answer})
-        if other_tenant:  # the last turn again, from another tenant
-            payload = {**payload, "messages": messages[:-1], "cache_salt": "bob"}
-            status, answer = post_chat(f"{base_url}/v1/chat/completions", payload, deadline)
-            assert status == 200, (answer, log.read_text())
-            answers.append(answer)
-        stop_gracefully(server, min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
-    assert server.returncode == 0, log.read_text()
-    (stats,) = json.loads(stats_path.read_text()).values()
+    server.wait_until_healthy()
+    deadline = time.monotonic() + SERVER_DEADLINE_S
+    for image_index, text in TURNS:
+        image_part = lambda index: {"type": "image_url", "image_url": {"url": urls[index]}}  # noqa: E731
+        messages.append(_user_message(image_index, text, image_part))
+        payload = {"messages": messages, "temperature": 0, "max_tokens": MAX_NEW_TOKENS, "cache_salt": "alice"}
+        status, answer = post_chat(f"{server.base_url}/v1/chat/completions", payload, deadline)
+        assert status == 200, (answer, server.log.read_text())
+        answers.append(answer)
+        messages.append({"role": "assistant", "content": answer})
+    if other_tenant:  # the last turn again, from another tenant
+        payload = {**payload, "messages": messages[:-1], "cache_salt": "bob"}
+        status, answer = post_chat(f"{server.base_url}/v1/chat/completions", payload, deadline)
+        assert status == 200, (answer, server.log.read_text())
+        answers.append(answer)
+    stop_gracefully(server.process, min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
+    assert server.process.returncode == 0, server.log.read_text()
+    (stats,) = json.loads(server.stats_path.read_text()).values()
     return answers, stats
 
 
+# Each test's server: its flags after the checkpoint, by test and parameter
+FIVE_TURN_SERVER_FLAGS = {
+    "sequential": ["--log-level", "info"],
+    "continuous_batching": ["--continuous-batching", "--log-level", "info"],
+}
+UUID_SERVER_FLAGS = {"sequential": [], "two_api_servers": ["--continuous-batching", "--api-server-count", "2"]}
+# Upstream's 256-token pages, which an explicit `--cb-*` flag used to bring back, shared 0 tokens of this chat
+ENGINE_SIZE_SERVER_FLAGS = {
+    name: ["--continuous-batching", *flags, "--log-level", "info"]
+    for name, flags in {
+        "num_blocks": ["--cb-num-blocks", "256"],
+        "max_batch_tokens": ["--cb-max-batch-tokens", "256"],
+        "block_size": ["--cb-block-size", "32"],
+    }.items()
+}
+
+
 @pytest.fixture(scope="module")
-def chat(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("chat")
-    checkpoint = build_llava_checkpoint(directory / "checkpoint")
+def checkpoint(tmp_path_factory) -> Path:
+    return build_llava_checkpoint(tmp_path_factory.mktemp("chat") / "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def servers(request, checkpoint, tmp_path_factory):
+    """A server for each test of the module the session runs (named by the test), started ahead, each writing its
+    stats (`VLMPREP_SERVE_STATS`) when it stops."""
+    flags_of_test = {
+        "test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once": FIVE_TURN_SERVER_FLAGS,
+        "test_a_chat_naming_its_images_by_uuid_sends_each_image_once_and_only_to_its_tenant": UUID_SERVER_FLAGS,
+        "test_the_engine_shares_a_chat_s_earlier_turns_whatever_flag_sizes_it": ENGINE_SIZE_SERVER_FLAGS,
+    }
+    launches = ServerLaunches()
+    for test in selected_tests(request):
+        (parameter,) = test.callspec.params.values()
+        work = tmp_path_factory.mktemp("server")
+        command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint)]
+        command += [*flags_of_test[test.originalname][parameter], "--host", "127.0.0.1", "--device", "cpu"]
+        launches.add(
+            test.name, command, server_env(**{SERVE_STATS_ENV: str(work / "stats.json")}), work / "server.log"
+        )
+    yield launches
+    launches.close()
+
+
+@pytest.fixture(scope="module")
+def chat(checkpoint, servers):
+    # After `servers`: the references are computed while the servers start
     images = _images()
     answers, minimum, last_prompt = _reference_chat(checkpoint, images)
     # The tiny model must be able to fail: its answers depend on the image (the same question, another image)
@@ -132,13 +167,12 @@ def chat(tmp_path_factory):
 
 
 @needs_serving
-@pytest.mark.parametrize("mode", ["sequential", "continuous_batching"])
-def test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once(tmp_path, chat, mode):
+@pytest.mark.parametrize("mode", list(FIVE_TURN_SERVER_FLAGS))
+def test_a_five_turn_image_chat_prefills_each_token_and_reads_each_image_once(request, chat, servers, mode):
     checkpoint, images, expected, minimum, last_prompt = chat
     sequential = mode == "sequential"
-    answers, stats = _serve_chat(
-        tmp_path, checkpoint, images, [] if sequential else ["--continuous-batching"], sequential
-    )
+    with servers.take(request.node.name) as server:
+        answers, stats = _serve_chat(server, images, sequential)
     assert answers == (expected + expected[-1:] if sequential else expected)
     media = stats["media_cache"]
     # 1 + 1 + 2 + 2 + 2 images sent, each image decoded and encoded once (and once more for the other tenant)
@@ -160,20 +194,16 @@ def _uuid_part(index: int, url: str | None) -> dict:
 
 
 @needs_serving
-@pytest.mark.parametrize("mode", ["sequential", "two_api_servers"])
-def test_a_chat_naming_its_images_by_uuid_sends_each_image_once_and_only_to_its_tenant(tmp_path, chat, mode):
+@pytest.mark.parametrize("mode", list(UUID_SERVER_FLAGS))
+def test_a_chat_naming_its_images_by_uuid_sends_each_image_once_and_only_to_its_tenant(request, chat, servers, mode):
     checkpoint, images, expected, minimum, _ = chat
     sequential = mode == "sequential"
-    extra = [] if sequential else ["--continuous-batching", "--api-server-count", "2"]
-    port, stats_path, log = free_loopback_port(), tmp_path / "stats.json", tmp_path / "server.log"
-    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), *extra]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
     urls = [data_url(image) for image in images]
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
     answers, turns, bodies = [], [], []
-    with server_process(command, server_env(**{SERVE_STATS_ENV: str(stats_path)}), log) as server:
+    with servers.take(request.node.name) as server:
+        url, log = f"{server.base_url}/v1/chat/completions", server.log
+        server.wait_until_healthy()
         deadline = time.monotonic() + SERVER_DEADLINE_S
-        wait_until_healthy(f"http://127.0.0.1:{port}", server, log, deadline)
         for number, (image_index, text) in enumerate(TURNS):
             turns.append((image_index, text))
             messages = []
@@ -197,12 +227,12 @@ def test_a_chat_naming_its_images_by_uuid_sends_each_image_once_and_only_to_its_
             stranger = {"messages": [_user_message(0, "What is it?", lambda _, part=part: part)]}
             status, body = post_chat(url, {**stranger, "max_tokens": 2, "cache_salt": salt}, deadline)
             assert status == 400 and "unknown or expired" in body and len(body) < 400, (salt, status, body)
-        stop_gracefully(server, min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
-    assert server.returncode == 0, log.read_text()
+        stop_gracefully(server.process, min(SERVER_EXIT_TIMEOUT_S, time_left(deadline)))
+    assert server.process.returncode == 0, log.read_text()
     assert answers == expected
     # Each image's bytes travelled once, in the turn that showed it (turns 1 and 3)
     assert [sum(url in body for url in urls) for body in bodies] == [1, 0, 1, 0, 0]
-    (stats,) = json.loads(stats_path.read_text()).values()  # the engine process's counters
+    (stats,) = json.loads(server.stats_path.read_text()).values()  # the engine process's counters
     assert stats["drop_in"] and stats["item_refs"]["remembered"] == 2, stats
     assert stats["encoder_cache"]["misses"] == 2, stats["encoder_cache"]
     prefilled = stats["prefix_cache" if sequential else "engine_prefill"]["tokens_prefilled"]
@@ -212,15 +242,11 @@ def test_a_chat_naming_its_images_by_uuid_sends_each_image_once_and_only_to_its_
 
 
 @needs_serving
-@pytest.mark.parametrize(
-    "flags",
-    [["--cb-num-blocks", "256"], ["--cb-max-batch-tokens", "256"], ["--cb-block-size", "32"]],
-    ids=["num_blocks", "max_batch_tokens", "block_size"],
-)
-def test_the_engine_shares_a_chat_s_earlier_turns_whatever_flag_sizes_it(tmp_path, chat, flags):
-    # Upstream's 256-token pages, which an explicit `--cb-*` flag used to bring back, shared 0 tokens of this chat
+@pytest.mark.parametrize("flag", list(ENGINE_SIZE_SERVER_FLAGS))
+def test_the_engine_shares_a_chat_s_earlier_turns_whatever_flag_sizes_it(request, chat, servers, flag):
     checkpoint, images, expected, minimum, _ = chat
-    answers, stats = _serve_chat(tmp_path, checkpoint, images, ["--continuous-batching", *flags], False)
+    with servers.take(request.node.name) as server:
+        answers, stats = _serve_chat(server, images, False)
     assert answers == expected
     engine = stats["engine_prefill"]
     assert engine["tokens_shared"] > 0 and minimum <= engine["tokens_prefilled"] <= 1.02 * minimum, (minimum, engine)

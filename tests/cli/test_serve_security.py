@@ -1,7 +1,8 @@
 """`vlmprep serve` attacked over loopback: one test per finding of the security review, and a load test.
 
 One server per mode for the module (`vlmprep serve <tiny LLaVA>`, with `--continuous-batching` and without; default
-policy plus `--allowed-media-domains localhost`), each started once. After every attack the server must still answer `/health` within
+policy plus `--allowed-media-domains localhost`), each started once, together with the one server of other flags, all up
+before the first test (`serve_client.ServerLaunches`: none starts while a test times answers). After every attack the server must still answer `/health` within
 1 s and answer the next good chat exactly as the plain transformers class does. Internal fetches aim at a tiny HTTP
 server on 127.0.0.1 started here; nothing leaves the machine.
 """
@@ -20,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,19 +32,19 @@ from PIL import Image
 from serve_client import (
     MAX_NEW_TOKENS,
     QUESTION,
+    ServerLaunches,
     data_url,
     free_loopback_port,
     huge_png_header,
     needs_serving,
+    selected_tests,
     server_env,
     time_left,
     transformers_answer,
-    wait_until_healthy,
 )
 
 from vlmprep.testing.checkpoints import build_llava_checkpoint
 
-START_DEADLINE_S = 90
 REQUEST_TIMEOUT_S = 60
 HEALTH_LIMIT_S = 1.0
 # The server's resident memory after the load test: a tiny model, torch and the engine sized from the model. Upstream's
@@ -106,32 +108,6 @@ class Served:
         assert json.loads(text)["choices"][0]["message"]["content"] == self.expected(image)
 
 
-@contextlib.contextmanager
-def _server(work: Path, extra_args: list[str]):
-    """A `vlmprep serve` process on a tiny LLaVA, with the plain transformers model beside it for the references."""
-    checkpoint = build_llava_checkpoint(work / "checkpoint")
-    port = free_loopback_port()
-    env = server_env()
-    command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--device", "cpu"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info", *extra_args]
-    log = work / "server.log"
-    with open(log, "w") as log_file:
-        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_DEADLINE_S
-    try:
-        processor = transformers.AutoProcessor.from_pretrained(checkpoint)
-        model = transformers.LlavaForConditionalGeneration.from_pretrained(checkpoint).eval()
-        wait_until_healthy(f"http://127.0.0.1:{port}", process, log, deadline)
-        yield Served(f"http://127.0.0.1:{port}", process, log, processor, model, _images(4))
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 # Each way the server runs: the engine batching, one generation at a time, and two API server processes in front of
 # one engine process (each request lands on either; the item store and caches live in the engine).
 SERVER_MODES = {
@@ -139,15 +115,65 @@ SERVER_MODES = {
     "sequential": [],
     "two-api-servers": ["--continuous-batching", "--api-server-count", "2"],
 }
+# The server of test_slow_fetches_and_templates_run_off_the_event_loop: internal fetches and request templates allowed
+SLOW_WORK_FLAGS = ["--allowed-media-domains", "localhost", "--allow-private-media-addresses"]
+SLOW_WORK_FLAGS += ["--media-fetch-timeout", "2", "--allow-request-chat-template"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return build_llava_checkpoint(tmp_path_factory.mktemp("serve-security") / "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def servers(request, checkpoint, tmp_path_factory):
+    """The servers of the tests the session runs, named by their mode (`SERVER_MODES`) or "slow work", started
+    together."""
+    if needs_serving.args[0]:
+        pytest.skip(needs_serving.kwargs["reason"])
+    flags = {}
+    for test in selected_tests(request):
+        parameters = test.callspec.params if hasattr(test, "callspec") else {}
+        if "served" in parameters:
+            # localhost is an allowed domain here, but it resolves to a loopback address: refused by default
+            flags[parameters["served"]] = [*SERVER_MODES[parameters["served"]], "--allowed-media-domains", "localhost"]
+        elif test.originalname == "test_slow_fetches_and_templates_run_off_the_event_loop":
+            flags["slow work"] = SLOW_WORK_FLAGS
+    launches = ServerLaunches(max_running=len(flags))
+    for name, server_flags in flags.items():
+        work = tmp_path_factory.mktemp("server")
+        command = [sys.executable, "-m", "vlmprep.serving", str(checkpoint), "--device", "cpu"]
+        command += ["--host", "127.0.0.1", "--log-level", "info", *server_flags]
+        launches.add(name, command, server_env(), work / "server.log")
+    yield launches
+    launches.close()
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint, servers) -> tuple:
+    """The plain transformers model beside the servers, for the references: (processor, model), loaded while they
+    start."""
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint)
+    return processor, transformers.LlavaForConditionalGeneration.from_pretrained(checkpoint).eval()
+
+
+@contextlib.contextmanager
+def _serving(servers: ServerLaunches, name: str, reference: tuple) -> Iterator[Served]:
+    """The server named `name` in `servers`, with the plain transformers model beside it; stopped on the way out. It
+    comes once every server of the module is up: none starts while a test times the answers."""
+    servers.wait_until_all_healthy()
+    with servers.take(name) as server:
+        try:
+            yield Served(server.base_url, server.process, server.log, *reference, _images(4))
+        finally:
+            server.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # `take` kills it then
+                server.process.wait(timeout=20)
 
 
 @pytest.fixture(scope="module", params=list(SERVER_MODES))
-def served(request, tmp_path_factory):
-    if needs_serving.args[0]:
-        pytest.skip(needs_serving.kwargs["reason"])
-    mode = SERVER_MODES[request.param]
-    # localhost is an allowed domain here, but it resolves to a loopback address: refused by default
-    with _server(tmp_path_factory.mktemp("serve-security"), [*mode, "--allowed-media-domains", "localhost"]) as served:
+def served(request, servers, reference):
+    with _serving(servers, request.param, reference) as served:
         yield served
 
 
@@ -453,17 +479,15 @@ class _HangingHandler(http.server.BaseHTTPRequestHandler):
 
 
 @needs_serving
-def test_slow_fetches_and_templates_run_off_the_event_loop(tmp_path):
+def test_slow_fetches_and_templates_run_off_the_event_loop(servers, reference):
     """With internal fetches and request templates allowed: a URL that never answers ends at the fetch timeout, a slow
     template renders in a worker thread; `/health` answers within 1 s all the while."""
     listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HangingHandler)
     listener.daemon_threads = True
     threading.Thread(target=listener.serve_forever, daemon=True).start()
-    flags = ["--allowed-media-domains", "localhost", "--allow-private-media-addresses", "--media-fetch-timeout", "2"]
-    flags += ["--allow-request-chat-template"]
     slow_template = "{% for i in range(1500) %}{% for j in range(1500) %}{% endfor %}{% endfor %}{{ bos_token }}red"
     try:
-        with _server(tmp_path, flags) as served:
+        with _serving(servers, "slow work", reference) as served:
             results = {}
             payloads = {
                 "hanging fetch": chat([f"http://localhost:{listener.server_address[1]}/never"]),
