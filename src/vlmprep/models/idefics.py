@@ -82,8 +82,11 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             "the paged engine builds its own inputs from token ids and has no place for image states or that mask."
         )
 
-    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> BaseModelOutputWithPooling:
+    def encode_image_items(self, pixel_values: torch.Tensor, **kwargs) -> BaseModelOutputWithPooling:
         """The images' resampled states, each flattened to the one row its `<image>` token holds.
+
+        Not `get_image_features`: transformers' class has none, and a drop-in adding it would answer `hasattr` unlike
+        transformers (`vlmprep.generation.encoding.encoder_name`).
 
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, num_images, C, H, W)`): real images only.
