@@ -210,3 +210,19 @@ def test_interpolated_position_embeddings_match_upstream():
     assert_same_steps(logits, expected)
     with pytest.raises(ValueError, match="vision tower takes"):  # without the flag the size is still refused
         ours.generate(**inputs, max_new_tokens=1)
+
+
+def test_generate_from_inputs_embeds_matches_upstream():
+    # transformers' own `test_generate_continue_from_inputs_embeds`: `generate` takes `inputs_embeds` only from a class
+    # whose `prepare_inputs_for_generation` names them (the drop-in's took `*args`), and the images must still reach
+    # upstream's forward (the drop-in dropped `pixel_values` from every step's inputs).
+    upstream, ours = model_pair(FAMILY)
+    inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[7, 8]).inputs()
+    embeds = upstream.get_input_embeddings()(inputs.pop("input_ids"))
+    expected_ids, expected = generate_logits(upstream, {**inputs, "inputs_embeds": embeds}, max_new_tokens=3)
+    ids, logits = generate_logits(ours, {**inputs, "inputs_embeds": embeds}, max_new_tokens=3)
+    assert torch.equal(ids, expected_ids)
+    assert_same_steps(logits, expected)
+    other = {**inputs, "pixel_values": inputs["pixel_values"].flip(1), "inputs_embeds": embeds}
+    _, other_logits = generate_logits(ours, other, max_new_tokens=1)
+    assert (other_logits[0] - logits[0]).abs().max() > 1e-3, "the images must reach the logits"

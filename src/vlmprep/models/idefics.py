@@ -278,6 +278,8 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                 )
         return states.flatten(0, 1)  # (batch_size * slots, latents, dim)
 
+    # Upstream's signature: `generate` takes `inputs_embeds` only from a class whose method names them
+    @keeps_upstream_interface(transformers.IdeficsForVisionText2Text.prepare_inputs_for_generation)
     def prepare_inputs_for_generation(
         self,
         input_ids: torch.LongTensor,
@@ -293,8 +295,8 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         model_inputs = super().prepare_inputs_for_generation(
             input_ids, *args, mm_encoder_outputs=mm_encoder_outputs, **kwargs
         )
-        model_inputs.pop("pixel_values", None)
         if isinstance(mm_encoder_outputs, PlannedEncoderOutputs):
+            model_inputs.pop("pixel_values", None)
             model_inputs["mm_encoder_outputs"] = mm_encoder_outputs
         if image_hidden_states is not None:  # the tower's states given by the caller, as upstream takes them
             model_inputs["image_encoder_embeddings"] = image_hidden_states
