@@ -26,8 +26,14 @@ def test_encoder_methods_are_upstream_s(drop_in):
         assert hasattr(drop_in, name) == hasattr(upstream, name), name
 
 
-@pytest.mark.parametrize("model_type", ["mllama", "idefics"])
-def test_own_encoder_where_upstream_has_none(model_type):
-    drop_in = DROP_IN_CLASSES[model_type]
+OWN_ENCODERS = [cls for cls in DROP_INS if encoder_name(cls, "image") != "get_image_features"]
+
+
+def test_the_own_encoders_are_found():
+    names = {cls.__name__ for cls in OWN_ENCODERS}
+    assert {"MllamaForConditionalGeneration", "IdeficsForVisionText2Text"} <= names
+
+
+@pytest.mark.parametrize("drop_in", OWN_ENCODERS, ids=lambda cls: cls.__name__)
+def test_own_encoder_only_where_upstream_has_none(drop_in):
     assert not hasattr(upstream_class(drop_in), "get_image_features")
-    assert encoder_name(drop_in, "image") == "encode_image_items"
