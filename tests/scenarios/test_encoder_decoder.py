@@ -16,9 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+import transformers
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+import vlmprep
 from conftest import model_pair
 from support.generation_checks import GENERATION_MODES, assert_generate_matches_upstream
 from support.references import (
@@ -33,7 +35,8 @@ from support.references import (
 )
 from support.traits import families_with, is_encoder_decoder
 from vlmprep import PrefixCache
-from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE
+from vlmprep.testing import IMAGE, TINY_VOCAB_SIZE, random_pixels, tiny_model
+from vlmprep.testing.configs import tiny_t5gemma2_config
 
 ENCODER_DECODER = families_with(is_encoder_decoder)
 # Caption-, detection- and OCR-like task prompts: different text on the same image
@@ -156,17 +159,61 @@ def test_chunked_prefill_of_a_padded_batch_keeps_the_encoders_mask(family):
 
 
 @pytest.mark.parametrize("family", ENCODER_DECODER)
-def test_drop_in_assistant_encodes_the_image_from_its_encoder_cache(family):
-    """`assistant_model=` a drop-in: it encodes the prompt itself from the pixels the main model leaves it (from its
-    encoder cache: the same model runs the tower once in all), and the answer is greedy decoding's."""
+def test_continuing_a_returned_cache_without_pixels_matches_transformers(family):
+    # transformers' own `test_generate_continue_from_past_key_values`: the second call passes the first's cache and
+    # sequences, and no pixels. The decoder reads the cached cross-attention states (the images'), so upstream answers
+    # from the images though its encoder step runs the placeholders as text; the drop-in must run, not refuse them.
     upstream, ours = model_pair(family)
-    prompt = Prompt(ours.config, [IMAGE, TASKS[1]], image_seeds=[10])
+    inputs = Prompt(ours.config, [IMAGE, TASKS[1]], image_seeds=[2]).inputs()
+    whole = greedy_output(upstream, inputs, 4, **ANSWER_TEXT)
+    outputs = {}
+    for name, model in (("upstream", upstream), ("ours", ours)):
+        first = greedy_output(model, inputs, 3, **ANSWER_TEXT)
+        text_only = {key: value for key, value in inputs.items() if key != "pixel_values"}
+        outputs[name] = greedy_output(
+            model, text_only, 1, decoder_input_ids=first.sequences, cache=first.cache, **ANSWER_TEXT
+        )
+    assert torch.equal(outputs["ours"].sequences, outputs["upstream"].sequences)
+    assert torch.equal(outputs["ours"].sequences, whole.sequences)
+    assert_same_steps(outputs["ours"].logits, outputs["upstream"].logits)
+
+
+@pytest.mark.parametrize("family", ENCODER_DECODER)
+@pytest.mark.parametrize("assistant", ["drop_in_assistant", "upstream_assistant"])
+def test_assisted_decoding_matches_transformers_greedy(family, assistant):
+    # transformers' own `test_assisted_decoding_matches_greedy_search`: its candidate generator hands the assistant a
+    # copy of the main model's kwargs after the encoder step, without `encoder_outputs`, and the assistant encodes the
+    # prompt itself: the main model must leave it the pixels (a drop-in assistant refused the placeholders without).
+    upstream, ours = model_pair(family)
+    inputs = Prompt(ours.config, [IMAGE, TASKS[1]], image_seeds=[4]).inputs()
+    expected = greedy_output(upstream, inputs, 4, **ANSWER_TEXT)
+    helper = ours if assistant == "drop_in_assistant" else upstream
     with tower_runs(ours) as runs:
-        actual = greedy_output(ours, prompt.inputs(), 3, assistant_model=ours, **ANSWER_TEXT)
-    expected = greedy_output(upstream, prompt.inputs(), 3, **ANSWER_TEXT)
-    assert runs == [1]
+        actual = greedy_output(ours, inputs, 4, assistant_model=helper, **ANSWER_TEXT)
     assert torch.equal(actual.sequences, expected.sequences)
     assert_same_steps(actual.logits, expected.logits)
+    assert runs == [1], "the drop-in assistant takes the image from the encoder cache"
+
+
+def test_t5gemma2_token_count_comes_from_the_projector():
+    # transformers' own T5Gemma 2 tester: `mm_tokens_per_image=2`, not a square, which the projector pools to
+    # int(sqrt(2))**2 = 1 token per image; its prompts hold one placeholder per image.
+    config = tiny_t5gemma2_config(mm_tokens_per_image=2)
+    upstream = tiny_model(transformers.T5Gemma2ForConditionalGeneration, config, seed=0).eval()
+    ours = vlmprep.T5Gemma2ForConditionalGeneration(config).eval()
+    ours.load_state_dict(upstream.state_dict())
+    assert ours.item_token_counts({}) == 1
+    ids = torch.tensor([[config.image_token_id, 40, 41, 42], [config.image_token_id, 50, 51, 52]])
+    first_logits = []
+    for image_seed in (0, 1):
+        pixels = torch.cat([random_pixels(1, image_seed), random_pixels(1, image_seed + 2)])
+        inputs = {"input_ids": ids, "pixel_values": pixels}
+        actual = greedy_output(ours, inputs, 3, **ANSWER_TEXT)
+        expected = greedy_output(upstream, inputs, 3, **ANSWER_TEXT)
+        assert torch.equal(actual.sequences, expected.sequences)
+        assert_same_steps(actual.logits, expected.logits)
+        first_logits.append(actual.logits[0])
+    assert (first_logits[0] - first_logits[1]).abs().max() > MIN_EFFECT, "other pixels must change the logits"
 
 
 @pytest.mark.parametrize("family", ENCODER_DECODER)

@@ -228,3 +228,55 @@ def test_drop_in_assistant_with_prefill_chunks_is_exact():
     expected_sequences, expected = generate_logits(upstream, inputs, 4, **TEXT_ANSWERS)
     assert torch.equal(sequences, expected_sequences)
     assert_same_steps(logits, expected)
+
+
+def test_forward_takes_a_cache_under_its_deprecated_name_as_upstream():
+    # transformers' own `test_bc_cache_name_forward`: `past_key_values=` reaches upstream's forward alone, renamed with
+    # its warning (the drop-in passed `cache=None` next to it, and upstream then ignored the caller's cache).
+    upstream, ours = model_pair(FAMILY)
+    prompt = Prompt(ours.config, TWO_IMAGES, image_seeds=[3, 4])
+    whole, head = prompt.inputs(), prompt.inputs(prompt.length - 1)
+    last = {"input_ids": whole["input_ids"][:, -1:], "image_attention_mask": whole["image_attention_mask"][:, -1:]}
+    outputs = {}
+    for name, model in (("upstream", upstream), ("ours", ours)):
+        with torch.no_grad():
+            cache = model(**head, use_cache=True).cache
+            with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+                outputs[name] = model(
+                    **last, pixel_values=whole["pixel_values"], past_key_values=cache, use_cache=True
+                )
+    assert outputs["ours"].cache.get_seq_length() == prompt.length == outputs["upstream"].cache.get_seq_length()
+    torch.testing.assert_close(outputs["ours"].logits, outputs["upstream"].logits, rtol=0, atol=1e-5)
+
+
+def test_interpolated_position_embeddings_match_upstream():
+    # transformers' own `test_generate_with_image_pos_embeddings_interpolation_*`: images of another size than the
+    # tower's, with `interpolate_pos_encoding=True`, which upstream takes (the drop-in refused their size).
+    upstream, ours = model_pair(FAMILY)
+    inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[5, 6]).inputs()
+    size = ours.config.vision_config.image_size + ours.config.vision_config.patch_size  # one patch more a side
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.rand(*inputs["pixel_values"].shape[:3], size, size, generator=generator)
+    inputs = {**inputs, "pixel_values": pixels}
+    expected_ids, expected = generate_logits(upstream, inputs, max_new_tokens=3, interpolate_pos_encoding=True)
+    ids, logits = generate_logits(ours, inputs, max_new_tokens=3, interpolate_pos_encoding=True)
+    assert torch.equal(ids, expected_ids)
+    assert_same_steps(logits, expected)
+    with pytest.raises(ValueError, match="vision tower takes"):  # without the flag the size is still refused
+        ours.generate(**inputs, max_new_tokens=1)
+
+
+def test_generate_from_inputs_embeds_matches_upstream():
+    # transformers' own `test_generate_continue_from_inputs_embeds`: `generate` takes `inputs_embeds` only from a class
+    # whose `prepare_inputs_for_generation` names them (the drop-in's took `*args`), and the images must still reach
+    # upstream's forward (the drop-in dropped `pixel_values` from every step's inputs).
+    upstream, ours = model_pair(FAMILY)
+    inputs = Prompt(ours.config, TWO_IMAGES, image_seeds=[7, 8]).inputs()
+    embeds = upstream.get_input_embeddings()(inputs.pop("input_ids"))
+    expected_ids, expected = generate_logits(upstream, {**inputs, "inputs_embeds": embeds}, max_new_tokens=3)
+    ids, logits = generate_logits(ours, {**inputs, "inputs_embeds": embeds}, max_new_tokens=3)
+    assert torch.equal(ids, expected_ids)
+    assert_same_steps(logits, expected)
+    other = {**inputs, "pixel_values": inputs["pixel_values"].flip(1), "inputs_embeds": embeds}
+    _, other_logits = generate_logits(ours, other, max_new_tokens=1)
+    assert (other_logits[0] - logits[0]).abs().max() > 1e-3, "the images must reach the logits"

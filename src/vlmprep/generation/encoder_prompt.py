@@ -19,9 +19,32 @@ from .plan import plan_prompt
 from .prepared import PreparedItems, containers_of
 
 
+def cross_attention_cached(model, model_kwargs: dict[str, Any]) -> bool:
+    """Whether the call continues a caller's decoder cache that already holds the cross-attention states, and passes
+    no pixel inputs (a previous `generate`'s cache, continued with its sequences as `decoder_input_ids`).
+
+    The decoder then reads the cached states, never this call's encoder output: upstream's encoder step runs the
+    prompt without its images (placeholders embedded as text) and the answer is still the images'. Planning that prompt
+    here would refuse its placeholders for having no pixels.
+
+    Args:
+        model: the drop-in model, an encoder-decoder.
+        model_kwargs (`dict[str, Any]`): the call's inputs.
+
+    Returns:
+        `bool`
+    """
+    cross_attention = getattr(model_kwargs.get("cache"), "cross_attention_cache", None)
+    if cross_attention is None or cross_attention.get_seq_length() == 0:
+        return False
+    pixel_keys = (key for modality in model.vision_facts.modalities for key in modality.pixel_keys)
+    return all(model_kwargs.get(key) is None for key in pixel_keys)
+
+
 def items_in_encoder_prompt(model, model_input_name: str | None, model_kwargs: dict[str, Any]) -> bool:
     """Whether `generate`'s input preparation encodes an encoder-decoder's prompt here: the model is one, its prompt
-    is given as `input_ids`, and the caller passed no `encoder_outputs` (then upstream's step keeps them as they are).
+    is given as `input_ids`, and the caller passed no `encoder_outputs` (then upstream's step keeps them as they are)
+    nor a cache holding the cross-attention states without pixels (`cross_attention_cached`: upstream's step runs).
 
     Args:
         model: the drop-in model.
@@ -35,6 +58,7 @@ def items_in_encoder_prompt(model, model_input_name: str | None, model_kwargs: d
         bool(model.config.is_encoder_decoder)
         and model_input_name == "input_ids"
         and model_kwargs.get("encoder_outputs") is None
+        and not cross_attention_cached(model, model_kwargs)
     )
 
 
@@ -45,7 +69,7 @@ def prepare_encoder_with_items(
     generation_config,
     salt: str | None = None,
     hints: dict | None = None,
-    keep_item_inputs: bool = False,
+    assistant_encodes: bool = False,
 ) -> dict[str, Any]:
     """Encode an encoder-decoder's prompt with its items' features taken once per distinct item.
 
@@ -56,8 +80,8 @@ def prepare_encoder_with_items(
         generation_config: the call's generation config.
         salt (`str`, *optional*): the call's cache salt.
         hints (`dict`, *optional*): a caller's names for its items (`vlmprep.cache.hash_hints`).
-        keep_item_inputs (`bool`, *optional*, defaults to `False`): leave the pixel inputs in the kwargs, for an
-            assistant model (`assistant_model=`), which encodes the prompt again from a copy of them.
+        assistant_encodes (`bool`, *optional*, defaults to `False`): whether an `assistant_model` encodes the prompt
+            too: the item inputs then stay in the kwargs (see below).
 
     Returns:
         `dict[str, Any]`: `model_kwargs`, with upstream's `encoder_outputs`.
@@ -84,11 +108,10 @@ def prepare_encoder_with_items(
                 placed[span.row, span.start : span.end] = True
         # As upstream's encoder forward: `masked_scatter` fills the placeholders in row-major order
         inputs_embeds = inputs_embeds.masked_scatter(placed.unsqueeze(-1), rows.to(inputs_embeds))
-    # The encoder reads the embeddings: its tower must not run again
     item_inputs = {}
     for modality in model.vision_facts.modalities:
         for key in (*modality.item_keys, *plan.encoder.encoder_argument_names(modality.name)):
-            if key in model_kwargs:
+            if key in model_kwargs:  # the encoder reads the embeddings: its tower must not run again
                 item_inputs[key] = model_kwargs.pop(key)
 
     # Upstream's own encoder step (Florence-2's override calls it the same way), on the embeddings
@@ -100,10 +123,10 @@ def prepare_encoder_with_items(
         generation_config=generation_config,
     )
     model_kwargs.pop("inputs_embeds", None)
-    if keep_item_inputs:
-        # An assistant gets a copy of these kwargs and encodes the prompt itself (a drop-in assistant from its own
-        # encoder cache); upstream's forward ignores them once `encoder_outputs` are given (assisted decoding runs
-        # one row, never expanded)
+    if assistant_encodes:
+        # An assistant model encodes the prompt itself from a copy of these kwargs (transformers' candidate generator
+        # hands it no `encoder_outputs`): it needs the item inputs back; this model's forwards, given
+        # `encoder_outputs`, never run the tower on them.
         model_kwargs.update(item_inputs)
     return model_kwargs
 

@@ -20,20 +20,42 @@ SuppliedFeatures = tuple[dict[int, torch.Tensor], dict[int, tuple[torch.Tensor, 
 
 
 def encoding_module(model: torch.nn.Module) -> torch.nn.Module:
-    """The module whose `get_<modality>_features` encode a model's items: its inner `model`, or the model itself where
-    the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni) or the inner model has no such
-    method (T5Gemma 2, whose tower is its encoder's; Llama 3.2 Vision, whose forward runs tower and projector), as `vlmprep.testing.VisionRunCounter` finds them."""
+    """The module whose encoders (`encoder_name`) encode a model's items: its inner `model`, or the model itself where
+    the towers sit on the top-level class (BLIP-2, InstructBLIP, Nemotron-H Omni) or the inner model has no
+    `get_<modality>_features` (T5Gemma 2, whose tower is its encoder's; Llama 3.2 Vision, whose forward runs tower and
+    projector, and whose drop-in has its own `encode_image_items`), as `vlmprep.testing.VisionRunCounter` finds them."""
     inner = getattr(model, "model", None)
     if inner is None or not any(hasattr(inner, f"get_{name}_features") for name in ("image", "video", "audio")):
         return model
     return inner
 
 
+# Where transformers' class has no `get_<modality>_features` (its forward runs the tower itself), the drop-in defines
+# its encoder under this name instead: upstream's name would change what callers see of the class (transformers' own
+# tests call `get_image_features` where `hasattr` finds it, with upstream's inputs and expecting upstream's outputs).
+OWN_ENCODER_NAME = "encode_{modality}_items"
+
+
+def encoder_name(owner: torch.nn.Module | type, modality: str) -> str:
+    """The name of the method of `owner` (`encoding_module(model)`) that encodes a modality's items: the drop-in's
+    own `encode_<modality>_items` where it has one, else transformers' `get_<modality>_features`.
+
+    Args:
+        owner (`torch.nn.Module` or `type`): the module (or its class) holding the encoder.
+        modality (`str`): `"image"`, `"video"`, ...
+
+    Returns:
+        `str`
+    """
+    own = OWN_ENCODER_NAME.format(modality=modality)
+    return own if hasattr(owner, own) else f"get_{modality}_features"
+
+
 @functools.lru_cache(maxsize=256)
 def _encoder_argument_names(encoder_class: type, modality: str, skip: frozenset[str]) -> tuple[str, ...]:
-    # `get_<modality>_features` arguments besides the per-item inputs (e.g. `vision_feature_layer`): read once per
-    # class, they change an item's features and are hashed with it.
-    parameters = inspect.signature(getattr(encoder_class, f"get_{modality}_features")).parameters
+    # The encoder's arguments besides the per-item inputs (e.g. `vision_feature_layer`): read once per class, they
+    # change an item's features and are hashed with it.
+    parameters = inspect.signature(getattr(encoder_class, encoder_name(encoder_class, modality))).parameters
     return tuple(name for name in parameters if name not in skip and name != "self")
 
 
@@ -201,7 +223,8 @@ class ItemEncoder:
             inputs = self._item_inputs(modality.name, [self.span_of[index].input_index for index in group])
             check_finite_pixels(inputs, modality.pixel_keys)
             kept_rows = inputs.pop(modality.kept_rows_key, None) if modality.kept_rows_key else None
-            encode = getattr(encoding_module(model), f"get_{modality.name}_features")
+            owner = encoding_module(model)
+            encode = getattr(owner, encoder_name(owner, modality.name))
             outputs = encode(**inputs, **self._shared_arguments(modality.name), return_dict=True)
             counts = [self.lengths[index] for index in group]
             layers = deepstack_layers(outputs)

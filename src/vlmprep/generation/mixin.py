@@ -45,7 +45,7 @@ from .prepared import PlannedEncoderOutputs, PreparedItems, containers_of
 from .validation import check_no_block_after_cache_in_static_cache, check_prefill_chunk_size
 
 # Keyword arguments of `generate` that belong to vlmprep and never reach the model.
-VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item_hints", "vlmprep_assistant_model")
+VLMPREP_GENERATE_KWARGS = ("cache_salt", "vlmprep_prefix_request", "vlmprep_item_hints", "vlmprep_assistant_encodes")
 # Inputs that run along the sequence, cut at each prefill chunk's end.
 CHUNKED_INPUT_KEYS = ("attention_mask", "position_ids", *TOKEN_TYPE_KEYS)
 
@@ -119,8 +119,8 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
             What transformers' `generate` returns.
         """
         if self.config.is_encoder_decoder and assistant_model_of(args, kwargs) is not None:
-            # The assistant encodes the prompt again, from the kwargs this model leaves (`encoder_prompt.py`)
-            kwargs["vlmprep_assistant_model"] = True
+            # The assistant encodes the prompt itself, from a copy of the kwargs step 4 leaves (`encoder_prompt.py`)
+            kwargs["vlmprep_assistant_encodes"] = True
         store = self._prefix_store_of_call(prefix_cache)  # `None` in train mode (warned)
         if store is None:
             return super().generate(*args, **kwargs)
@@ -171,10 +171,10 @@ class VisionPrepGenerationMixin(ModelCachesMixin, FamilyHooks):
         salt = check_cache_salt(model_kwargs.pop("cache_salt", None))
         request = model_kwargs.pop("vlmprep_prefix_request", None)
         hints = model_kwargs.pop("vlmprep_item_hints", None)  # a server's names for its items (media cache keys)
-        assisted = model_kwargs.pop("vlmprep_assistant_model", False)
+        assistant_encodes = model_kwargs.pop("vlmprep_assistant_encodes", False)
         if items_in_encoder_prompt(self, model_input_name, model_kwargs):  # then upstream's encoder step on them
             return prepare_encoder_with_items(
-                self, inputs_tensor, model_kwargs, generation_config, salt, hints, keep_item_inputs=assisted
+                self, inputs_tensor, model_kwargs, generation_config, salt, hints, assistant_encodes
             )
         if model_input_name != "input_ids" or self.config.is_encoder_decoder:
             return super()._maybe_prepare_encoder_kwargs_for_generation(

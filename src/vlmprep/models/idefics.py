@@ -51,9 +51,9 @@ class ImageStateProjection(torch.nn.Linear):
         memo = _CALL_PROJECTIONS.get()
         if memo is None or torch.is_grad_enabled():
             return super().forward(input)
-        # The storage, layout and version say the input is the call's states tensor, unchanged; the memo holds the
-        # input, so its storage cannot be reused by another tensor during the call
-        key = (id(self), input.data_ptr(), tuple(input.shape), input.stride(), input._version, self.weight._version)
+        # The storage and layout say the input is the call's states tensor (made by the drop-in, never written in
+        # place); the memo holds the input, so its storage cannot be reused by another tensor during the call
+        key = (id(self), input.data_ptr(), tuple(input.shape), input.stride())
         if key not in memo:
             memo[key] = (input, super().forward(input))
         return memo[key][1]
@@ -114,21 +114,49 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             "the paged engine builds its own inputs from token ids and has no place for image states or that mask."
         )
 
-    def get_image_features(self, pixel_values: torch.Tensor, **kwargs) -> BaseModelOutputWithPooling:
+    def encode_image_items(
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False, **kwargs
+    ) -> BaseModelOutputWithPooling:
         """The images' resampled states, each flattened to the one row its `<image>` token holds.
+
+        Not `get_image_features`: transformers' class has none, and a drop-in adding it would answer `hasattr` unlike
+        transformers (`vlmprep.generation.encoding.encoder_name`).
 
         Args:
             pixel_values (`torch.Tensor` of shape `(batch_size, num_images, C, H, W)`): real images only.
+            interpolate_pos_encoding (`bool`, *optional*, defaults to `False`): upstream's flag, read from the call's
+                inputs and hashed with each image: the tower interpolates its position embeddings to other sizes.
 
         Returns:
             `BaseModelOutputWithPooling`: `last_hidden_state` `(num_images, latents, dim)` and `pooler_output`
             `(num_images, 1, latents * dim)`.
         """
         pixel_values = pixel_values.flatten(0, 1).to(dtype=self.dtype)  # (num_images, C, H, W)
-        states = self.model.vision_model(pixel_values=pixel_values).last_hidden_state  # (num_images, patches, dim)
+        states = self.model.vision_model(  # (num_images, patches, dim)
+            pixel_values=pixel_values, interpolate_pos_encoding=bool(interpolate_pos_encoding)
+        ).last_hidden_state
         if self.config.use_resampler:
             states = self.model.perceiver_resampler(states)  # (num_images, latents, dim)
         return BaseModelOutputWithPooling(last_hidden_state=states, pooler_output=states.flatten(1).unsqueeze(1))
+
+    def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
+        """The sub-image layout's check, relaxed to any image size with `interpolate_pos_encoding=True` (upstream's
+        tower interpolates its position embeddings then).
+
+        Args:
+            model_kwargs (`dict[str, Any]`): the call's inputs.
+            modality (`str`, *optional*, defaults to `"image"`): images only.
+        """
+        pixel_values = model_kwargs.get("pixel_values")
+        if not model_kwargs.get("interpolate_pos_encoding") or not isinstance(pixel_values, torch.Tensor):
+            super().check_pixel_inputs(model_kwargs, modality)
+            return
+        channels = self.config.vision_config.num_channels
+        if pixel_values.ndim != 5 or pixel_values.shape[2] != channels:
+            raise ValueError(
+                f"`pixel_values` has shape {tuple(pixel_values.shape)} but this model's vision tower takes "
+                f"(batch_size, sub_images, {channels}, height, width)."
+            )
 
     def check_item_count(self, model_kwargs: dict[str, Any], spans: list, modality: str = "image") -> None:
         super().check_item_count(model_kwargs, spans, modality=modality)
@@ -191,6 +219,11 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             What upstream's forward returns.
         """
         planned = isinstance(mm_encoder_outputs, PlannedEncoderOutputs)
+        # A cache under upstream's deprecated name (`past_key_values`) must reach upstream's forward alone: its
+        # decorator renames it (with its warning), and ignores it when `cache` is passed too, even as `None`.
+        if cache is not None:
+            kwargs["cache"] = cache
+        caller_cache = kwargs.get("cache", kwargs.get("past_key_values"))
         # A text-only call still reads image states (the processor's all-zero image, which every token's mask
         # leaves out): with prepared items, or with none but a mask, the prepared (or zero) states stand for them
         if planned and (mm_encoder_outputs.prepared.features or image_attention_mask is not None):
@@ -205,7 +238,7 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                     "`image_attention_mask` must have one row per token fed, `(batch_size, seq_len, num_images)`; "
                     "pass the processor's mask for the whole prompt."
                 )
-            past = cache.get_seq_length() if cache is not None else 0
+            past = caller_cache.get_seq_length() if caller_cache is not None else 0
             states = self._image_states(mm_encoder_outputs, image_attention_mask, past)
             name = "perceiver_embeddings" if self.config.use_resampler else "image_encoder_embeddings"
             kwargs[name] = states
@@ -223,7 +256,6 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                cache=cache,
                 inputs_embeds=inputs_embeds,
                 image_attention_mask=image_attention_mask,
                 labels=labels,
@@ -257,6 +289,8 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
             if self.config.use_resampler
             else (vision.image_size // vision.patch_size) ** 2 + 1  # the tower's patches and its class token
         )
+        if prepared.features:  # without a resampler, images interpolated to another size have other patch counts
+            latents = next(iter(prepared.features.values())).numel() // vision.embed_dim
         states = torch.zeros(batch_size, slots, latents, vision.embed_dim, dtype=self.dtype, device=self.device)
         slot_start = torch.full((batch_size, slots), torch.iinfo(torch.long).max, dtype=torch.long)
         taken = [0] * batch_size
@@ -285,6 +319,8 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
                 "token at all). Each token may see only images before it, as the processor's mask does."
             )
 
+    # Upstream's signature: `generate` takes `inputs_embeds` only from a class whose method names them
+    @keeps_upstream_interface(transformers.IdeficsForVisionText2Text.prepare_inputs_for_generation)
     def prepare_inputs_for_generation(
         self,
         input_ids: torch.LongTensor,
@@ -300,8 +336,8 @@ class IdeficsForVisionText2Text(SubImagesLayout, VisionPrepMixin, transformers.I
         model_inputs = super().prepare_inputs_for_generation(
             input_ids, *args, mm_encoder_outputs=mm_encoder_outputs, **kwargs
         )
-        model_inputs.pop("pixel_values", None)
         if isinstance(mm_encoder_outputs, PlannedEncoderOutputs):
+            model_inputs.pop("pixel_values", None)
             model_inputs["mm_encoder_outputs"] = mm_encoder_outputs
         if image_hidden_states is not None:  # the tower's states given by the caller, as upstream takes them
             model_inputs["image_encoder_embeddings"] = image_hidden_states

@@ -52,7 +52,7 @@ class MllamaForConditionalGeneration(VisionPrepMixin, transformers.MllamaForCond
         cross_attention=CrossAttention("cross_attention_states", mask=("cross_attention_mask", 1)),
     )
 
-    def get_image_features(
+    def encode_image_items(
         self,
         pixel_values: torch.Tensor,
         aspect_ratio_ids: torch.Tensor,
@@ -60,6 +60,9 @@ class MllamaForConditionalGeneration(VisionPrepMixin, transformers.MllamaForCond
         **kwargs,
     ) -> BaseModelOutputWithPooling:
         """The cross-attention states of each image: upstream's tower and projector, as its forward runs them.
+
+        Not `get_image_features`: transformers' class has none, and a drop-in adding it would answer `hasattr` unlike
+        transformers (`vlmprep.generation.encoding.encoder_name`).
 
         Args:
             pixel_values (`torch.Tensor` of shape `(1, images, tiles, channels, height, width)`): the images' tiles.

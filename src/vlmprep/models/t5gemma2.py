@@ -19,6 +19,21 @@ from .base import VisionPrepMixin
 from .layouts.stated_counts import ENCODER_PROMPT_IMAGE
 
 
+def pooled_tokens_per_image(config: transformers.T5Gemma2Config) -> int:
+    """Placeholders per image: what the projector emits, `int(sqrt(mm_tokens_per_image)) ** 2`.
+
+    The projector average-pools the patch grid to `tokens_per_side` squared tokens (as Gemma3's), so a non-square
+    `mm_tokens_per_image` (2 in transformers' own tests) gives fewer tokens than the config field says.
+
+    Args:
+        config (`transformers.T5Gemma2Config`): the model config (the projector's is `config.encoder`).
+
+    Returns:
+        `int`
+    """
+    return int(config.encoder.mm_tokens_per_image**0.5) ** 2
+
+
 class T5Gemma2ForConditionalGeneration(VisionPrepMixin, transformers.T5Gemma2ForConditionalGeneration):
     """Drop-in `transformers.T5Gemma2ForConditionalGeneration` whose vision tower runs once per distinct image, in
     input preparation: several prompts on one image encode it once.
@@ -29,14 +44,14 @@ class T5Gemma2ForConditionalGeneration(VisionPrepMixin, transformers.T5Gemma2For
     >>> from vlmprep.models.t5gemma2 import T5Gemma2ForConditionalGeneration
     >>> from vlmprep.testing.configs import tiny_t5gemma2_config
     >>> model = T5Gemma2ForConditionalGeneration(tiny_t5gemma2_config()).eval()
-    >>> model.item_token_counts({})  # `mm_tokens_per_image`
+    >>> model.item_token_counts({})  # `mm_tokens_per_image`, a square
     4
 
     ```
     """
 
     layout = ENCODER_PROMPT_IMAGE
-    vision_facts = VisionFacts(tokens_per_image_attr="encoder.mm_tokens_per_image")
+    vision_facts = VisionFacts(tokens_per_image=pooled_tokens_per_image)
 
     def check_pixel_inputs(self, model_kwargs: dict[str, Any], modality: str = "image") -> None:
         # The tower's config is the encoder's (`config.encoder.vision_config`), not a top-level `vision_config`

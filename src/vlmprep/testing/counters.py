@@ -12,14 +12,15 @@ import time
 
 import torch
 
-from ..generation.encoding import encoding_module
+from ..generation.encoding import encoder_name, encoding_module
 
 
 class VisionRunCounter:
     """Counts a model's encoder calls and the items (images, videos, audio clips) each call encoded.
 
-    It wraps the model's own `get_image_features` / `get_video_features` / `get_audio_features` (on this model
-    instance only) and counts items with the family's `count_items`, so tiles, crops and flattened patches count as the
+    It wraps the model's own `get_image_features` / `get_video_features` / `get_audio_features`, or a drop-in's own
+    encoder where transformers' class has none (`vlmprep.generation.encoding.encoder_name`), on this model instance
+    only, and counts items with the family's `count_items`, so tiles, crops and flattened patches count as the
     images they belong to.
 
     Example:
@@ -78,7 +79,7 @@ class VisionRunCounter:
 
     def __enter__(self) -> VisionRunCounter:
         for modality in self.MODALITIES:
-            name = f"get_{modality}_features"
+            name = encoder_name(self.encoder_owner, modality)
             encode = getattr(self.encoder_owner, name, None)
             if encode is not None:
                 setattr(self.encoder_owner, name, self._counting(modality, encode))
