@@ -57,6 +57,7 @@ from support.references import (
     uncached_logits,
 )
 from support.registry import FAMILY_CASES, scenario
+from support.traits import encodes_with_batch_norm
 from vlmprep.testing import AUDIO, IMAGE, VIDEO
 
 CI_EXAMPLES = int(os.environ.get("VLMPREP_DIFFERENTIAL_EXAMPLES", "5"))
@@ -311,7 +312,12 @@ def check_conversations(family: str, max_examples: int, media: tuple = (IMAGE,))
     def check(conversation: Conversation) -> None:
         conversation = within_refusals(conversation, frozenset(FAMILY_CASES[family].differential_refusals))
         calls = [conversation.first, *(options for _, options in conversation.continuations)]
-        assume(not any(options.train_part in FAMILY_CASES[family].refused_train_parts for options in calls))
+        # Encoders with BatchNorm refuse train mode (the refusal: tests/units/test_batch_norm_encoders.py)
+        refused_parts = (
+            *FAMILY_CASES[family].refused_train_parts,
+            *(("vision",) if encodes_with_batch_norm(family) else ()),
+        )
+        assume(not any(options.train_part in refused_parts for options in calls))
         if FAMILY_CASES[family].one_row_with_items:  # the refusal itself: tests/units/test_patch_grid_framed.py
             extensions = [row for row, _ in conversation.continuations]  # appended to every row
             has_items = any(row.image_seeds for row in (*conversation.rows, *extensions))

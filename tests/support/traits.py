@@ -18,11 +18,14 @@ import re
 import types
 from collections.abc import Callable
 
+import torch
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionCacheLayerMixin
 
 from support.registry import FAMILY_CASES
 from vlmprep.generation.assisted import recurrent_layer_types
+from vlmprep.generation.batch_statistics import BATCH_NORM_LAYERS
+from vlmprep.generation.encoding import encoding_module
 from vlmprep.generation.facts import ModalityFacts, VisionFacts
 from vlmprep.models.layouts import layout_of
 from vlmprep.models.registry import drop_in_class_of
@@ -349,3 +352,16 @@ def audio_as(key: str) -> Trait:
         return takes("audio")(family) and audio_input_key(family) == key and audio_mask_key(family) is not None
 
     return audio_in
+
+
+# -- Train mode --------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def encodes_with_batch_norm(family: str) -> bool:
+    """The family's encoders hold BatchNorm layers (Emu3's VQ-VAE, Nemotron-H Omni's audio tower): in train mode they
+    normalize over the items encoded together, which `generate` refuses (`batch_statistics`). Read from the drop-in
+    built on the meta device."""
+    with torch.device("meta"):
+        model = drop_in(family)(tiny_config(family))
+    return any(isinstance(module, BATCH_NORM_LAYERS) for module in encoding_module(model).modules())

@@ -12,6 +12,7 @@ import torch
 from ..cache.hash_hints import hinted_hash
 from ..cache.hashing import hash_item_inputs
 from ..cache.identity import any_module_training
+from .batch_statistics import check_no_batch_statistics
 from .prepared import PlannedEncoderOutputs, split_per_item
 from .spans import ItemSpan
 
@@ -216,6 +217,8 @@ class ItemEncoder:
                 elif hit is not None:
                     features[index] = hit
         misses = [index for index in distinct if index not in features]
+        if misses:
+            check_no_batch_statistics(encoding_module(model))
         for modality in model.vision_facts.modalities:
             group = [index for index in misses if self.span_of[index].modality == modality.name]
             if not group:
